@@ -1,0 +1,162 @@
+//! Layering: file → environment variables → `--set` flags, on one YAML tree, before the typed
+//! read in [`super::Config::from_value`].
+
+use super::value::Problems;
+use serde_yaml_ng::{Mapping, Value};
+use std::path::Path;
+
+/// Prefix of configuration environment variables: `OBS_PUBLISHER__SECTION__KEY`.
+pub const ENV_PREFIX: &str = "OBS_PUBLISHER__";
+
+/// Reads the YAML file (or starts from an empty tree), unwraps Hydra's `environment:` level,
+/// then applies `env` (pairs of name and value; only `OBS_PUBLISHER__…` are used) and `sets`
+/// (`path.to.key=value`).
+pub fn load_value(
+    path: Option<&Path>,
+    env: impl IntoIterator<Item = (String, String)>,
+    sets: &[String],
+) -> Result<Value, Problems> {
+    let mut problems = Problems::default();
+    let mut root = match path {
+        None => Value::Mapping(Mapping::new()),
+        Some(p) => {
+            let text = std::fs::read_to_string(p).map_err(|e| {
+                let mut pr = Problems::default();
+                pr.push("", format_args!("cannot read {}: {e}", p.display()));
+                pr
+            })?;
+            match serde_yaml_ng::from_str::<Value>(&text) {
+                Ok(Value::Null) => Value::Mapping(Mapping::new()),
+                Ok(v) => v,
+                Err(e) => {
+                    let mut pr = Problems::default();
+                    pr.push("", format_args!("{} is not valid YAML: {e}", p.display()));
+                    return Err(pr);
+                }
+            }
+        }
+    };
+    if let Value::Mapping(m) = &root {
+        if let Some(env @ Value::Mapping(_)) = m.get("environment") {
+            root = env.clone();
+        }
+    }
+    if !root.is_mapping() {
+        problems.push("", "the configuration must be a YAML mapping");
+        return Err(problems);
+    }
+    apply_env(&mut root, env, &mut problems);
+    apply_sets(&mut root, sets, &mut problems);
+    if problems.is_empty() {
+        Ok(root)
+    } else {
+        Err(problems)
+    }
+}
+
+/// Applies `OBS_PUBLISHER__A__B=value` variables to the tree.
+pub fn apply_env(root: &mut Value, env: impl IntoIterator<Item = (String, String)>, problems: &mut Problems) {
+    let mut vars: Vec<(String, String)> = env.into_iter().filter(|(k, _)| k.starts_with(ENV_PREFIX)).collect();
+    vars.sort(); // deterministic order
+    for (k, v) in vars {
+        let path: Vec<String> = k[ENV_PREFIX.len()..].split("__").map(|s| s.to_ascii_lowercase()).collect();
+        if path.iter().any(String::is_empty) {
+            problems.push("", format_args!("environment variable {k}: empty path segment"));
+            continue;
+        }
+        if let Err(e) = set_path(root, &path, scalar(&v)) {
+            problems.push("", format_args!("environment variable {k}: {e}"));
+        }
+    }
+}
+
+/// Applies `path.to.key=value` overrides (`--set`) to the tree.
+pub fn apply_sets(root: &mut Value, sets: &[String], problems: &mut Problems) {
+    for s in sets {
+        let Some((k, v)) = s.split_once('=') else {
+            problems.push("", format_args!("--set {s:?}: expected key.path=value"));
+            continue;
+        };
+        let k = k.strip_prefix("environment.").unwrap_or(k);
+        let path: Vec<String> = k.split('.').map(str::to_string).collect();
+        if path.iter().any(String::is_empty) {
+            problems.push("", format_args!("--set {s:?}: empty path segment"));
+            continue;
+        }
+        if let Err(e) = set_path(root, &path, scalar(v)) {
+            problems.push("", format_args!("--set {s:?}: {e}"));
+        }
+    }
+}
+
+/// Parses an override as a YAML scalar (`1000` → number, `true` → bool, `null` → null), or
+/// keeps it as text.
+fn scalar(v: &str) -> Value {
+    match serde_yaml_ng::from_str::<Value>(v) {
+        Ok(val @ (Value::Number(_) | Value::Bool(_) | Value::Null | Value::String(_))) => val,
+        _ => Value::String(v.to_string()),
+    }
+}
+
+fn set_path(node: &mut Value, path: &[String], v: Value) -> Result<(), String> {
+    let (head, rest) = path.split_first().expect("non-empty path");
+    match node {
+        Value::Sequence(items) => {
+            let i: usize = head
+                .parse()
+                .map_err(|_| format!("{head:?} indexes a list; use a number"))?;
+            let item = items.get_mut(i).ok_or_else(|| format!("list index {i} is out of range"))?;
+            if rest.is_empty() {
+                *item = v;
+                Ok(())
+            } else {
+                set_path(item, rest, v)
+            }
+        }
+        Value::Null => {
+            *node = Value::Mapping(Mapping::new());
+            set_path(node, path, v)
+        }
+        Value::Mapping(m) => {
+            let key = Value::String(head.clone());
+            if rest.is_empty() {
+                m.insert(key, v);
+                Ok(())
+            } else {
+                let child = m.entry(key).or_insert(Value::Null);
+                set_path(child, rest, v)
+            }
+        }
+        _ => Err(format!("{head:?} is below a scalar value")),
+    }
+}
+
+/// Whether a key names a secret whose value must never be printed or logged.
+fn is_secret_key(key: &str) -> bool {
+    let k = key.to_ascii_lowercase();
+    ["password", "secret", "api_key", "space_key", "token", "access_key_id", "private_key", "credentials"]
+        .iter()
+        .any(|s| k.contains(s))
+        || k.ends_with(".pem")
+        || k.ends_with(".key")
+        || k == "sasl.username"
+}
+
+/// Replaces every secret value in the tree with `"<redacted>"`, including librdkafka settings in
+/// `additional_consumer_config` (e.g. `sasl.password`, `ssl.key.pem`).
+pub fn redact(v: &mut Value) {
+    match v {
+        Value::Mapping(m) => {
+            for (k, val) in m.iter_mut() {
+                let secret = k.as_str().is_some_and(is_secret_key);
+                if secret && !val.is_null() {
+                    *val = Value::String("<redacted>".into());
+                } else {
+                    redact(val);
+                }
+            }
+        }
+        Value::Sequence(items) => items.iter_mut().for_each(redact),
+        _ => {}
+    }
+}

@@ -1,0 +1,240 @@
+//! Merlin's own sections: `observation_source` (Kafka) and `observation_sinks`.
+//!
+//! These are read exactly as Merlin's control plane writes them: enum names upper case, unknown
+//! keys tolerated with a warning, `additional_consumer_config` values as strings.
+
+use super::value::{kind, Obj, Problems};
+use serde::Serialize;
+use serde_yaml_ng::Value;
+
+/// `observation_source` with `type: KAFKA`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct KafkaSource {
+    /// The topic holding this model version's prediction logs.
+    pub topic: String,
+    /// librdkafka `bootstrap.servers`.
+    pub bootstrap_servers: String,
+    /// Consumer group id.
+    pub group_id: String,
+    /// Merlin's `consume()` batch size; kept for compatibility, the publisher streams instead.
+    pub batch_size: u64,
+    /// Merlin's poll timeout in seconds; kept for compatibility.
+    pub poll_timeout_seconds: f64,
+    /// Extra librdkafka settings, copied verbatim after the publisher's defaults.
+    #[serde(serialize_with = "super::value::ser_pairs")]
+    pub additional_consumer_config: Vec<(String, String)>,
+    /// Merlin's flush threshold in messages (superseded by `batching`).
+    pub buffer_capacity: u64,
+    /// Merlin's flush interval in seconds (superseded by `batching.linger`).
+    pub buffer_max_duration_seconds: u64,
+}
+
+/// librdkafka keys that would break the publisher's delivery guarantees if overridden.
+pub const FORBIDDEN_CONSUMER_KEYS: &[&str] = &["enable.auto.commit", "enable.auto.offset.store", "group.id"];
+
+impl KafkaSource {
+    pub(crate) fn read(mut o: Obj<'_>, problems: &mut Problems, warnings: &mut Vec<String>) -> Option<Self> {
+        if o.is_absent() {
+            problems.push(o.path(), "required");
+            return None;
+        }
+        let ty = o.req_string("type", problems);
+        if !ty.is_empty() && ty != "KAFKA" {
+            problems.push(
+                &o.path_of("type"),
+                format_args!("unsupported source type {ty:?}; the only source is KAFKA (upper case)"),
+            );
+        }
+        let buffer_capacity = o.u64("buffer_capacity", problems).unwrap_or(10);
+        let buffer_max_duration_seconds = o.u64("buffer_max_duration_seconds", problems).unwrap_or(60);
+        let mut c = o.obj("config", problems);
+        if c.is_absent() {
+            problems.push(c.path(), "required");
+        }
+        let topic = c.req_string("topic", problems);
+        let bootstrap_servers = c.req_string("bootstrap_servers", problems);
+        let group_id = c.req_string("group_id", problems);
+        let batch_size = c.u64("batch_size", problems).unwrap_or(100);
+        let poll_timeout_seconds = c.f64("poll_timeout_seconds", problems).unwrap_or(1.0);
+        let additional_consumer_config = c.string_map("additional_consumer_config", problems).unwrap_or_default();
+        for (k, _) in &additional_consumer_config {
+            if FORBIDDEN_CONSUMER_KEYS.contains(&k.as_str()) {
+                problems.push(
+                    &format!("{}.{k}", c.path_of("additional_consumer_config")),
+                    "may not be overridden: the publisher commits offsets itself, only after the sinks acknowledge",
+                );
+            }
+        }
+        c.warn_unknown(warnings);
+        o.warn_unknown(warnings);
+        Some(KafkaSource {
+            topic,
+            bootstrap_servers,
+            group_id,
+            batch_size,
+            poll_timeout_seconds,
+            additional_consumer_config,
+            buffer_capacity,
+            buffer_max_duration_seconds,
+        })
+    }
+}
+
+/// Merlin's retry block (kept for compatibility; the publisher always retries transient errors).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RetryConfig {
+    /// Merlin: retry writes that return row errors.
+    pub enabled: bool,
+    /// Merlin: extra attempts.
+    pub retry_attempts: u64,
+    /// Merlin: sleep between attempts.
+    pub retry_interval_seconds: u64,
+}
+
+/// A BIGQUERY sink.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BigQuerySink {
+    /// GCP project holding the dataset.
+    pub project: String,
+    /// Dataset.
+    pub dataset: String,
+    /// Partition expiry in days.
+    pub ttl_days: u64,
+    /// Merlin's retry block.
+    pub retry: RetryConfig,
+}
+
+/// An ARIZE sink (parsed so configs validate; not supported by `run` yet).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ArizeSink {
+    /// Arize API key (secret).
+    pub api_key: String,
+    /// Arize space key (secret).
+    pub space_key: String,
+}
+
+/// A MAXCOMPUTE sink (parsed so configs validate; not supported by `run` yet).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MaxComputeSink {
+    /// ODPS project.
+    pub project: String,
+    /// Dataset (schema).
+    pub dataset: String,
+    /// Ignored by Merlin too.
+    pub ttl_days: u64,
+    /// Access key id (secret).
+    pub access_key_id: String,
+    /// Access key secret (secret).
+    pub access_key_secret: String,
+    /// Endpoint.
+    pub access_url: String,
+}
+
+/// One entry of `observation_sinks`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "type", content = "config")]
+pub enum SinkConfig {
+    /// `type: BIGQUERY`.
+    #[serde(rename = "BIGQUERY")]
+    BigQuery(BigQuerySink),
+    /// `type: ARIZE`.
+    #[serde(rename = "ARIZE")]
+    Arize(ArizeSink),
+    /// `type: MAXCOMPUTE`.
+    #[serde(rename = "MAXCOMPUTE")]
+    MaxCompute(MaxComputeSink),
+}
+
+impl SinkConfig {
+    /// Merlin's enum name of this sink.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            SinkConfig::BigQuery(_) => "BIGQUERY",
+            SinkConfig::Arize(_) => "ARIZE",
+            SinkConfig::MaxCompute(_) => "MAXCOMPUTE",
+        }
+    }
+}
+
+pub(crate) fn read_sinks(
+    v: Option<&Value>,
+    path: &str,
+    problems: &mut Problems,
+    warnings: &mut Vec<String>,
+) -> Vec<SinkConfig> {
+    let items = match v {
+        None | Some(Value::Null) => return Vec::new(),
+        Some(Value::Sequence(items)) => items,
+        Some(other) => {
+            problems.push(path, format_args!("expected a list of sinks, found {}", kind(other)));
+            return Vec::new();
+        }
+    };
+    let mut out = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        let ipath = format!("{path}[{i}]");
+        let mut o = Obj::new(Some(item), &ipath, problems);
+        let ty = o.req_string("type", problems);
+        let mut c = o.obj("config", problems);
+        let sink = match ty.as_str() {
+            "BIGQUERY" => {
+                let project = c.req_string("project", problems);
+                let dataset = c.req_string("dataset", problems);
+                let ttl_path = c.path_of("ttl_days");
+                let ttl_days = c.u64("ttl_days", problems);
+                if ttl_days.is_none() && !problems.0.iter().any(|p| p.starts_with(&ttl_path)) {
+                    problems.push(&ttl_path, "required");
+                }
+                if ttl_days == Some(0) {
+                    problems.push(&ttl_path, "must be at least 1");
+                }
+                let mut r = c.obj("retry", problems);
+                let retry = RetryConfig {
+                    enabled: r.bool("enabled", problems).unwrap_or(false),
+                    retry_attempts: r.u64("retry_attempts", problems).unwrap_or(4),
+                    retry_interval_seconds: r.u64("retry_interval_seconds", problems).unwrap_or(30),
+                };
+                r.warn_unknown(warnings);
+                Some(SinkConfig::BigQuery(BigQuerySink {
+                    project,
+                    dataset,
+                    ttl_days: ttl_days.unwrap_or(0),
+                    retry,
+                }))
+            }
+            "ARIZE" => Some(SinkConfig::Arize(ArizeSink {
+                api_key: c.req_string("api_key", problems),
+                space_key: c.req_string("space_key", problems),
+            })),
+            "MAXCOMPUTE" => Some(SinkConfig::MaxCompute(MaxComputeSink {
+                project: c.req_string("project", problems),
+                dataset: c.req_string("dataset", problems),
+                ttl_days: c.u64("ttl_days", problems).unwrap_or(0),
+                access_key_id: c.req_string("access_key_id", problems),
+                access_key_secret: c.req_string("access_key_secret", problems),
+                access_url: c.req_string("access_url", problems),
+            })),
+            "" => None,
+            other => {
+                let hint = if ["bigquery", "arize", "maxcompute"].contains(&other.to_ascii_lowercase().as_str())
+                    && other != other.to_ascii_uppercase()
+                {
+                    format!("; sink types are upper case ({})", other.to_ascii_uppercase())
+                } else {
+                    String::new()
+                };
+                problems.push(
+                    &o.path_of("type"),
+                    format_args!("unknown sink type {other:?}; expected BIGQUERY, ARIZE or MAXCOMPUTE{hint}"),
+                );
+                None
+            }
+        };
+        if sink.is_some() {
+            c.warn_unknown(warnings);
+        }
+        o.warn_unknown(warnings);
+        out.extend(sink);
+    }
+    out
+}

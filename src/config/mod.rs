@@ -1,0 +1,268 @@
+//! Configuration: Merlin's publisher YAML, unchanged, plus the publisher's own strict sections.
+//!
+//! # Sources and precedence (lowest first)
+//! 1. built-in defaults;
+//! 2. the YAML file (`--config`), keys at the top level or wrapped in `environment:` as Hydra
+//!    writes them;
+//! 3. environment variables `OBS_PUBLISHER__SECTION__KEY=value` (scalars; `__` nests, names are
+//!    lower-cased: `OBS_PUBLISHER__BATCHING__MAX_ROWS=1000`);
+//! 4. command-line flags (`--set section.key=value`, and the dedicated flags of each command).
+//!
+//! # Merlin's sections and ours
+//! Merlin's keys (`project`, `model_id`, `model_version`, `inference_schema`,
+//! `observation_source`, `observation_sinks`, `prometheus_port`) are read as Merlin's control
+//! plane writes them: unknown keys are tolerated with a warning, enum names are upper case,
+//! `model_version` may be a number (kept as its text), `score_threshold: null` means 0.5,
+//! `feature_types` keeps its order. Our sections (`batching`, `dead_letter`, `local_sink`,
+//! `server`, `logging`, `delivery`) are strict: unknown keys are errors.
+//!
+//! # Validation
+//! [`Config::from_value`] collects **every** problem and returns them together
+//! ([`Problems`], exit code 2). Each command asks only for what it uses ([`Needs`]).
+//! Secrets are never printed: [`Config::to_redacted_yaml`].
+
+mod load;
+mod merlin;
+mod ours;
+mod schema;
+mod value;
+
+pub use load::{apply_env, apply_sets, load_value, redact, ENV_PREFIX};
+pub use merlin::{ArizeSink, BigQuerySink, KafkaSource, MaxComputeSink, RetryConfig, SinkConfig, FORBIDDEN_CONSUMER_KEYS};
+pub use ours::{Batching, DeadLetter, Delivery, LocalSink, LogFormat, Logging, Server};
+pub use schema::{FeatureType, InferenceSchema, ModelOutput, PREDICTION_LABEL_COLUMN, RANK_COLUMN};
+pub use value::{parse_bytes, parse_duration, Problems};
+
+use serde::Serialize;
+use serde_yaml_ng::Value;
+use value::Obj;
+
+/// What a command needs from the configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Needs {
+    /// `observation_source` (Kafka).
+    pub source: bool,
+    /// At least one sink, all supported by `run`.
+    pub sinks: bool,
+    /// One BIGQUERY sink (`schema`).
+    pub bigquery: bool,
+}
+
+impl Needs {
+    /// `convert` and `gen`: project, model, version and inference schema only.
+    pub const CONVERT: Needs = Needs { source: false, sinks: false, bigquery: false };
+    /// `schema`: plus one BIGQUERY sink.
+    pub const SCHEMA: Needs = Needs { source: false, sinks: false, bigquery: true };
+    /// `run` and `check-config`: everything.
+    pub const RUN: Needs = Needs { source: true, sinks: true, bigquery: false };
+}
+
+/// The resolved configuration.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Config {
+    /// Merlin project name.
+    pub project: String,
+    /// Merlin model name (Merlin calls it `model_id`).
+    pub model_id: String,
+    /// Merlin version id, as text; written to every row.
+    pub model_version: String,
+    /// The model's schema.
+    pub inference_schema: InferenceSchema,
+    /// Kafka source; `None` when the command does not need it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub observation_source: Option<KafkaSource>,
+    /// Merlin sinks, in order.
+    pub observation_sinks: Vec<SinkConfig>,
+    /// Merlin's metrics port.
+    pub prometheus_port: u64,
+    /// Batching and in-flight limits.
+    pub batching: Batching,
+    /// Dead-letter target.
+    pub dead_letter: DeadLetter,
+    /// Embedded Parquet sink, when configured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub local_sink: Option<LocalSink>,
+    /// HTTP listener.
+    pub server: Server,
+    /// Logging.
+    pub logging: Logging,
+    /// Delivery guarantee.
+    pub delivery: Delivery,
+}
+
+impl Config {
+    /// Builds the configuration from a layered YAML tree (see [`load_value`]), checking what
+    /// `needs` asks for. Returns the config and the warnings (unknown keys in Merlin's sections),
+    /// or every problem found.
+    pub fn from_value(root: &Value, needs: Needs) -> Result<(Config, Vec<String>), Problems> {
+        let mut problems = Problems::default();
+        let mut warnings = Vec::new();
+        let mut o = Obj::new(Some(root), "", &mut problems);
+
+        let project = o.req_string("project", &mut problems);
+        let model_id = o.req_string("model_id", &mut problems);
+        let model_version = o.req_string("model_version", &mut problems);
+        let schema_obj = o.obj("inference_schema", &mut problems);
+        let schema = InferenceSchema::read(schema_obj, &mut problems, &mut warnings);
+
+        let observation_source = if needs.source {
+            let so = o.obj("observation_source", &mut problems);
+            KafkaSource::read(so, &mut problems, &mut warnings)
+        } else {
+            let _ = o.raw("observation_source");
+            None
+        };
+        let sinks_raw = o.raw("observation_sinks");
+        let observation_sinks = if needs.sinks || needs.bigquery {
+            merlin::read_sinks(sinks_raw, "observation_sinks", &mut problems, &mut warnings)
+        } else {
+            Vec::new()
+        };
+        let prometheus_port = o.u64("prometheus_port", &mut problems).unwrap_or(8000);
+        if prometheus_port > u64::from(u16::MAX) {
+            problems.push("prometheus_port", "must be a TCP port (0-65535)");
+        }
+        let batching = Batching::read(o.obj("batching", &mut problems), &mut problems);
+        let dead_letter = DeadLetter::read(o.obj("dead_letter", &mut problems), &mut problems);
+        let local_sink = LocalSink::read(o.obj("local_sink", &mut problems), &mut problems);
+        let server = Server::read(o.obj("server", &mut problems), prometheus_port, &mut problems);
+        let logging = Logging::read(o.obj("logging", &mut problems), &mut problems);
+        let delivery = match o.string("delivery", &mut problems) {
+            None => Delivery::default(),
+            Some(s) => Delivery::parse(&s).unwrap_or_else(|| {
+                problems.push("delivery", format_args!("unknown delivery mode {s:?}; expected at_least_once or exactly_once"));
+                Delivery::default()
+            }),
+        };
+        o.warn_unknown(&mut warnings);
+
+        if needs.sinks {
+            if observation_sinks.is_empty() && local_sink.is_none() {
+                problems.push(
+                    "observation_sinks",
+                    "no sink configured: add a BIGQUERY sink or a local_sink section",
+                );
+            }
+            for (i, s) in observation_sinks.iter().enumerate() {
+                if !matches!(s, SinkConfig::BigQuery(_)) {
+                    problems.push(
+                        &format!("observation_sinks[{i}].type"),
+                        format_args!(
+                            "{} is not supported by this publisher yet; remove it (Merlin's Python publisher can keep serving it)",
+                            s.type_name()
+                        ),
+                    );
+                }
+            }
+        }
+        if needs.bigquery && !observation_sinks.iter().any(|s| matches!(s, SinkConfig::BigQuery(_))) {
+            problems.push("observation_sinks", "no BIGQUERY sink configured (needed for the table schema)");
+        }
+        if let Some(s) = &schema {
+            validate_columns(s, &mut problems);
+        }
+        for (key, v) in [("project", &project), ("model_id", &model_id)] {
+            if v.chars().any(|c| c.is_control()) {
+                problems.push(key, "must not contain control characters");
+            }
+        }
+
+        match schema {
+            Some(inference_schema) if problems.is_empty() => Ok((
+                Config {
+                    project,
+                    model_id,
+                    model_version,
+                    inference_schema,
+                    observation_source,
+                    observation_sinks,
+                    prometheus_port,
+                    batching,
+                    dead_letter,
+                    local_sink,
+                    server,
+                    logging,
+                    delivery,
+                },
+                warnings,
+            )),
+            _ => Err(problems),
+        }
+    }
+
+    /// The first BIGQUERY sink, if any.
+    pub fn bigquery(&self) -> Option<&BigQuerySink> {
+        self.observation_sinks.iter().find_map(|s| match s {
+            SinkConfig::BigQuery(b) => Some(b),
+            _ => None,
+        })
+    }
+
+    /// The resolved configuration as YAML, with every secret replaced by `"<redacted>"`.
+    pub fn to_redacted_yaml(&self) -> String {
+        let mut v = serde_yaml_ng::to_value(self).expect("config serializes");
+        redact(&mut v);
+        serde_yaml_ng::to_string(&v).expect("yaml value serializes")
+    }
+}
+
+/// Names of the fixed (non-feature) columns, in table order.
+pub fn fixed_columns(s: &InferenceSchema) -> [&str; 4] {
+    [&s.session_id_column, &s.row_id_column, "request_timestamp", "model_version"]
+}
+
+/// BigQuery column-name rule: letters, digits and underscores, not starting with a digit,
+/// at most 300 characters.
+fn valid_column_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 300
+        && !name.starts_with(|c: char| c.is_ascii_digit())
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+fn validate_columns(s: &InferenceSchema, problems: &mut Problems) {
+    let fixed = fixed_columns(s);
+    let out = &s.model_prediction_output;
+    let mut all: Vec<(&str, String)> = Vec::new();
+    for (i, name) in fixed.iter().enumerate() {
+        let key = ["inference_schema.session_id_column", "inference_schema.row_id_column", "", ""][i];
+        if !key.is_empty() && !valid_column_name(name) {
+            problems.push(key, format_args!("{name:?} is not a valid BigQuery column name (letters, digits, _; not starting with a digit)"));
+        }
+        all.push((name, format!("fixed column {name:?}")));
+    }
+    for (name, _) in &s.feature_types {
+        if !valid_column_name(name) {
+            problems.push(
+                &format!("inference_schema.feature_types.{name}"),
+                "not a valid BigQuery column name (letters, digits, _; not starting with a digit; at most 300 characters)",
+            );
+        }
+        all.push((name, format!("feature {name:?}")));
+    }
+    for c in out.score_columns() {
+        if !valid_column_name(c) {
+            problems.push("inference_schema.model_prediction_output", format_args!("score column {c:?} is not a valid BigQuery column name"));
+        }
+        all.push((c, format!("prediction column {c:?}")));
+    }
+    match out {
+        ModelOutput::Binary { .. } | ModelOutput::Multiclass { .. } => {
+            all.push((PREDICTION_LABEL_COLUMN, format!("derived column {PREDICTION_LABEL_COLUMN:?}")))
+        }
+        ModelOutput::Ranking { .. } => all.push((RANK_COLUMN, format!("derived column {RANK_COLUMN:?}"))),
+        ModelOutput::Regression { .. } => {}
+    }
+    // Columns must be unique, and BigQuery compares names case-insensitively.
+    for i in 0..all.len() {
+        for j in 0..i {
+            if all[i].0.eq_ignore_ascii_case(all[j].0) {
+                let how = if all[i].0 == all[j].0 { "is named like" } else { "differs only in case from" };
+                problems.push("inference_schema", format_args!("{} {how} {}", all[i].1, all[j].1));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

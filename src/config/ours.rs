@@ -1,0 +1,242 @@
+//! The publisher's own optional sections. Unlike Merlin's, they are strict: an unknown key is an
+//! error, so a typo never silently falls back to a default.
+
+use super::value::{Obj, Problems};
+use serde::Serialize;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// `batching`: when the batcher flushes, and how much may be in flight.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Batching {
+    /// Flush when a batch holds this many rows.
+    pub max_rows: usize,
+    /// Flush when a batch's Arrow buffers reach this many bytes.
+    pub max_bytes: usize,
+    /// Flush at the latest this long after the first row entered the batch (timer-driven).
+    #[serde(with = "humantime_serde_compat")]
+    pub linger: Duration,
+    /// Upper bound on bytes held between the consumer and the sink acknowledgement, including
+    /// librdkafka's prefetch queue. When it is reached the partitions are paused.
+    pub max_inflight_bytes: usize,
+}
+
+impl Default for Batching {
+    fn default() -> Self {
+        Batching {
+            max_rows: 50_000,
+            max_bytes: 8 << 20,
+            linger: Duration::from_secs(1),
+            max_inflight_bytes: 64 << 20,
+        }
+    }
+}
+
+impl Batching {
+    pub(crate) fn read(mut o: Obj<'_>, problems: &mut Problems) -> Self {
+        let d = Self::default();
+        let b = Batching {
+            max_rows: o.u64("max_rows", problems).map_or(d.max_rows, |v| v as usize),
+            max_bytes: o.bytes("max_bytes", problems).map_or(d.max_bytes, |v| v as usize),
+            linger: o.duration("linger", problems).unwrap_or(d.linger),
+            max_inflight_bytes: o.bytes("max_inflight_bytes", problems).map_or(d.max_inflight_bytes, |v| v as usize),
+        };
+        if b.max_rows == 0 {
+            problems.push(&o.path_of("max_rows"), "must be at least 1");
+        }
+        if b.max_bytes < 1024 {
+            problems.push(&o.path_of("max_bytes"), "must be at least 1KiB");
+        }
+        if b.linger.is_zero() {
+            problems.push(&o.path_of("linger"), "must be greater than 0");
+        }
+        if b.max_inflight_bytes < b.max_bytes {
+            problems.push(
+                &o.path_of("max_inflight_bytes"),
+                format_args!("must be at least batching.max_bytes ({})", b.max_bytes),
+            );
+        }
+        o.deny_unknown(problems);
+        b
+    }
+}
+
+/// Where rejected logs go.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "target", rename_all = "snake_case")]
+pub enum DeadLetter {
+    /// A Kafka topic on the source cluster; `None` means `<source topic>-dlq`.
+    Kafka {
+        /// Topic name.
+        topic: Option<String>,
+    },
+    /// A local file in the length-delimited framing, with a `<path>.reasons.jsonl` sidecar.
+    File {
+        /// File path.
+        path: PathBuf,
+    },
+}
+
+impl Default for DeadLetter {
+    fn default() -> Self {
+        DeadLetter::Kafka { topic: None }
+    }
+}
+
+impl DeadLetter {
+    pub(crate) fn read(mut o: Obj<'_>, problems: &mut Problems) -> Self {
+        let target = o.string("target", problems).unwrap_or_else(|| "kafka".into());
+        let topic = o.string("topic", problems);
+        let path = o.string("path", problems);
+        let out = match target.as_str() {
+            "kafka" => {
+                if path.is_some() {
+                    problems.push(&o.path_of("path"), "only valid with target: file");
+                }
+                DeadLetter::Kafka { topic }
+            }
+            "file" => {
+                if topic.is_some() {
+                    problems.push(&o.path_of("topic"), "only valid with target: kafka");
+                }
+                match path {
+                    Some(p) if !p.is_empty() => DeadLetter::File { path: p.into() },
+                    _ => {
+                        problems.push(&o.path_of("path"), "required with target: file");
+                        DeadLetter::File { path: PathBuf::new() }
+                    }
+                }
+            }
+            other => {
+                problems.push(&o.path_of("target"), format_args!("unknown target {other:?}; expected kafka or file"));
+                DeadLetter::default()
+            }
+        };
+        o.deny_unknown(problems);
+        out
+    }
+}
+
+/// `local_sink`: the embedded Parquet sink.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LocalSink {
+    /// Directory under which `dt=YYYY-MM-DD/` folders are written.
+    pub path: PathBuf,
+    /// Start a new file after this many bytes.
+    pub rotate_bytes: u64,
+    /// Start a new file after this long.
+    #[serde(with = "humantime_serde_compat")]
+    pub rotate_interval: Duration,
+}
+
+impl LocalSink {
+    pub(crate) fn read(mut o: Obj<'_>, problems: &mut Problems) -> Option<Self> {
+        if o.is_absent() {
+            return None;
+        }
+        let path = o.req_string("path", problems);
+        let s = LocalSink {
+            path: path.into(),
+            rotate_bytes: o.bytes("rotate_bytes", problems).unwrap_or(128 << 20),
+            rotate_interval: o.duration("rotate_interval", problems).unwrap_or(Duration::from_secs(300)),
+        };
+        o.deny_unknown(problems);
+        Some(s)
+    }
+}
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum LogFormat {
+    /// One JSON object per line (the default; for log collectors).
+    #[default]
+    Json,
+    /// Human-readable lines.
+    Pretty,
+}
+
+/// `logging`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Logging {
+    /// json | pretty.
+    pub format: LogFormat,
+    /// A tracing filter such as `info` or `observation_publisher=debug,info`.
+    pub level: String,
+}
+
+impl Default for Logging {
+    fn default() -> Self {
+        Logging {
+            format: LogFormat::Json,
+            level: "info".into(),
+        }
+    }
+}
+
+impl Logging {
+    pub(crate) fn read(mut o: Obj<'_>, problems: &mut Problems) -> Self {
+        let format = match o.string("format", problems).as_deref() {
+            None | Some("json") => LogFormat::Json,
+            Some("pretty") => LogFormat::Pretty,
+            Some(other) => {
+                problems.push(&o.path_of("format"), format_args!("unknown log format {other:?}; expected json or pretty"));
+                LogFormat::Json
+            }
+        };
+        let level = o.string("level", problems).unwrap_or_else(|| "info".into());
+        o.deny_unknown(problems);
+        Logging { format, level }
+    }
+}
+
+/// Delivery guarantee towards BigQuery.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Delivery {
+    /// Default stream; offsets committed after the append is acknowledged; a crash can leave
+    /// duplicates.
+    #[default]
+    AtLeastOnce,
+    /// One committed write stream per partition with explicit row offsets.
+    ExactlyOnce,
+}
+
+impl Delivery {
+    pub(crate) fn parse(s: &str) -> Option<Self> {
+        match s {
+            "at_least_once" => Some(Self::AtLeastOnce),
+            "exactly_once" => Some(Self::ExactlyOnce),
+            _ => None,
+        }
+    }
+}
+
+/// `server`: the HTTP port for `/metrics`, `/healthz`, `/readyz`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Server {
+    /// Listen address; defaults to `0.0.0.0:<prometheus_port>` (8000).
+    pub listen: String,
+}
+
+impl Server {
+    pub(crate) fn read(mut o: Obj<'_>, prometheus_port: u64, problems: &mut Problems) -> Self {
+        let listen = o
+            .string("listen", problems)
+            .unwrap_or_else(|| format!("0.0.0.0:{prometheus_port}"));
+        if listen.parse::<std::net::SocketAddr>().is_err() {
+            problems.push(&o.path_of("listen"), format_args!("{listen:?} is not an address such as 0.0.0.0:8000"));
+        }
+        o.deny_unknown(problems);
+        Server { listen }
+    }
+}
+
+/// Serializes durations as humantime text (`1s`, `5m`) in `check-config` output.
+mod humantime_serde_compat {
+    use std::time::Duration;
+
+    pub(super) fn serialize<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&humantime::format_duration(*d).to_string())
+    }
+}

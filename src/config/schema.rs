@@ -1,0 +1,257 @@
+//! The model's inference schema: Merlin SDK `InferenceSchema` plus a multiclass output class.
+//!
+//! Read from `inference_schema` exactly as Merlin's control plane writes it: `feature_types`
+//! keeps its order (it is the BigQuery column order and the feature allow-list),
+//! `model_prediction_output` is a tagged union on `output_class`, unknown keys such as
+//! `prediction_label_column` or `tag_columns` are tolerated with a warning, and
+//! `score_threshold: null` means 0.5.
+
+use super::value::{kind, Obj, Problems};
+use serde::Serialize;
+use serde_yaml_ng::Value;
+
+/// Declared type of a feature column.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FeatureType {
+    /// `int64` → BigQuery INTEGER.
+    Int64,
+    /// `float64` → BigQuery FLOAT.
+    Float64,
+    /// `boolean` → BigQuery BOOLEAN.
+    Boolean,
+    /// `string` → BigQuery STRING.
+    String,
+}
+
+impl FeatureType {
+    fn parse(s: &str) -> Option<Self> {
+        // The SDK's ValueType values; a few common spellings are accepted as well.
+        match s {
+            "int64" | "INT64" | "integer" | "INTEGER" => Some(Self::Int64),
+            "float64" | "FLOAT64" | "float" | "FLOAT" | "double" | "DOUBLE" => Some(Self::Float64),
+            "boolean" | "BOOLEAN" | "bool" | "BOOL" => Some(Self::Boolean),
+            "string" | "STRING" => Some(Self::String),
+            _ => None,
+        }
+    }
+}
+
+/// What the model predicts, and so which prediction and derived columns the table has.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "output_class")]
+pub enum ModelOutput {
+    /// Binary classification: a score column and the derived `_prediction_label`.
+    #[serde(rename = "BinaryClassificationOutput")]
+    Binary {
+        /// Column holding the positive-class score.
+        prediction_score_column: String,
+        /// Ground-truth score column (never written by the publisher).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        actual_score_column: Option<String>,
+        /// Label when score ≥ threshold.
+        positive_class_label: String,
+        /// Label when score < threshold.
+        negative_class_label: String,
+        /// Threshold; `null` in Merlin's YAML means 0.5.
+        score_threshold: f64,
+    },
+    /// Regression: a score column, nothing derived.
+    #[serde(rename = "RegressionOutput")]
+    Regression {
+        /// Column holding the predicted value.
+        prediction_score_column: String,
+        /// Ground-truth column (never written by the publisher).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        actual_score_column: Option<String>,
+    },
+    /// Ranking: a score column and the derived `_rank` (within each log).
+    #[serde(rename = "RankingOutput")]
+    Ranking {
+        /// Column holding the ranking score.
+        rank_score_column: String,
+        /// Ground-truth relevance column (never written by the publisher).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        relevance_score_column: Option<String>,
+    },
+    /// Multiclass classification (an addition Merlin lacks): one score column per class and the
+    /// derived `_prediction_label` = label of the highest score.
+    #[serde(rename = "MulticlassClassificationOutput")]
+    Multiclass {
+        /// One score column per class.
+        prediction_score_columns: Vec<String>,
+        /// One label per class, same order and length.
+        class_labels: Vec<String>,
+    },
+}
+
+impl ModelOutput {
+    /// The prediction (score) columns, in table order.
+    pub fn score_columns(&self) -> Vec<&str> {
+        match self {
+            ModelOutput::Binary { prediction_score_column, .. }
+            | ModelOutput::Regression { prediction_score_column, .. } => vec![prediction_score_column],
+            ModelOutput::Ranking { rank_score_column, .. } => vec![rank_score_column],
+            ModelOutput::Multiclass { prediction_score_columns, .. } => {
+                prediction_score_columns.iter().map(String::as_str).collect()
+            }
+        }
+    }
+}
+
+/// Name of the derived label column (binary and multiclass).
+pub const PREDICTION_LABEL_COLUMN: &str = "_prediction_label";
+/// Name of the derived rank column (ranking).
+pub const RANK_COLUMN: &str = "_rank";
+
+/// The model's schema.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct InferenceSchema {
+    /// Features and their types, in declaration order (= table column order).
+    #[serde(serialize_with = "super::value::ser_pairs")]
+    pub feature_types: Vec<(String, FeatureType)>,
+    /// Output class and its columns.
+    pub model_prediction_output: ModelOutput,
+    /// Output column name for `PredictionLog.prediction_id`.
+    pub session_id_column: String,
+    /// Output column name for the row id.
+    pub row_id_column: String,
+    /// Positional feature names for feature tables without `columns`; if non-empty it takes
+    /// precedence over the table's own `columns` (as in Merlin).
+    pub feature_orders: Vec<String>,
+}
+
+impl InferenceSchema {
+    /// Reads `inference_schema` from `o`, recording problems and warnings.
+    pub(crate) fn read(mut o: Obj<'_>, problems: &mut Problems, warnings: &mut Vec<String>) -> Option<Self> {
+        if o.is_absent() {
+            problems.push(o.path(), "required");
+            return None;
+        }
+        let session_id_column = o.string("session_id_column", problems).unwrap_or_else(|| "session_id".into());
+        let row_id_column = o.string("row_id_column", problems).unwrap_or_else(|| "row_id".into());
+        let feature_orders = o.string_list("feature_orders", problems).unwrap_or_default();
+        let _ = o.raw("tag_columns"); // parsed and ignored, as in Merlin
+
+        let ft_path = o.path_of("feature_types");
+        let mut feature_types = Vec::new();
+        match o.raw("feature_types") {
+            None => problems.push(&ft_path, "required"),
+            Some(Value::Mapping(m)) => {
+                for (k, v) in m {
+                    let name = match k {
+                        Value::String(s) => s.clone(),
+                        other => {
+                            problems.push(&ft_path, format_args!("feature names must be strings, found {}", kind(other)));
+                            continue;
+                        }
+                    };
+                    let ty = match v {
+                        Value::String(s) => FeatureType::parse(s),
+                        _ => None,
+                    };
+                    match ty {
+                        Some(t) => feature_types.push((name, t)),
+                        None => problems.push(
+                            &format!("{ft_path}.{name}"),
+                            format_args!("unknown feature type {v:?}; expected int64, float64, boolean or string"),
+                        ),
+                    }
+                }
+            }
+            Some(other) => problems.push(&ft_path, format_args!("expected a mapping, found {}", kind(other))),
+        }
+
+        let mut out = o.obj("model_prediction_output", problems);
+        let output = if out.is_absent() {
+            problems.push(&o.path_of("model_prediction_output"), "required");
+            None
+        } else {
+            read_output(&mut out, problems)
+        };
+        out.warn_unknown(warnings);
+        o.warn_unknown(warnings);
+
+        Some(InferenceSchema {
+            feature_types,
+            model_prediction_output: output?,
+            session_id_column,
+            row_id_column,
+            feature_orders,
+        })
+    }
+}
+
+fn read_output(o: &mut Obj<'_>, problems: &mut Problems) -> Option<ModelOutput> {
+    let class = o.req_string("output_class", problems);
+    match class.as_str() {
+        "BinaryClassificationOutput" => {
+            let prediction_score_column = o.req_string("prediction_score_column", problems);
+            let actual_score_column = o.string("actual_score_column", problems);
+            let positive_class_label = o.req_string("positive_class_label", problems);
+            let negative_class_label = o.req_string("negative_class_label", problems);
+            let score_threshold = o.f64("score_threshold", problems).unwrap_or(0.5);
+            if !score_threshold.is_finite() {
+                problems.push(&o.path_of("score_threshold"), "must be a finite number");
+            }
+            Some(ModelOutput::Binary {
+                prediction_score_column,
+                actual_score_column,
+                positive_class_label,
+                negative_class_label,
+                score_threshold,
+            })
+        }
+        "RegressionOutput" => Some(ModelOutput::Regression {
+            prediction_score_column: o.req_string("prediction_score_column", problems),
+            actual_score_column: o.string("actual_score_column", problems),
+        }),
+        "RankingOutput" => Some(ModelOutput::Ranking {
+            rank_score_column: o.req_string("rank_score_column", problems),
+            relevance_score_column: o.string("relevance_score_column", problems),
+        }),
+        "MulticlassClassificationOutput" => {
+            let cols = o.string_list("prediction_score_columns", problems);
+            let labels = o.string_list("class_labels", problems);
+            let (cols, labels) = match (cols, labels) {
+                (Some(c), Some(l)) => (c, l),
+                (c, l) => {
+                    if c.is_none() {
+                        problems.push(&o.path_of("prediction_score_columns"), "required");
+                    }
+                    if l.is_none() {
+                        problems.push(&o.path_of("class_labels"), "required");
+                    }
+                    (c.unwrap_or_default(), l.unwrap_or_default())
+                }
+            };
+            if cols.is_empty() {
+                problems.push(&o.path_of("prediction_score_columns"), "must name at least one column");
+            }
+            if cols.len() != labels.len() {
+                problems.push(
+                    &o.path_of("class_labels"),
+                    format_args!(
+                        "has {} labels but prediction_score_columns has {} columns; they must match one to one",
+                        labels.len(),
+                        cols.len()
+                    ),
+                );
+            }
+            Some(ModelOutput::Multiclass {
+                prediction_score_columns: cols,
+                class_labels: labels,
+            })
+        }
+        "" => None,
+        other => {
+            problems.push(
+                &o.path_of("output_class"),
+                format_args!(
+                    "unknown output class {other:?}; expected BinaryClassificationOutput, RegressionOutput, RankingOutput or MulticlassClassificationOutput"
+                ),
+            );
+            None
+        }
+    }
+}

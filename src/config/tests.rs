@@ -1,0 +1,164 @@
+use super::*;
+
+fn parse(yaml: &str, needs: Needs) -> Result<(Config, Vec<String>), Problems> {
+    let v: Value = serde_yaml_ng::from_str(yaml).unwrap();
+    let v = match v.get("environment") {
+        Some(e) => e.clone(),
+        None => v,
+    };
+    Config::from_value(&v, needs)
+}
+
+const MERLIN: &str = include_str!("../../config/merlin-binary.yaml");
+
+#[test]
+fn merlin_yaml_parses_unchanged() {
+    let (c, warnings) = parse(MERLIN, Needs::RUN).unwrap();
+    assert_eq!(c.model_version, "3");
+    assert_eq!(c.model_id, "credit-model");
+    let names: Vec<_> = c.inference_schema.feature_types.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["amount", "merchant_id", "num_txn_24h", "is_foreign"], "feature order kept");
+    match &c.inference_schema.model_prediction_output {
+        ModelOutput::Binary { score_threshold, .. } => assert_eq!(*score_threshold, 0.5, "null threshold means 0.5"),
+        other => panic!("unexpected {other:?}"),
+    }
+    assert!(
+        warnings.iter().any(|w| w.contains("prediction_label_column")),
+        "unknown Merlin keys are warned about: {warnings:?}"
+    );
+    let src = c.observation_source.clone().unwrap();
+    assert_eq!(src.additional_consumer_config[1], ("fetch.min.bytes".into(), "1024000".into()));
+    assert_eq!(c.bigquery().unwrap().ttl_days, 14);
+}
+
+#[test]
+fn environment_wrapper_and_numeric_version() {
+    let y = MERLIN.replace("model_version: \"3\"", "model_version: 3");
+    let wrapped = format!("environment:\n{}", y.lines().map(|l| format!("  {l}\n")).collect::<String>());
+    let (c, _) = parse(&wrapped, Needs::RUN).unwrap();
+    assert_eq!(c.model_version, "3");
+}
+
+#[test]
+fn every_problem_is_reported_at_once() {
+    let y = r#"
+project: p
+model_id: m
+inference_schema:
+  feature_types:
+    session_id: string
+    Amount: float64
+    amount: float64
+    bad: decimal
+  model_prediction_output:
+    output_class: BinaryClassificationOutput
+    prediction_score_column: score
+    positive_class_label: a
+observation_sinks:
+- type: bigquery
+  config: {project: x, dataset: y, ttl_days: 1}
+observation_source:
+  type: KAFKA
+  config:
+    topic: t
+    group_id: g
+    additional_consumer_config:
+      enable.auto.commit: "true"
+batching:
+  max_rowz: 10
+delivery: sometimes
+"#;
+    let err = parse(y, Needs::RUN).unwrap_err();
+    let text = err.to_string();
+    for expected in [
+        "model_version: required",
+        "feature \"session_id\" is named like fixed column \"session_id\"",
+        "feature \"amount\" differs only in case from feature \"Amount\"",
+        "inference_schema.feature_types.bad: unknown feature type",
+        "negative_class_label: required",
+        "sink types are upper case (BIGQUERY)",
+        "observation_source.config.bootstrap_servers: required",
+        "enable.auto.commit: may not be overridden",
+        "batching.max_rowz: unknown key",
+        "delivery: unknown delivery mode",
+    ] {
+        assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
+    }
+    assert!(err.0.len() >= 10, "{text}");
+}
+
+#[test]
+fn unsupported_sinks_are_errors_for_run_only() {
+    let y = MERLIN.replace(
+        "observation_source:",
+        "- type: ARIZE\n  config: {api_key: k, space_key: s}\nobservation_source:",
+    );
+    let err = parse(&y, Needs::RUN).unwrap_err();
+    assert!(err.to_string().contains("ARIZE is not supported"), "{err}");
+    // `schema` needs only the BIGQUERY sink; ARIZE may stay.
+    parse(&y, Needs::SCHEMA).unwrap();
+}
+
+#[test]
+fn convert_needs_only_the_schema() {
+    let y = r#"
+project: p
+model_id: m
+model_version: "1"
+inference_schema:
+  feature_types: {x: int64}
+  model_prediction_output: {output_class: RegressionOutput, prediction_score_column: y}
+observation_source: {type: NOT_KAFKA}
+"#;
+    parse(y, Needs::CONVERT).unwrap();
+    assert!(parse(y, Needs::RUN).is_err());
+    let err = parse(y, Needs::SCHEMA).unwrap_err();
+    assert!(err.to_string().contains("no BIGQUERY sink"), "{err}");
+}
+
+#[test]
+fn multiclass_labels_must_match_columns() {
+    let y = r#"
+project: p
+model_id: m
+model_version: "1"
+inference_schema:
+  feature_types: {x: int64}
+  model_prediction_output:
+    output_class: MulticlassClassificationOutput
+    prediction_score_columns: [p_a, p_b, p_c]
+    class_labels: [a, b]
+"#;
+    let err = parse(y, Needs::CONVERT).unwrap_err();
+    assert!(err.to_string().contains("has 2 labels but prediction_score_columns has 3"), "{err}");
+}
+
+#[test]
+fn env_and_set_layering() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.yaml");
+    std::fs::write(&path, MERLIN).unwrap();
+    let env = vec![
+        ("OBS_PUBLISHER__BATCHING__MAX_ROWS".to_string(), "1234".to_string()),
+        ("OBS_PUBLISHER__MODEL_VERSION".to_string(), "7".to_string()),
+        ("UNRELATED".to_string(), "x".to_string()),
+    ];
+    let sets = vec!["model_version=8".to_string(), "observation_sinks.0.config.ttl_days=30".to_string()];
+    let v = load_value(Some(&path), env, &sets).unwrap();
+    let (c, _) = Config::from_value(&v, Needs::RUN).unwrap();
+    assert_eq!(c.batching.max_rows, 1234, "env applies");
+    assert_eq!(c.model_version, "8", "flags win over env");
+    assert_eq!(c.bigquery().unwrap().ttl_days, 30);
+}
+
+#[test]
+fn secrets_are_redacted() {
+    let y = MERLIN.replace(
+        "      fetch.min.bytes: \"1024000\"",
+        "      fetch.min.bytes: \"1024000\"\n      sasl.password: hunter2",
+    ) + "";
+    let (c, _) = parse(&y, Needs::RUN).unwrap();
+    let out = c.to_redacted_yaml();
+    assert!(!out.contains("hunter2"), "{out}");
+    assert!(out.contains("sasl.password: <redacted>"), "{out}");
+}

@@ -1,0 +1,2 @@
+//! observation-publisher
+pub mod config;
