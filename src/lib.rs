@@ -1,2 +1,31 @@
-//! observation-publisher
+//! # observation-publisher
+//!
+//! Model servers log every prediction as a protobuf `caraml.upi.v1.PredictionLog` into Kafka.
+//! This crate turns those logs into rows of the model's BigQuery table, fast and without losing
+//! any of them.
+//!
+//! ```text
+//! source (Kafka) → decode (PredictionLog bytes → Arrow builders) → batch → sinks → commit
+//! ```
+//!
+//! # Layout
+//! - [`config`]: Merlin's YAML plus our strict sections; layered; all problems at once.
+//! - [`proto`]: prost types generated from `proto/` (the readable reference of the wire format).
+//! - [`decode`]: the pure hot path: a protobuf walker appending straight into Arrow builders.
+//! - [`table`]: the table layout (columns, Arrow schema, BigQuery table resource).
+//! - [`framing`]: length-delimited streams of logs (files, stdin, dead letters, replay).
+//! - [`output`]: writers for jsonl, Arrow IPC and Parquet.
+//! - [`gen`]: synthetic logs for tests, benches and the demo.
+//! - [`commands`]: the offline commands (`convert`, `gen`, `schema`, `check-config`).
+//! - [`bootstrap`]: one publisher Deployment per model version on Kubernetes.
+
+pub mod bootstrap;
+pub mod cli;
+pub mod commands;
 pub mod config;
+pub mod decode;
+pub mod framing;
+pub mod gen;
+pub mod output;
+pub mod proto;
+pub mod table;

@@ -1,1 +1,19 @@
-fn main() {}
+//! Entry point: parse the command line, dispatch, map the outcome to an exit code.
+//! Exit codes: 0 done, 1 runtime failure, 2 invalid usage or configuration.
+
+use clap::Parser;
+use observation_publisher::cli::{Cli, Command};
+use observation_publisher::commands;
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Convert(a) => commands::convert(a),
+        Command::Gen(a) => commands::gen(a),
+        Command::Schema(a) => commands::schema(a),
+        Command::CheckConfig(a) => commands::check_config(a),
+        Command::Run(a) => commands::run(a),
+        Command::Bootstrap(a) => commands::bootstrap(a),
+    }
+}

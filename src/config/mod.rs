@@ -14,7 +14,7 @@
 //! plane writes them: unknown keys are tolerated with a warning, enum names are upper case,
 //! `model_version` may be a number (kept as its text), `score_threshold: null` means 0.5,
 //! `feature_types` keeps its order. Our sections (`batching`, `dead_letter`, `local_sink`,
-//! `server`, `logging`, `delivery`) are strict: unknown keys are errors.
+//! `consumer`, `server`, `logging`, `delivery`) are strict: unknown keys are errors.
 //!
 //! # Validation
 //! [`Config::from_value`] collects **every** problem and returns them together
@@ -29,7 +29,7 @@ mod value;
 
 pub use load::{apply_env, apply_sets, load_value, redact, ENV_PREFIX};
 pub use merlin::{ArizeSink, BigQuerySink, KafkaSource, MaxComputeSink, RetryConfig, SinkConfig, FORBIDDEN_CONSUMER_KEYS};
-pub use ours::{Batching, DeadLetter, Delivery, LocalSink, LogFormat, Logging, Server};
+pub use ours::{Batching, Consumer, DeadLetter, Delivery, LocalSink, LogFormat, Logging, Server, StartFrom};
 pub use schema::{FeatureType, InferenceSchema, ModelOutput, PREDICTION_LABEL_COLUMN, RANK_COLUMN};
 pub use value::{parse_bytes, parse_duration, Problems};
 
@@ -77,6 +77,8 @@ pub struct Config {
     pub prometheus_port: u64,
     /// Batching and in-flight limits.
     pub batching: Batching,
+    /// Kafka-side behaviour: start position, drain deadline, commit interval.
+    pub consumer: Consumer,
     /// Dead-letter target.
     pub dead_letter: DeadLetter,
     /// Embedded Parquet sink, when configured.
@@ -123,6 +125,7 @@ impl Config {
             problems.push("prometheus_port", "must be a TCP port (0-65535)");
         }
         let batching = Batching::read(o.obj("batching", &mut problems), &mut problems);
+        let consumer = Consumer::read(o.obj("consumer", &mut problems), &mut problems);
         let dead_letter = DeadLetter::read(o.obj("dead_letter", &mut problems), &mut problems);
         let local_sink = LocalSink::read(o.obj("local_sink", &mut problems), &mut problems);
         let server = Server::read(o.obj("server", &mut problems), prometheus_port, &mut problems);
@@ -178,6 +181,7 @@ impl Config {
                     observation_sinks,
                     prometheus_port,
                     batching,
+                    consumer,
                     dead_letter,
                     local_sink,
                     server,

@@ -232,6 +232,90 @@ impl Server {
     }
 }
 
+/// Where a consumer group with no committed offsets starts reading.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StartFrom {
+    /// The beginning of each partition (default: nothing a model logged is skipped).
+    Earliest,
+    /// The end of each partition.
+    Latest,
+    /// The first offset at or after this time (milliseconds since the epoch).
+    Timestamp(i64),
+    /// The committed offsets of another consumer group (migration from Merlin's publisher).
+    Group(String),
+}
+
+/// `consumer`: the publisher's Kafka-side behaviour.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Consumer {
+    /// Where a new group starts. An explicit `auto.offset.reset` in Merlin's
+    /// `additional_consumer_config` is honoured when this is not set.
+    pub start_from: Option<StartFrom>,
+    /// How long a shutdown or a partition revocation may wait for in-flight rows to be
+    /// acknowledged and committed.
+    #[serde(with = "humantime_serde_compat")]
+    pub drain_timeout: Duration,
+    /// How often acknowledged offsets are committed while running.
+    #[serde(with = "humantime_serde_compat")]
+    pub commit_interval: Duration,
+    /// librdkafka `session.timeout.ms`.
+    #[serde(with = "humantime_serde_compat")]
+    pub session_timeout: Duration,
+}
+
+impl Default for Consumer {
+    fn default() -> Self {
+        Consumer {
+            start_from: None,
+            drain_timeout: Duration::from_secs(30),
+            commit_interval: Duration::from_secs(5),
+            session_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+impl Consumer {
+    pub(crate) fn read(mut o: Obj<'_>, problems: &mut Problems) -> Self {
+        let d = Self::default();
+        let start_from = o.string("start_from", problems).and_then(|s| match s.as_str() {
+            "earliest" => Some(StartFrom::Earliest),
+            "latest" => Some(StartFrom::Latest),
+            _ => {
+                if let Some(g) = s.strip_prefix("group:") {
+                    if !g.is_empty() {
+                        return Some(StartFrom::Group(g.to_string()));
+                    }
+                }
+                match humantime::parse_rfc3339_weak(&s) {
+                    Ok(t) => {
+                        let ms = t.duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0);
+                        Some(StartFrom::Timestamp(ms))
+                    }
+                    Err(_) => {
+                        problems.push(
+                            &o.path_of("start_from"),
+                            format_args!("{s:?}: expected earliest, latest, an RFC 3339 time or group:<name>"),
+                        );
+                        None
+                    }
+                }
+            }
+        });
+        let c = Consumer {
+            start_from,
+            drain_timeout: o.duration("drain_timeout", problems).unwrap_or(d.drain_timeout),
+            commit_interval: o.duration("commit_interval", problems).unwrap_or(d.commit_interval),
+            session_timeout: o.duration("session_timeout", problems).unwrap_or(d.session_timeout),
+        };
+        if c.commit_interval.is_zero() {
+            problems.push(&o.path_of("commit_interval"), "must be greater than 0");
+        }
+        o.deny_unknown(problems);
+        c
+    }
+}
+
 /// Serializes durations as humantime text (`1s`, `5m`) in `check-config` output.
 mod humantime_serde_compat {
     use std::time::Duration;

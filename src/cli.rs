@@ -1,0 +1,119 @@
+//! Command-line interface (clap derive). Each subcommand is a thin shell over library code.
+
+use crate::config::LogFormat;
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+
+/// Publishes Merlin prediction logs from Kafka into BigQuery, and deploys one publisher per
+/// model version.
+#[derive(Debug, Parser)]
+#[command(name = "observation-publisher", version, about, propagate_version = true)]
+pub struct Cli {
+    /// The command to run.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Options every config-reading command shares.
+#[derive(Debug, Clone, Args)]
+pub struct ConfigArgs {
+    /// The publisher configuration (Merlin's YAML, optionally with the publisher's own sections).
+    #[arg(long, short = 'c', env = "OBS_PUBLISHER_CONFIG")]
+    pub config: PathBuf,
+    /// Override one key: `--set batching.max_rows=1000` (repeatable; wins over env and file).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub sets: Vec<String>,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the publisher: Kafka → decode → batch → sinks → commit.
+    Run(RunArgs),
+    /// Convert length-delimited PredictionLogs into table rows (jsonl, parquet or arrow).
+    Convert(ConvertArgs),
+    /// Write synthetic, realistic PredictionLogs for the configured schema (length-delimited).
+    Gen(GenArgs),
+    /// Print the BigQuery table resource (REST JSON) for the configured model.
+    Schema(ConfigOnlyArgs),
+    /// Validate the configuration and print it resolved, secrets redacted.
+    CheckConfig(ConfigOnlyArgs),
+    /// Deploy, inspect or remove the publisher of one model version on Kubernetes.
+    Bootstrap(crate::bootstrap::BootstrapArgs),
+}
+
+/// `run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Configuration.
+    #[command(flatten)]
+    pub cfg: ConfigArgs,
+    /// Read a length-delimited dump instead of Kafka (backfills, DLQ replay, benchmarks).
+    #[arg(long, value_name = "FILE")]
+    pub replay: Option<PathBuf>,
+    /// Log format (overrides `logging.format`).
+    #[arg(long, value_enum)]
+    pub log_format: Option<LogFormat>,
+}
+
+/// Output formats of `convert`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OutputFormat {
+    /// One JSON object per row.
+    Jsonl,
+    /// One Parquet file.
+    Parquet,
+    /// Arrow IPC stream format.
+    Arrow,
+}
+
+/// `convert`.
+#[derive(Debug, Args)]
+pub struct ConvertArgs {
+    /// Configuration.
+    #[command(flatten)]
+    pub cfg: ConfigArgs,
+    /// Input file of length-delimited PredictionLogs (`-` = stdin).
+    #[arg(long, short, default_value = "-")]
+    pub input: String,
+    /// Output file (`-` = stdout).
+    #[arg(long, short, default_value = "-")]
+    pub output: String,
+    /// Output format.
+    #[arg(long, short, value_enum, default_value_t = OutputFormat::Jsonl)]
+    pub format: OutputFormat,
+    /// Exit 1 if any log is rejected.
+    #[arg(long)]
+    pub strict: bool,
+}
+
+/// `gen`.
+#[derive(Debug, Args)]
+pub struct GenArgs {
+    /// Configuration.
+    #[command(flatten)]
+    pub cfg: ConfigArgs,
+    /// Number of logs.
+    #[arg(long, short = 'n')]
+    pub count: u64,
+    /// Rows per log.
+    #[arg(long, default_value_t = 1)]
+    pub rows_per_log: u32,
+    /// Random seed (same seed, same output).
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Fraction of logs to make malformed (0.0–1.0), for tests and demos.
+    #[arg(long, default_value_t = 0.0)]
+    pub malformed_ratio: f64,
+    /// Output file (`-` = stdout).
+    #[arg(long, short, default_value = "-")]
+    pub output: String,
+}
+
+/// Commands that only read the configuration.
+#[derive(Debug, Args)]
+pub struct ConfigOnlyArgs {
+    /// Configuration.
+    #[command(flatten)]
+    pub cfg: ConfigArgs,
+}

@@ -1,0 +1,219 @@
+//! The model's table: columns in BigQuery order, their Arrow schema and the BigQuery REST table
+//! resource (`schema` command; table creation in the BigQuery sink).
+//!
+//! Column order is Merlin's BigQuery order: session id, row id, `request_timestamp`,
+//! `model_version`, the features in `feature_types` order, the score column(s), then the derived
+//! column (`_prediction_label` for binary and multiclass, `_rank` for ranking).
+
+use crate::config::{BigQuerySink, Config, FeatureType, InferenceSchema, ModelOutput, PREDICTION_LABEL_COLUMN, RANK_COLUMN};
+use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use serde_json::{json, Value};
+use std::sync::Arc;
+
+/// Storage type of a column.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ColumnType {
+    /// STRING / Utf8.
+    String,
+    /// INTEGER / Int64.
+    Int64,
+    /// FLOAT / Float64.
+    Float64,
+    /// BOOLEAN / Boolean.
+    Boolean,
+    /// TIMESTAMP / `timestamp[us, tz=UTC]`.
+    Timestamp,
+}
+
+impl ColumnType {
+    /// BigQuery legacy type name as the REST API spells it.
+    pub fn bigquery_name(self) -> &'static str {
+        match self {
+            ColumnType::String => "STRING",
+            ColumnType::Int64 => "INTEGER",
+            ColumnType::Float64 => "FLOAT",
+            ColumnType::Boolean => "BOOLEAN",
+            ColumnType::Timestamp => "TIMESTAMP",
+        }
+    }
+
+    /// Arrow type.
+    pub fn arrow(self) -> DataType {
+        match self {
+            ColumnType::String => DataType::Utf8,
+            ColumnType::Int64 => DataType::Int64,
+            ColumnType::Float64 => DataType::Float64,
+            ColumnType::Boolean => DataType::Boolean,
+            ColumnType::Timestamp => DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+        }
+    }
+}
+
+impl From<FeatureType> for ColumnType {
+    fn from(t: FeatureType) -> Self {
+        match t {
+            FeatureType::Int64 => ColumnType::Int64,
+            FeatureType::Float64 => ColumnType::Float64,
+            FeatureType::Boolean => ColumnType::Boolean,
+            FeatureType::String => ColumnType::String,
+        }
+    }
+}
+
+/// How the derived column is computed.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Derived {
+    /// Regression: nothing derived.
+    None,
+    /// Binary: positive label if score ≥ threshold, else negative; NULL for a NULL score.
+    BinaryLabel {
+        /// Label for score ≥ threshold.
+        positive: String,
+        /// Label for score < threshold.
+        negative: String,
+        /// The threshold.
+        threshold: f64,
+    },
+    /// Multiclass: label of the highest non-null score (ties: first); NULL if all are NULL.
+    ArgmaxLabel {
+        /// One label per score column.
+        labels: Vec<String>,
+    },
+    /// Ranking: 1-based rank of the score within the log, descending, ties by appearance.
+    Rank,
+}
+
+/// One column of the table.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Column {
+    /// Column name.
+    pub name: String,
+    /// Column type.
+    pub ty: ColumnType,
+}
+
+/// Index of the first feature column (after session id, row id, timestamp, version).
+pub const FIRST_FEATURE: usize = 4;
+
+/// The table layout of one model version.
+#[derive(Debug, Clone)]
+pub struct TableLayout {
+    /// All columns in order.
+    pub columns: Vec<Column>,
+    /// Number of feature columns (they start at [`FIRST_FEATURE`]).
+    pub n_features: usize,
+    /// Number of score columns (they follow the features).
+    pub n_scores: usize,
+    /// The derived column, if any (always last).
+    pub derived: Derived,
+    /// `feature_orders` from the schema (positional names for tables without `columns`).
+    pub feature_orders: Vec<String>,
+    /// The model version written to every row.
+    pub model_version: String,
+    /// Arrow schema of the record batches.
+    pub arrow: SchemaRef,
+}
+
+impl TableLayout {
+    /// Builds the layout from the inference schema and the configured model version.
+    pub fn new(schema: &InferenceSchema, model_version: &str) -> Self {
+        let mut columns = vec![
+            Column { name: schema.session_id_column.clone(), ty: ColumnType::String },
+            Column { name: schema.row_id_column.clone(), ty: ColumnType::String },
+            Column { name: "request_timestamp".into(), ty: ColumnType::Timestamp },
+            Column { name: "model_version".into(), ty: ColumnType::String },
+        ];
+        for (name, ty) in &schema.feature_types {
+            columns.push(Column { name: name.clone(), ty: (*ty).into() });
+        }
+        let out = &schema.model_prediction_output;
+        let scores = out.score_columns();
+        for s in &scores {
+            columns.push(Column { name: (*s).to_string(), ty: ColumnType::Float64 });
+        }
+        let derived = match out {
+            ModelOutput::Binary { positive_class_label, negative_class_label, score_threshold, .. } => {
+                columns.push(Column { name: PREDICTION_LABEL_COLUMN.into(), ty: ColumnType::String });
+                Derived::BinaryLabel {
+                    positive: positive_class_label.clone(),
+                    negative: negative_class_label.clone(),
+                    threshold: *score_threshold,
+                }
+            }
+            ModelOutput::Multiclass { class_labels, .. } => {
+                columns.push(Column { name: PREDICTION_LABEL_COLUMN.into(), ty: ColumnType::String });
+                Derived::ArgmaxLabel { labels: class_labels.clone() }
+            }
+            ModelOutput::Ranking { .. } => {
+                columns.push(Column { name: RANK_COLUMN.into(), ty: ColumnType::Int64 });
+                Derived::Rank
+            }
+            ModelOutput::Regression { .. } => Derived::None,
+        };
+        let arrow = Arc::new(Schema::new(
+            columns.iter().map(|c| Field::new(&c.name, c.ty.arrow(), true)).collect::<Vec<_>>(),
+        ));
+        TableLayout {
+            n_features: schema.feature_types.len(),
+            n_scores: scores.len(),
+            derived,
+            feature_orders: schema.feature_orders.clone(),
+            model_version: model_version.to_string(),
+            columns,
+            arrow,
+        }
+    }
+
+    /// Builds the layout of a validated configuration.
+    pub fn from_config(c: &Config) -> Self {
+        Self::new(&c.inference_schema, &c.model_version)
+    }
+
+    /// Index of the first score column.
+    pub fn first_score(&self) -> usize {
+        FIRST_FEATURE + self.n_features
+    }
+
+    /// Index of the derived column, if any.
+    pub fn derived_index(&self) -> Option<usize> {
+        (!matches!(self.derived, Derived::None)).then(|| self.columns.len() - 1)
+    }
+}
+
+/// Merlin's table id: `prediction_log_<project>_<model>` with every `-` and `.` replaced by `_`.
+pub fn table_id(project: &str, model: &str) -> String {
+    format!("prediction_log_{project}_{model}").replace(['-', '.'], "_")
+}
+
+/// The BigQuery REST `Table` resource for the model's table: reference, schema (all NULLABLE),
+/// DAY partitioning on `request_timestamp` with expiration from `ttl_days`.
+pub fn bigquery_table_resource(layout: &TableLayout, project: &str, model: &str, sink: &BigQuerySink) -> Value {
+    let fields: Vec<Value> = layout
+        .columns
+        .iter()
+        .map(|c| json!({"name": c.name, "type": c.ty.bigquery_name(), "mode": "NULLABLE"}))
+        .collect();
+    json!({
+        "tableReference": {
+            "projectId": sink.project,
+            "datasetId": sink.dataset,
+            "tableId": table_id(project, model),
+        },
+        "schema": { "fields": fields },
+        "timePartitioning": {
+            "type": "DAY",
+            "field": "request_timestamp",
+            "expirationMs": (sink.ttl_days * 86_400_000).to_string(),
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_ids_follow_merlin() {
+        assert_eq!(table_id("project-1", "model.1"), "prediction_log_project_1_model_1");
+    }
+}
