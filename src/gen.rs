@@ -1,1 +1,204 @@
-//! (being built)
+//! Synthetic, realistic PredictionLogs for a configured schema (tests, benchmarks, the demo).
+//!
+//! Logs look like the ones Merlin's pyfunc server writes: a split-layout feature table with the
+//! schema's features in their order plus an undeclared entity column (which the publisher must
+//! drop), a prediction table with `row_ids`, `prediction_id` = a unique session id, and a few
+//! NULL cells. With `malformed_ratio > 0`, that share of logs is broken in one of several ways
+//! the decoder must reject. Output is deterministic for a given seed and start time.
+
+use crate::config::{FeatureType, InferenceSchema, ModelOutput};
+use crate::proto::{ModelInput, ModelOutput as PbOutput, PredictionLog};
+use prost::Message;
+use prost_types::value::Kind;
+use prost_types::{ListValue, Struct, Timestamp, Value};
+use std::collections::BTreeMap;
+
+/// Generator settings.
+#[derive(Debug, Clone)]
+pub struct GenOptions {
+    /// Rows (predictions) per log.
+    pub rows_per_log: u32,
+    /// Random seed.
+    pub seed: u64,
+    /// Share of logs (0.0–1.0) to make malformed.
+    pub malformed_ratio: f64,
+    /// Timestamp of the first log, microseconds since the epoch; later logs are 1 ms apart.
+    pub start_micros: i64,
+    /// Project / model / version written into the logs (informational; the publisher uses its
+    /// configuration).
+    pub model: (String, String, String),
+}
+
+/// One generated log.
+#[derive(Debug, Clone)]
+pub struct GenLog {
+    /// The serialized PredictionLog (or the broken bytes).
+    pub bytes: Vec<u8>,
+    /// Whether it was deliberately broken.
+    pub malformed: bool,
+    /// Its session id (unique per log).
+    pub session_id: String,
+}
+
+/// Produces logs one by one.
+pub struct Generator {
+    schema: InferenceSchema,
+    opts: GenOptions,
+    rng: fastrand::Rng,
+    n: u64,
+}
+
+const MERCHANTS: [&str; 6] = ["m-0042", "m-1337", "m-2001", "m-7777", "m-9000", "m-0007"];
+const WORDS: [&str; 8] = ["ID", "SG", "TH", "VN", "mobile", "desktop", "tablet", "kiosk"];
+
+fn v(kind: Kind) -> Value {
+    Value { kind: Some(kind) }
+}
+
+fn list(values: Vec<Value>) -> Value {
+    v(Kind::ListValue(ListValue { values }))
+}
+
+fn s(x: &str) -> Value {
+    v(Kind::StringValue(x.to_string()))
+}
+
+impl Generator {
+    /// A generator for `schema`.
+    pub fn new(schema: &InferenceSchema, opts: GenOptions) -> Self {
+        Generator { schema: schema.clone(), rng: fastrand::Rng::with_seed(opts.seed), opts, n: 0 }
+    }
+
+    fn feature_value(&mut self, name: &str, ty: FeatureType) -> Value {
+        if self.rng.u32(0..100) == 0 {
+            return v(Kind::NullValue(0));
+        }
+        match ty {
+            FeatureType::Float64 => v(Kind::NumberValue((self.rng.f64() * 1000.0 * 100.0).round() / 100.0)),
+            // Python Struct numbers are doubles: ints travel as whole floats.
+            FeatureType::Int64 => v(Kind::NumberValue(f64::from(self.rng.u32(0..10_000)))),
+            FeatureType::Boolean => v(Kind::BoolValue(self.rng.bool())),
+            FeatureType::String => {
+                if name.contains("merchant") {
+                    s(MERCHANTS[self.rng.usize(0..MERCHANTS.len())])
+                } else {
+                    s(WORDS[self.rng.usize(0..WORDS.len())])
+                }
+            }
+        }
+    }
+
+    /// A well-formed log with index `i`.
+    pub fn valid_log(&mut self, i: u64) -> PredictionLog {
+        let rows = self.opts.rows_per_log.max(1) as usize;
+        let session = format!("sess-{:x}-{i}", self.opts.seed);
+        let features = self.schema.feature_types.clone();
+        let mut columns: Vec<Value> = features.iter().map(|(n, _)| s(n)).collect();
+        columns.push(s("customer_id")); // an entity column the schema does not declare
+        let mut f_rows = Vec::with_capacity(rows);
+        for r in 0..rows {
+            let mut vals: Vec<Value> = features.iter().map(|(n, t)| self.feature_value(n, *t)).collect();
+            vals.push(s(&format!("cust-{}", (i as usize * rows + r) % 9973)));
+            f_rows.push(list(vals));
+        }
+        let mut f_fields = BTreeMap::new();
+        if self.schema.feature_orders.is_empty() {
+            f_fields.insert("columns".to_string(), list(columns));
+        }
+        f_fields.insert("data".to_string(), list(f_rows));
+
+        let out = &self.schema.model_prediction_output;
+        let score_cols: Vec<String> = out.score_columns().iter().map(|c| c.to_string()).collect();
+        let row_ids: Vec<Value> = (0..rows).map(|r| s(&format!("{r}"))).collect();
+        let mut p_rows = Vec::with_capacity(rows);
+        for _ in 0..rows {
+            let scores: Vec<Value> = match out {
+                ModelOutput::Multiclass { .. } => {
+                    let raw: Vec<f64> = score_cols.iter().map(|_| self.rng.f64()).collect();
+                    let sum: f64 = raw.iter().sum::<f64>().max(f64::MIN_POSITIVE);
+                    raw.iter().map(|x| v(Kind::NumberValue(x / sum))).collect()
+                }
+                ModelOutput::Regression { .. } => vec![v(Kind::NumberValue(self.rng.f64() * 500.0))],
+                _ => vec![v(Kind::NumberValue(self.rng.f64()))],
+            };
+            p_rows.push(if scores.len() == 1 { scores.into_iter().next().expect("one") } else { list(scores) });
+        }
+        let mut p_fields = BTreeMap::new();
+        p_fields.insert("columns".to_string(), list(score_cols.iter().map(|c| s(c)).collect()));
+        p_fields.insert("data".to_string(), list(p_rows));
+        p_fields.insert("row_ids".to_string(), list(row_ids));
+
+        let micros = self.opts.start_micros + i as i64 * 1_000;
+        let (model_project, model_name, model_version) = self.opts.model.clone();
+        PredictionLog {
+            prediction_id: session,
+            target_name: String::new(),
+            project_name: model_project,
+            model_name,
+            model_version,
+            input: Some(ModelInput { features_table: Some(Struct { fields: f_fields }), ..Default::default() }),
+            output: Some(PbOutput { prediction_results_table: Some(Struct { fields: p_fields }), ..Default::default() }),
+            request_timestamp: Some(Timestamp {
+                seconds: micros.div_euclid(1_000_000),
+                nanos: (micros.rem_euclid(1_000_000) * 1_000) as i32,
+            }),
+            table_schema_version: 1,
+        }
+    }
+
+    /// The next log (malformed with probability `malformed_ratio`).
+    pub fn next_log(&mut self) -> GenLog {
+        let i = self.n;
+        self.n += 1;
+        let mut log = self.valid_log(i);
+        let session_id = log.prediction_id.clone();
+        let malformed = self.opts.malformed_ratio > 0.0 && self.rng.f64() < self.opts.malformed_ratio;
+        if !malformed {
+            return GenLog { bytes: log.encode_to_vec(), malformed, session_id };
+        }
+        let bytes = match self.rng.u32(0..5) {
+            // Not protobuf at all.
+            0 => b"\xff\xff\xff\xff not a prediction log".to_vec(),
+            // Truncated in the middle.
+            1 => {
+                let b = log.encode_to_vec();
+                b[..b.len() / 2].to_vec()
+            }
+            // No row ids.
+            2 => {
+                if let Some(t) = log.output.as_mut().and_then(|o| o.prediction_results_table.as_mut()) {
+                    t.fields.remove("row_ids");
+                }
+                log.encode_to_vec()
+            }
+            // No timestamp.
+            3 => {
+                log.request_timestamp = None;
+                log.encode_to_vec()
+            }
+            // No feature data (a schema without features cannot hold a nested cell).
+            _ if self.schema.feature_types.is_empty() => {
+                if let Some(t) = log.input.as_mut().and_then(|i| i.features_table.as_mut()) {
+                    t.fields.remove("data");
+                }
+                log.encode_to_vec()
+            }
+            // A list where a cell should be.
+            _ => {
+                if let Some(Kind::ListValue(rows)) = log
+                    .input
+                    .as_mut()
+                    .and_then(|i| i.features_table.as_mut())
+                    .and_then(|t| t.fields.get_mut("data"))
+                    .and_then(|d| d.kind.as_mut())
+                {
+                    if let Some(Kind::ListValue(first)) = rows.values.get_mut(0).and_then(|r| r.kind.as_mut()) {
+                        first.values[0] = list(vec![s("nested")]);
+                    }
+                }
+                log.encode_to_vec()
+            }
+        };
+        GenLog { bytes, malformed, session_id }
+    }
+}

@@ -1,0 +1,227 @@
+//! Protobuf wire-format reading over a borrowed byte slice: varints, keys, length-delimited
+//! fields and skipping. Never allocates; every length is checked against the bytes that remain,
+//! so arbitrary input can only produce an error, never a panic or an unbounded allocation.
+
+use super::error::{DecodeError, ErrorKind};
+
+/// Wire type of a field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum WireType {
+    Varint,
+    Fixed64,
+    Len,
+    StartGroup,
+    EndGroup,
+    Fixed32,
+}
+
+impl WireType {
+    fn name(self) -> &'static str {
+        match self {
+            WireType::Varint => "varint",
+            WireType::Fixed64 => "64-bit",
+            WireType::Len => "length-delimited",
+            WireType::StartGroup => "start-group",
+            WireType::EndGroup => "end-group",
+            WireType::Fixed32 => "32-bit",
+        }
+    }
+}
+
+/// Nesting limit for (deprecated) groups in skipped fields, as prost's recursion limit.
+const MAX_GROUP_DEPTH: u32 = 100;
+
+/// A cursor over one message's bytes.
+#[derive(Clone)]
+pub(crate) struct Reader<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Reader<'a> {
+    #[inline]
+    pub(crate) fn new(buf: &'a [u8]) -> Self {
+        Reader { buf, pos: 0 }
+    }
+
+    #[inline]
+    pub(crate) fn at_end(&self) -> bool {
+        self.pos >= self.buf.len()
+    }
+
+    #[inline]
+    fn err(&self, what: &str, msg: &str) -> DecodeError {
+        DecodeError::new(ErrorKind::InvalidProtobuf, format!("{what}: {msg} at byte {}", self.pos))
+    }
+
+    /// Reads a base-128 varint (at most 10 bytes).
+    #[inline]
+    pub(crate) fn varint(&mut self, what: &str) -> Result<u64, DecodeError> {
+        let buf = self.buf;
+        if let Some(&b) = buf.get(self.pos) {
+            if b < 0x80 {
+                self.pos += 1;
+                return Ok(u64::from(b));
+            }
+        }
+        let mut result: u64 = 0;
+        for i in 0..10 {
+            let Some(&b) = buf.get(self.pos) else {
+                return Err(self.err(what, "truncated varint"));
+            };
+            self.pos += 1;
+            if i == 9 && b > 1 {
+                return Err(self.err(what, "varint overflows 64 bits"));
+            }
+            result |= u64::from(b & 0x7f) << (7 * i);
+            if b < 0x80 {
+                return Ok(result);
+            }
+        }
+        Err(self.err(what, "varint longer than 10 bytes"))
+    }
+
+    /// Reads a field key: (field number, wire type).
+    #[inline]
+    pub(crate) fn key(&mut self, what: &str) -> Result<(u32, WireType), DecodeError> {
+        let k = self.varint(what)?;
+        if k > u64::from(u32::MAX) {
+            return Err(self.err(what, "field key out of range"));
+        }
+        let field = (k >> 3) as u32;
+        let wt = match k & 7 {
+            0 => WireType::Varint,
+            1 => WireType::Fixed64,
+            2 => WireType::Len,
+            3 => WireType::StartGroup,
+            4 => WireType::EndGroup,
+            5 => WireType::Fixed32,
+            other => return Err(self.err(what, &format!("invalid wire type {other}"))),
+        };
+        if field == 0 {
+            return Err(self.err(what, "field number 0"));
+        }
+        Ok((field, wt))
+    }
+
+    /// Reads the payload of a length-delimited field.
+    #[inline]
+    pub(crate) fn bytes(&mut self, what: &str) -> Result<&'a [u8], DecodeError> {
+        let len = self.varint(what)?;
+        let remaining = (self.buf.len() - self.pos) as u64;
+        if len > remaining {
+            return Err(self.err(what, &format!("length {len} exceeds the {remaining} bytes left")));
+        }
+        let start = self.pos;
+        self.pos += len as usize;
+        Ok(&self.buf[start..self.pos])
+    }
+
+    /// Reads a little-endian 64-bit value.
+    #[inline]
+    pub(crate) fn fixed64(&mut self, what: &str) -> Result<u64, DecodeError> {
+        let end = self.pos + 8;
+        if end > self.buf.len() {
+            return Err(self.err(what, "truncated 64-bit value"));
+        }
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&self.buf[self.pos..end]);
+        self.pos = end;
+        Ok(u64::from_le_bytes(b))
+    }
+
+    /// Skips a field's value of wire type `wt` (field number `field`, for group matching).
+    pub(crate) fn skip(&mut self, field: u32, wt: WireType, what: &str) -> Result<(), DecodeError> {
+        self.skip_depth(field, wt, what, 0)
+    }
+
+    fn skip_depth(&mut self, field: u32, wt: WireType, what: &str, depth: u32) -> Result<(), DecodeError> {
+        match wt {
+            WireType::Varint => {
+                self.varint(what)?;
+            }
+            WireType::Fixed64 => {
+                self.fixed64(what)?;
+            }
+            WireType::Fixed32 => {
+                if self.pos + 4 > self.buf.len() {
+                    return Err(self.err(what, "truncated 32-bit value"));
+                }
+                self.pos += 4;
+            }
+            WireType::Len => {
+                self.bytes(what)?;
+            }
+            WireType::StartGroup => {
+                if depth >= MAX_GROUP_DEPTH {
+                    return Err(self.err(what, "groups nested too deeply"));
+                }
+                loop {
+                    if self.at_end() {
+                        return Err(self.err(what, "unterminated group"));
+                    }
+                    let (f, w) = self.key(what)?;
+                    if w == WireType::EndGroup {
+                        if f != field {
+                            return Err(self.err(what, "mismatched end-group"));
+                        }
+                        break;
+                    }
+                    self.skip_depth(f, w, what, depth + 1)?;
+                }
+            }
+            WireType::EndGroup => return Err(self.err(what, "unexpected end-group")),
+        }
+        Ok(())
+    }
+
+    /// Checks a known field's wire type.
+    #[inline]
+    pub(crate) fn expect(&self, got: WireType, want: WireType, what: &str) -> Result<(), DecodeError> {
+        if got == want {
+            Ok(())
+        } else {
+            Err(self.err(
+                what,
+                &format!("wire type {} where {} was expected", got.name(), want.name()),
+            ))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn varints() {
+        let mut r = Reader::new(&[0x96, 0x01, 0x00]);
+        assert_eq!(r.varint("v").unwrap(), 150);
+        assert_eq!(r.varint("v").unwrap(), 0);
+        assert!(r.varint("v").is_err(), "truncated");
+        let mut r = Reader::new(&[0xff; 11]);
+        assert!(r.varint("v").is_err(), "too long");
+        let mut r = Reader::new(&[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01]);
+        assert_eq!(r.varint("v").unwrap(), u64::MAX);
+    }
+
+    #[test]
+    fn lengths_are_checked_before_use() {
+        // Claims 2^35 bytes with 3 present: an error, not an allocation.
+        let mut r = Reader::new(&[0x80, 0x80, 0x80, 0x80, 0x80, 0x01, 1, 2, 3]);
+        let e = r.bytes("f").unwrap_err();
+        assert!(e.to_string().contains("exceeds"), "{e}");
+    }
+
+    #[test]
+    fn groups_are_skipped_and_checked() {
+        // field 5 start-group, field 1 varint 7, field 5 end-group
+        let mut r = Reader::new(&[0x2b, 0x08, 0x07, 0x2c]);
+        let (f, wt) = r.key("k").unwrap();
+        r.skip(f, wt, "g").unwrap();
+        assert!(r.at_end());
+        let mut r = Reader::new(&[0x2b, 0x08, 0x07, 0x34]);
+        let (f, wt) = r.key("k").unwrap();
+        assert!(r.skip(f, wt, "g").is_err(), "mismatched end group");
+    }
+}
