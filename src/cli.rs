@@ -105,6 +105,10 @@ pub struct GenArgs {
     /// Fraction of logs to make malformed (0.0–1.0), for tests and demos.
     #[arg(long, default_value_t = 0.0)]
     pub malformed_ratio: f64,
+    /// Timestamp of the first log: RFC 3339 (e.g. 2026-01-01T00:00:00Z) or `now`; logs are
+    /// 1 ms apart. Same seed and start time give the same bytes.
+    #[arg(long, default_value = "now")]
+    pub start_time: String,
     /// Output file (`-` = stdout).
     #[arg(long, short, default_value = "-")]
     pub output: String,

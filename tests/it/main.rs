@@ -1,1 +1,6 @@
+//! The one integration-test binary. Modules talk to real parts: the built binary, the local
+//! Kafka broker and the BigQuery emulator started by `scripts/test`, a fake Kubernetes API
+//! server over real HTTP.
 
+mod cli;
+mod common;
