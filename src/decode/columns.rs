@@ -4,22 +4,73 @@
 
 use super::error::{DecodeError, ErrorKind};
 use crate::table::ColumnType;
-use arrow_array::{ArrayRef, BooleanArray, Float64Array, Int64Array, StringArray, TimestampMicrosecondArray};
-use arrow_buffer::{BooleanBufferBuilder, BufferBuilder, NullBufferBuilder, OffsetBuffer, ScalarBuffer};
+use arrow_array::{
+    ArrayRef, BooleanArray, Float64Array, Int64Array, StringArray, TimestampMicrosecondArray,
+};
+use arrow_buffer::{
+    BooleanBuffer, BooleanBufferBuilder, BufferBuilder, NullBuffer, OffsetBuffer, ScalarBuffer,
+};
 use std::sync::Arc;
+
+/// Validity, one byte per row while building (an append is a byte push, a rollback a
+/// truncate), packed into Arrow's bitmap once per batch in [`Validity::finish`].
+pub(crate) struct Validity {
+    valid: Vec<u8>,
+    nulls: usize,
+}
+
+impl Validity {
+    fn new(cap: usize) -> Self {
+        Validity {
+            valid: Vec::with_capacity(cap),
+            nulls: 0,
+        }
+    }
+
+    #[inline(always)]
+    fn append_non_null(&mut self) {
+        self.valid.push(1);
+    }
+
+    #[inline(always)]
+    fn append_null(&mut self) {
+        self.valid.push(0);
+        self.nulls += 1;
+    }
+
+    fn truncate(&mut self, len: usize) {
+        if len < self.valid.len() {
+            self.nulls -= self.valid[len..].iter().filter(|v| **v == 0).count();
+            self.valid.truncate(len);
+        }
+    }
+
+    fn finish(&mut self) -> Option<NullBuffer> {
+        let out = (self.nulls > 0).then(|| {
+            let v = &self.valid;
+            NullBuffer::new(BooleanBuffer::collect_bool(v.len(), |i| v[i] != 0))
+        });
+        self.valid.clear();
+        self.nulls = 0;
+        out
+    }
+}
 
 /// A nullable fixed-width column.
 pub(crate) struct Prim<T: arrow_buffer::ArrowNativeType> {
     pub(crate) values: BufferBuilder<T>,
-    pub(crate) nulls: NullBufferBuilder,
+    pub(crate) nulls: Validity,
 }
 
 impl<T: arrow_buffer::ArrowNativeType> Prim<T> {
     fn new(cap: usize) -> Self {
-        Prim { values: BufferBuilder::new(cap), nulls: NullBufferBuilder::new(cap) }
+        Prim {
+            values: BufferBuilder::new(cap),
+            nulls: Validity::new(cap),
+        }
     }
 
-    #[inline]
+    #[inline(always)]
     pub(crate) fn push(&mut self, v: T) {
         self.values.append(v);
         self.nulls.append_non_null();
@@ -41,22 +92,30 @@ impl<T: arrow_buffer::ArrowNativeType> Prim<T> {
 pub(crate) struct Str {
     offsets: BufferBuilder<i32>,
     values: BufferBuilder<u8>,
-    nulls: NullBufferBuilder,
+    nulls: Validity,
 }
 
 impl Str {
     fn new(cap: usize) -> Self {
         let mut offsets = BufferBuilder::new(cap + 1);
         offsets.append(0);
-        Str { offsets, values: BufferBuilder::new(cap * 8), nulls: NullBufferBuilder::new(cap) }
+        Str {
+            offsets,
+            values: BufferBuilder::new(cap * 8),
+            nulls: Validity::new(cap),
+        }
     }
 
     /// Appends already-validated UTF-8.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn push(&mut self, s: &[u8]) -> Result<(), DecodeError> {
         self.values.append_slice(s);
-        let end = i32::try_from(self.values.len())
-            .map_err(|_| DecodeError::new(ErrorKind::TooLarge, "string data of one batch exceeds 2 GiB"))?;
+        let end = i32::try_from(self.values.len()).map_err(|_| {
+            DecodeError::new(
+                ErrorKind::TooLarge,
+                "string data of one batch exceeds 2 GiB",
+            )
+        })?;
         self.offsets.append(end);
         self.nulls.append_non_null();
         Ok(())
@@ -64,7 +123,11 @@ impl Str {
 
     #[inline]
     pub(crate) fn push_null(&mut self) {
-        let end = *self.offsets.as_slice().last().expect("offsets start with 0");
+        let end = *self
+            .offsets
+            .as_slice()
+            .last()
+            .expect("offsets start with 0");
         self.offsets.append(end);
         self.nulls.append_null();
     }
@@ -84,7 +147,7 @@ impl Str {
 /// A nullable boolean column.
 pub(crate) struct Bool {
     values: BooleanBufferBuilder,
-    nulls: NullBufferBuilder,
+    nulls: Validity,
 }
 
 impl Bool {
@@ -117,7 +180,10 @@ impl Col {
             ColumnType::String => Col::Str(Str::new(cap)),
             ColumnType::Int64 => Col::I64(Prim::new(cap)),
             ColumnType::Float64 => Col::F64(Prim::new(cap)),
-            ColumnType::Boolean => Col::Bool(Bool { values: BooleanBufferBuilder::new(cap), nulls: NullBufferBuilder::new(cap) }),
+            ColumnType::Boolean => Col::Bool(Bool {
+                values: BooleanBufferBuilder::new(cap),
+                nulls: Validity::new(cap),
+            }),
             ColumnType::Timestamp => Col::Ts(Prim::new(cap)),
         }
     }
@@ -160,14 +226,27 @@ impl Col {
                 c.offsets.append(0);
                 // Every appended value was validated as UTF-8 when it was decoded; StringArray::new
                 // checks it again in bulk.
-                Arc::new(StringArray::new(offsets, c.values.finish(), c.nulls.finish()))
+                Arc::new(StringArray::new(
+                    offsets,
+                    c.values.finish(),
+                    c.nulls.finish(),
+                ))
             }
-            Col::I64(c) => Arc::new(Int64Array::new(ScalarBuffer::from(c.values.finish()), c.nulls.finish())),
-            Col::F64(c) => Arc::new(Float64Array::new(ScalarBuffer::from(c.values.finish()), c.nulls.finish())),
+            Col::I64(c) => Arc::new(Int64Array::new(
+                ScalarBuffer::from(c.values.finish()),
+                c.nulls.finish(),
+            )),
+            Col::F64(c) => Arc::new(Float64Array::new(
+                ScalarBuffer::from(c.values.finish()),
+                c.nulls.finish(),
+            )),
             Col::Bool(c) => Arc::new(BooleanArray::new(c.values.finish(), c.nulls.finish())),
             Col::Ts(c) => Arc::new(
-                TimestampMicrosecondArray::new(ScalarBuffer::from(c.values.finish()), c.nulls.finish())
-                    .with_timezone("UTC"),
+                TimestampMicrosecondArray::new(
+                    ScalarBuffer::from(c.values.finish()),
+                    c.nulls.finish(),
+                )
+                .with_timezone("UTC"),
             ),
         }
     }

@@ -127,7 +127,12 @@ struct ColumnMap {
 
 impl ColumnMap {
     fn empty() -> Self {
-        ColumnMap { key: Vec::new(), valid: false, pos: Vec::new(), missing: Vec::new() }
+        ColumnMap {
+            key: Vec::new(),
+            valid: false,
+            pos: Vec::new(),
+            missing: Vec::new(),
+        }
     }
 
     /// Rebuilds the map from names; `n_targets` output columns, `index` name → target.
@@ -157,7 +162,8 @@ impl ColumnMap {
                 None => self.pos.push(DROP),
             }
         }
-        self.missing.extend((0..n_targets as u32).filter(|t| !seen[*t as usize]));
+        self.missing
+            .extend((0..n_targets as u32).filter(|t| !seen[*t as usize]));
         Ok(())
     }
 }
@@ -209,7 +215,11 @@ pub struct Decoder {
 impl Decoder {
     /// A decoder for `layout`.
     pub fn new(layout: Arc<TableLayout>) -> Self {
-        let cols = layout.columns.iter().map(|c| Col::new(c.ty, INITIAL_ROWS)).collect();
+        let cols = layout
+            .columns
+            .iter()
+            .map(|c| Col::new(c.ty, INITIAL_ROWS))
+            .collect();
         let fixed_row_bytes = layout
             .columns
             .iter()
@@ -219,33 +229,42 @@ impl Decoder {
                 _ => 8,
             })
             .sum();
-        let feature_index: HashMap<String, u32> = layout.columns[FIRST_FEATURE..FIRST_FEATURE + layout.n_features]
+        let feature_index: HashMap<String, u32> = layout.columns
+            [FIRST_FEATURE..FIRST_FEATURE + layout.n_features]
             .iter()
             .enumerate()
             .map(|(i, c)| (c.name.clone(), i as u32))
             .collect();
         let first_score = layout.first_score();
-        let score_index: HashMap<String, u32> = layout.columns[first_score..first_score + layout.n_scores]
+        let score_index: HashMap<String, u32> = layout.columns
+            [first_score..first_score + layout.n_scores]
             .iter()
             .enumerate()
             .map(|(i, c)| (c.name.clone(), i as u32))
             .collect();
         let ordered_features = (!layout.feature_orders.is_empty()).then(|| {
             let mut m = ColumnMap::empty();
-            m.build(layout.feature_orders.iter().map(|s| Ok(s.as_str())), &feature_index, layout.n_features, "feature_orders")
-                .unwrap_or_else(|_| {
-                    // A feature named twice in feature_orders: keep the first occurrence.
-                    let mut seen = vec![false; layout.n_features];
-                    m.pos = layout
-                        .feature_orders
-                        .iter()
-                        .map(|n| match feature_index.get(n) {
-                            Some(&t) if !std::mem::replace(&mut seen[t as usize], true) => t,
-                            _ => DROP,
-                        })
-                        .collect();
-                    m.missing = (0..layout.n_features as u32).filter(|t| !seen[*t as usize]).collect();
-                });
+            m.build(
+                layout.feature_orders.iter().map(|s| Ok(s.as_str())),
+                &feature_index,
+                layout.n_features,
+                "feature_orders",
+            )
+            .unwrap_or_else(|_| {
+                // A feature named twice in feature_orders: keep the first occurrence.
+                let mut seen = vec![false; layout.n_features];
+                m.pos = layout
+                    .feature_orders
+                    .iter()
+                    .map(|n| match feature_index.get(n) {
+                        Some(&t) if !std::mem::replace(&mut seen[t as usize], true) => t,
+                        _ => DROP,
+                    })
+                    .collect();
+                m.missing = (0..layout.n_features as u32)
+                    .filter(|t| !seen[*t as usize])
+                    .collect();
+            });
             m
         });
         let mut default_score_map = ColumnMap::empty();
@@ -286,7 +305,10 @@ impl Decoder {
     /// appended; on error nothing is appended.
     pub fn decode(&mut self, bytes: &[u8]) -> Result<usize, DecodeError> {
         if bytes.is_empty() {
-            return Err(DecodeError::new(ErrorKind::EmptyMessage, "zero-length message"));
+            return Err(DecodeError::new(
+                ErrorKind::EmptyMessage,
+                "zero-length message",
+            ));
         }
         let start = self.rows;
         match self.decode_log(bytes) {
@@ -307,34 +329,48 @@ impl Decoder {
     pub fn finish(&mut self) -> RecordBatch {
         let arrays = self.cols.iter_mut().map(Col::finish).collect();
         self.rows = 0;
-        RecordBatch::try_new(Arc::clone(&self.layout.arrow), arrays).expect("columns match the layout")
+        RecordBatch::try_new(Arc::clone(&self.layout.arrow), arrays)
+            .expect("columns match the layout")
     }
 
     fn decode_log(&mut self, bytes: &[u8]) -> Result<usize, DecodeError> {
         let parts = walk_log(bytes)?;
-        let (secs, nanos) = parts
-            .timestamp
-            .ok_or_else(|| DecodeError::new(ErrorKind::MissingField, "request_timestamp is not set"))?;
+        let (secs, nanos) = parts.timestamp.ok_or_else(|| {
+            DecodeError::new(ErrorKind::MissingField, "request_timestamp is not set")
+        })?;
         let micros = timestamp_micros(secs, nanos)?;
-        let features = parts
-            .features
-            .ok_or_else(|| DecodeError::new(ErrorKind::MissingField, "input.features_table is missing"))?;
-        let predictions = parts
-            .predictions
-            .ok_or_else(|| DecodeError::new(ErrorKind::MissingField, "output.prediction_results_table is missing"))?;
+        let features = parts.features.ok_or_else(|| {
+            DecodeError::new(ErrorKind::MissingField, "input.features_table is missing")
+        })?;
+        let predictions = parts.predictions.ok_or_else(|| {
+            DecodeError::new(
+                ErrorKind::MissingField,
+                "output.prediction_results_table is missing",
+            )
+        })?;
         let ft = walk_table(features, "input.features_table")?;
         let pt = walk_table(predictions, "output.prediction_results_table")?;
-        let f_data = ft
-            .data
-            .ok_or_else(|| DecodeError::new(ErrorKind::MissingField, "input.features_table.data is missing"))?;
-        let p_data = pt
-            .data
-            .ok_or_else(|| DecodeError::new(ErrorKind::MissingField, "output.prediction_results_table.data is missing"))?;
-        let row_ids = pt.row_ids.ok_or_else(|| {
-            DecodeError::new(ErrorKind::MissingField, "output.prediction_results_table.row_ids is missing")
+        let f_data = ft.data.ok_or_else(|| {
+            DecodeError::new(
+                ErrorKind::MissingField,
+                "input.features_table.data is missing",
+            )
         })?;
-        let session = std::str::from_utf8(parts.prediction_id)
-            .map_err(|_| DecodeError::new(ErrorKind::InvalidValue, "prediction_id is not valid UTF-8"))?;
+        let p_data = pt.data.ok_or_else(|| {
+            DecodeError::new(
+                ErrorKind::MissingField,
+                "output.prediction_results_table.data is missing",
+            )
+        })?;
+        let row_ids = pt.row_ids.ok_or_else(|| {
+            DecodeError::new(
+                ErrorKind::MissingField,
+                "output.prediction_results_table.row_ids is missing",
+            )
+        })?;
+        let session = std::str::from_utf8(parts.prediction_id).map_err(|_| {
+            DecodeError::new(ErrorKind::InvalidValue, "prediction_id is not valid UTF-8")
+        })?;
 
         // Resolve column lists (cached by their encoded bytes: logs of one model repeat them).
         let n_features = self.layout.n_features;
@@ -346,17 +382,42 @@ impl Decoder {
                     "input.features_table has no columns and the schema has no feature_orders",
                 )
             })?;
-            refresh(&mut self.feature_map, cols, &self.feature_index, n_features, "input.features_table")?;
+            refresh(
+                &mut self.feature_map,
+                cols,
+                &self.feature_index,
+                n_features,
+                "input.features_table",
+            )?;
         }
         if let Some(cols) = pt.columns {
-            refresh(&mut self.score_map, cols, &self.score_index, n_scores, "output.prediction_results_table")?;
+            refresh(
+                &mut self.score_map,
+                cols,
+                &self.score_index,
+                n_scores,
+                "output.prediction_results_table",
+            )?;
         }
 
         let Decoder {
-            layout, cols, ordered_features, feature_map, score_map, default_score_map, scores, rank_scratch, rank_out, ..
+            layout,
+            cols,
+            ordered_features,
+            feature_map,
+            score_map,
+            default_score_map,
+            scores,
+            rank_scratch,
+            rank_out,
+            ..
         } = self;
         let fmap: &ColumnMap = ordered_features.as_ref().unwrap_or(feature_map);
-        let smap: &ColumnMap = if pt.columns.is_some() { score_map } else { default_score_map };
+        let smap: &ColumnMap = if pt.columns.is_some() {
+            score_map
+        } else {
+            default_score_map
+        };
         let first_score = layout.first_score();
         let (fixed, rest) = cols.split_at_mut(FIRST_FEATURE);
         let (feat_cols, rest) = rest.split_at_mut(n_features);
@@ -379,18 +440,23 @@ impl Decoder {
             // Fixed columns.
             match parse_value(id, "row_ids")? {
                 V::Str(s) => {
-                    let s = utf8(s).map_err(|_| {
-                        DecodeError::new(
+                    if !valid_utf8(s) {
+                        return Err(DecodeError::new(
                             ErrorKind::InvalidValue,
-                            format!("output.prediction_results_table.row_ids[{n}] is not valid UTF-8"),
-                        )
-                    })?;
-                    push_str(&mut fixed[1], s.as_bytes())?;
+                            format!(
+                                "output.prediction_results_table.row_ids[{n}] is not valid UTF-8"
+                            ),
+                        ));
+                    }
+                    push_str(&mut fixed[1], s)?;
                 }
                 other => {
                     return Err(DecodeError::new(
                         ErrorKind::TypeMismatch,
-                        format!("output.prediction_results_table.row_ids[{n}]: expected a string, found {}", other.name()),
+                        format!(
+                        "output.prediction_results_table.row_ids[{n}]: expected a string, found {}",
+                        other.name()
+                    ),
                     ))
                 }
             }
@@ -406,13 +472,29 @@ impl Decoder {
             })?;
             // Scores.
             scores.iter_mut().for_each(|s| *s = None);
-            walk_row(p, smap, score_cols, Some(scores), n, "output.prediction_results_table", |t| {
-                &layout.columns[first_score + t as usize]
-            })?;
+            walk_row(
+                p,
+                smap,
+                score_cols,
+                Some(scores),
+                n,
+                "output.prediction_results_table",
+                |t| &layout.columns[first_score + t as usize],
+            )?;
             // Derived label (per row); ranks are appended per log below.
             match (&layout.derived, derived_cols.first_mut()) {
-                (Derived::BinaryLabel { positive, negative, threshold }, Some(col)) => match scores[0] {
-                    Some(s) if !s.is_nan() => push_str(col, if s >= *threshold { positive } else { negative }.as_bytes())?,
+                (
+                    Derived::BinaryLabel {
+                        positive,
+                        negative,
+                        threshold,
+                    },
+                    Some(col),
+                ) => match scores[0] {
+                    Some(s) if !s.is_nan() => push_str(
+                        col,
+                        if s >= *threshold { positive } else { negative }.as_bytes(),
+                    )?,
                     _ => col.push_null(),
                 },
                 (Derived::ArgmaxLabel { labels }, Some(col)) => {
@@ -468,7 +550,13 @@ fn utf8(b: &[u8]) -> Result<&str, std::str::Utf8Error> {
     std::str::from_utf8(b)
 }
 
-#[inline]
+/// UTF-8 check with a fast path for the short ASCII strings logs are mostly made of.
+#[inline(always)]
+fn valid_utf8(b: &[u8]) -> bool {
+    (b.len() <= 64 && b.iter().all(|c| *c < 0x80)) || std::str::from_utf8(b).is_ok()
+}
+
+#[inline(always)]
 fn push_str(col: &mut Col, s: &[u8]) -> Result<(), DecodeError> {
     match col {
         Col::Str(c) => c.push(s),
@@ -499,11 +587,17 @@ fn refresh(
         i += 1;
         Some(match parse_value(item, "columns") {
             Ok(V::Str(s)) => utf8(s).map_err(|_| {
-                DecodeError::new(ErrorKind::InvalidValue, format!("{table}.columns[{idx}] is not valid UTF-8"))
+                DecodeError::new(
+                    ErrorKind::InvalidValue,
+                    format!("{table}.columns[{idx}] is not valid UTF-8"),
+                )
             }),
             Ok(other) => Err(DecodeError::new(
                 ErrorKind::TypeMismatch,
-                format!("{table}.columns[{idx}]: expected a string, found {}", other.name()),
+                format!(
+                    "{table}.columns[{idx}]: expected a string, found {}",
+                    other.name()
+                ),
             )),
             Err(e) => Err(e),
         })
@@ -518,6 +612,7 @@ fn refresh(
 /// Walks one row (`Value`: a list, or a bare scalar meaning a one-element row), appending each
 /// mapped cell to its target column and NULL to targets the map does not feed. When `scores`
 /// is given, the appended float values are recorded there.
+#[inline(always)]
 fn walk_row<'c>(
     row: &[u8],
     map: &ColumnMap,
@@ -527,34 +622,31 @@ fn walk_row<'c>(
     table: &str,
     column: impl Fn(u32) -> &'c crate::table::Column,
 ) -> Result<(), DecodeError> {
-    let what = "data";
-    let mut count = 0usize;
-    let mut put = |pos: usize, cell: &[u8], parsed: Option<V<'_>>| -> Result<(), DecodeError> {
-        let Some(&t) = map.pos.get(pos) else { return Ok(()) };
-        if t == DROP {
-            return Ok(());
-        }
-        let v = match parsed {
-            Some(v) => v,
-            None => parse_value(cell, what)?,
-        };
-        match push_cell(&mut cols[t as usize], v) {
-            Ok(f) => {
-                if let (Some(s), Some(f)) = (scores.as_deref_mut(), f) {
-                    s[t as usize] = Some(f);
-                }
-                Ok(())
-            }
-            Err(e) => Err(cell_error(e, table, row_no, pos, column(t))),
-        }
-    };
-    match parse_value(row, what)? {
+    const WHAT: &str = "data";
+    let n_cols = map.pos.len();
+    let count = match parse_value(row, WHAT)? {
         V::List(items) => {
             let mut it = ListIter::new(items);
-            while let Some(cell) = it.next(what)? {
-                put(count, cell, None)?;
-                count += 1;
+            let mut pos = 0usize;
+            while let Some(cell) = it.next(WHAT)? {
+                if pos < n_cols {
+                    let t = map.pos[pos];
+                    if t != DROP {
+                        let v = parse_value(cell, WHAT)?;
+                        match push_cell(&mut cols[t as usize], v) {
+                            Ok(Some(f)) => {
+                                if let Some(s) = scores.as_deref_mut() {
+                                    s[t as usize] = Some(f);
+                                }
+                            }
+                            Ok(None) => {}
+                            Err(e) => return Err(cell_error(e, table, row_no, pos, column(t))),
+                        }
+                    }
+                }
+                pos += 1;
             }
+            pos
         }
         V::Struct => {
             return Err(DecodeError::new(
@@ -563,15 +655,24 @@ fn walk_row<'c>(
             ))
         }
         scalar => {
-            put(0, &[], Some(scalar))?;
-            count = 1;
+            if let Some(&t) = map.pos.first() {
+                if t != DROP {
+                    match push_cell(&mut cols[t as usize], scalar) {
+                        Ok(Some(f)) => {
+                            if let Some(s) = scores {
+                                s[t as usize] = Some(f);
+                            }
+                        }
+                        Ok(None) => {}
+                        Err(e) => return Err(cell_error(e, table, row_no, 0, column(t))),
+                    }
+                }
+            }
+            1
         }
-    }
-    if count != map.pos.len() {
-        return Err(DecodeError::new(
-            ErrorKind::ShapeMismatch,
-            format!("{table}.data[{row_no}] has {count} values but there are {} columns", map.pos.len()),
-        ));
+    };
+    if count != n_cols {
+        return Err(shape_row_error(table, row_no, count, n_cols));
     }
     for &t in &map.missing {
         cols[t as usize].push_null();
@@ -579,22 +680,54 @@ fn walk_row<'c>(
     Ok(())
 }
 
-fn cell_error(e: CellError, table: &str, row: usize, pos: usize, col: &crate::table::Column) -> DecodeError {
-    let at = format!("{table}.data[{row}][{pos}] (column {:?}, {})", col.name, col.ty.bigquery_name());
+#[cold]
+#[inline(never)]
+fn shape_row_error(table: &str, row_no: usize, count: usize, n_cols: usize) -> DecodeError {
+    DecodeError::new(
+        ErrorKind::ShapeMismatch,
+        format!("{table}.data[{row_no}] has {count} values but there are {n_cols} columns"),
+    )
+}
+
+#[cold]
+#[inline(never)]
+fn cell_error(
+    e: CellError,
+    table: &str,
+    row: usize,
+    pos: usize,
+    col: &crate::table::Column,
+) -> DecodeError {
+    let at = format!(
+        "{table}.data[{row}][{pos}] (column {:?}, {})",
+        col.name,
+        col.ty.bigquery_name()
+    );
     match e {
-        CellError::Type(found) => DecodeError::new(ErrorKind::TypeMismatch, format!("{at}: found {found}")),
-        CellError::Nested(found) => {
-            DecodeError::new(ErrorKind::NestedValue, format!("{at}: found {found}; cells must be scalars"))
+        CellError::Type(found) => {
+            DecodeError::new(ErrorKind::TypeMismatch, format!("{at}: found {found}"))
         }
-        CellError::NonFinite => DecodeError::new(ErrorKind::InvalidValue, format!("{at}: NaN or infinity is not an integer")),
-        CellError::Range(v) => DecodeError::new(ErrorKind::InvalidValue, format!("{at}: {v} is out of range for int64")),
-        CellError::Utf8 => DecodeError::new(ErrorKind::InvalidValue, format!("{at}: not valid UTF-8")),
+        CellError::Nested(found) => DecodeError::new(
+            ErrorKind::NestedValue,
+            format!("{at}: found {found}; cells must be scalars"),
+        ),
+        CellError::NonFinite => DecodeError::new(
+            ErrorKind::InvalidValue,
+            format!("{at}: NaN or infinity is not an integer"),
+        ),
+        CellError::Range(v) => DecodeError::new(
+            ErrorKind::InvalidValue,
+            format!("{at}: {v} is out of range for int64"),
+        ),
+        CellError::Utf8 => {
+            DecodeError::new(ErrorKind::InvalidValue, format!("{at}: not valid UTF-8"))
+        }
     }
 }
 
 /// Appends one value to a column with the coercion rules of the module docs. Returns the float
 /// value appended to a float column (for derived columns).
-#[inline]
+#[inline(always)]
 fn push_cell(col: &mut Col, v: V<'_>) -> Result<Option<f64>, CellError> {
     match (col, v) {
         (c, V::Null) => {
@@ -613,16 +746,17 @@ fn push_cell(col: &mut Col, v: V<'_>) -> Result<Option<f64>, CellError> {
             Ok(Some(f))
         }
         (Col::I64(c), V::Number(f)) => {
-            if !f.is_finite() {
-                return Err(CellError::NonFinite);
+            // -2^63 is exactly representable and in range; 2^63 is the first value out. No
+            // double lies strictly between -2^63 - 1 and -2^63, so checking `f` itself is the
+            // same as checking its truncation. `as` truncates toward zero.
+            if (-9_223_372_036_854_775_808.0..9_223_372_036_854_775_808.0).contains(&f) {
+                c.push(f as i64);
+                Ok(None)
+            } else if f.is_finite() {
+                Err(CellError::Range(f))
+            } else {
+                Err(CellError::NonFinite)
             }
-            let t = f.trunc();
-            // i64::MIN is exactly representable; i64::MAX + 1 = 2^63 is the first value out.
-            if !(-9_223_372_036_854_775_808.0..9_223_372_036_854_775_808.0).contains(&t) {
-                return Err(CellError::Range(f));
-            }
-            c.push(t as i64);
-            Ok(None)
         }
         (Col::I64(c), V::Bool(b)) => {
             c.push(i64::from(b));
@@ -633,7 +767,7 @@ fn push_cell(col: &mut Col, v: V<'_>) -> Result<Option<f64>, CellError> {
             Ok(None)
         }
         (Col::Str(c), V::Str(s)) => {
-            if utf8(s).is_err() {
+            if !valid_utf8(s) {
                 return Err(CellError::Utf8);
             }
             c.push(s).map_err(|_| CellError::Utf8)?;
@@ -653,7 +787,9 @@ fn timestamp_micros(secs: i64, nanos: i32) -> Result<i64, DecodeError> {
     if !(MIN_SECONDS..=MAX_SECONDS).contains(&secs) {
         return Err(DecodeError::new(
             ErrorKind::InvalidValue,
-            format!("request_timestamp.seconds = {secs} is outside BigQuery's range (years 1 to 9999)"),
+            format!(
+                "request_timestamp.seconds = {secs} is outside BigQuery's range (years 1 to 9999)"
+            ),
         ));
     }
     Ok(secs * 1_000_000 + i64::from(nanos / 1_000))
@@ -687,10 +823,12 @@ struct ListIter<'a> {
 impl<'a> ListIter<'a> {
     #[inline]
     fn new(list: &'a [u8]) -> Self {
-        ListIter { r: Reader::new(list) }
+        ListIter {
+            r: Reader::new(list),
+        }
     }
 
-    #[inline]
+    #[inline(always)]
     fn next(&mut self, what: &str) -> Result<Option<&'a [u8]>, DecodeError> {
         while !self.r.at_end() {
             let (field, wt) = self.r.key(what)?;
@@ -705,8 +843,37 @@ impl<'a> ListIter<'a> {
 }
 
 /// Parses one encoded `google.protobuf.Value` (oneof: the last kind present wins; no kind = null).
-#[inline]
+#[inline(always)]
 fn parse_value<'a>(b: &'a [u8], what: &str) -> Result<V<'a>, DecodeError> {
+    // Fast paths for the usual single-field encodings; anything else takes the general loop.
+    match b.first() {
+        Some(0x11) if b.len() == 9 => {
+            let mut x = [0u8; 8];
+            x.copy_from_slice(&b[1..9]);
+            return Ok(V::Number(f64::from_bits(u64::from_le_bytes(x))));
+        }
+        Some(0x1a) if b.len() >= 2 && b[1] < 0x80 && b.len() == 2 + b[1] as usize => {
+            return Ok(V::Str(&b[2..]))
+        }
+        Some(0x20) if b.len() == 2 && b[1] < 0x80 => return Ok(V::Bool(b[1] != 0)),
+        Some(0x08) if b.len() == 2 && b[1] < 0x80 => return Ok(V::Null),
+        Some(0x32) => {
+            // list_value: one length-delimited field covering the rest.
+            let mut r = Reader::new(&b[1..]);
+            if let Ok(l) = r.bytes(what) {
+                if r.at_end() {
+                    return Ok(V::List(l));
+                }
+            }
+        }
+        None => return Ok(V::Null),
+        _ => {}
+    }
+    parse_value_slow(b, what)
+}
+
+#[inline(never)]
+fn parse_value_slow<'a>(b: &'a [u8], what: &str) -> Result<V<'a>, DecodeError> {
     let mut r = Reader::new(b);
     let mut v = V::Null;
     while !r.at_end() {
@@ -802,7 +969,12 @@ fn walk_table<'a>(b: &'a [u8], table: &str) -> Result<TableParts<'a>, DecodeErro
 fn walk_log(b: &[u8]) -> Result<LogParts<'_>, DecodeError> {
     const W: &str = "PredictionLog";
     let mut r = Reader::new(b);
-    let mut parts = LogParts { prediction_id: b"", features: None, predictions: None, timestamp: None };
+    let mut parts = LogParts {
+        prediction_id: b"",
+        features: None,
+        predictions: None,
+        timestamp: None,
+    };
     let mut seen_input = false;
     let mut seen_output = false;
     while !r.at_end() {
@@ -867,7 +1039,11 @@ fn dup(what: &str) -> DecodeError {
 /// Reads ModelInput / ModelOutput: field 1 is the table Struct; `len_fields` are the other
 /// length-delimited fields (skipped after a wire-type check); anything else is a varint or
 /// unknown field.
-fn walk_sub<'a>(b: &'a [u8], what: &str, len_fields: &[u32]) -> Result<Option<&'a [u8]>, DecodeError> {
+fn walk_sub<'a>(
+    b: &'a [u8],
+    what: &str,
+    len_fields: &[u32],
+) -> Result<Option<&'a [u8]>, DecodeError> {
     let mut r = Reader::new(b);
     let mut table = None;
     while !r.at_end() {

@@ -49,21 +49,19 @@ impl<'a> Reader<'a> {
         self.pos >= self.buf.len()
     }
 
-    #[inline]
+    #[cold]
+    #[inline(never)]
     fn err(&self, what: &str, msg: &str) -> DecodeError {
-        DecodeError::new(ErrorKind::InvalidProtobuf, format!("{what}: {msg} at byte {}", self.pos))
+        DecodeError::new(
+            ErrorKind::InvalidProtobuf,
+            format!("{what}: {msg} at byte {}", self.pos),
+        )
     }
 
-    /// Reads a base-128 varint (at most 10 bytes).
-    #[inline]
-    pub(crate) fn varint(&mut self, what: &str) -> Result<u64, DecodeError> {
+    #[cold]
+    #[inline(never)]
+    fn varint_slow(&mut self, what: &str) -> Result<u64, DecodeError> {
         let buf = self.buf;
-        if let Some(&b) = buf.get(self.pos) {
-            if b < 0x80 {
-                self.pos += 1;
-                return Ok(u64::from(b));
-            }
-        }
         let mut result: u64 = 0;
         for i in 0..10 {
             let Some(&b) = buf.get(self.pos) else {
@@ -81,13 +79,30 @@ impl<'a> Reader<'a> {
         Err(self.err(what, "varint longer than 10 bytes"))
     }
 
+    /// Reads a base-128 varint (at most 10 bytes).
+    #[inline(always)]
+    pub(crate) fn varint(&mut self, what: &str) -> Result<u64, DecodeError> {
+        // Fast paths: one and two bytes cover keys, lengths and small values.
+        let buf = self.buf;
+        if let Some(&b0) = buf.get(self.pos) {
+            if b0 < 0x80 {
+                self.pos += 1;
+                return Ok(u64::from(b0));
+            }
+            if let Some(&b1) = buf.get(self.pos + 1) {
+                if b1 < 0x80 {
+                    self.pos += 2;
+                    return Ok(u64::from(b0 & 0x7f) | (u64::from(b1) << 7));
+                }
+            }
+        }
+        self.varint_slow(what)
+    }
+
     /// Reads a field key: (field number, wire type).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn key(&mut self, what: &str) -> Result<(u32, WireType), DecodeError> {
         let k = self.varint(what)?;
-        if k > u64::from(u32::MAX) {
-            return Err(self.err(what, "field key out of range"));
-        }
         let field = (k >> 3) as u32;
         let wt = match k & 7 {
             0 => WireType::Varint,
@@ -96,29 +111,50 @@ impl<'a> Reader<'a> {
             3 => WireType::StartGroup,
             4 => WireType::EndGroup,
             5 => WireType::Fixed32,
-            other => return Err(self.err(what, &format!("invalid wire type {other}"))),
+            _ => return Err(self.bad_key(what, k)),
         };
-        if field == 0 {
-            return Err(self.err(what, "field number 0"));
+        if field == 0 || k > u64::from(u32::MAX) {
+            return Err(self.bad_key(what, k));
         }
         Ok((field, wt))
     }
 
+    #[cold]
+    #[inline(never)]
+    fn bad_key(&self, what: &str, k: u64) -> DecodeError {
+        if k > u64::from(u32::MAX) {
+            self.err(what, "field key out of range")
+        } else if k & 7 > 5 {
+            self.err(what, &format!("invalid wire type {}", k & 7))
+        } else {
+            self.err(what, "field number 0")
+        }
+    }
+
     /// Reads the payload of a length-delimited field.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn bytes(&mut self, what: &str) -> Result<&'a [u8], DecodeError> {
         let len = self.varint(what)?;
         let remaining = (self.buf.len() - self.pos) as u64;
         if len > remaining {
-            return Err(self.err(what, &format!("length {len} exceeds the {remaining} bytes left")));
+            return Err(self.too_long(what, len, remaining));
         }
         let start = self.pos;
         self.pos += len as usize;
         Ok(&self.buf[start..self.pos])
     }
 
+    #[cold]
+    #[inline(never)]
+    fn too_long(&self, what: &str, len: u64, remaining: u64) -> DecodeError {
+        self.err(
+            what,
+            &format!("length {len} exceeds the {remaining} bytes left"),
+        )
+    }
+
     /// Reads a little-endian 64-bit value.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn fixed64(&mut self, what: &str) -> Result<u64, DecodeError> {
         let end = self.pos + 8;
         if end > self.buf.len() {
@@ -135,7 +171,13 @@ impl<'a> Reader<'a> {
         self.skip_depth(field, wt, what, 0)
     }
 
-    fn skip_depth(&mut self, field: u32, wt: WireType, what: &str, depth: u32) -> Result<(), DecodeError> {
+    fn skip_depth(
+        &mut self,
+        field: u32,
+        wt: WireType,
+        what: &str,
+        depth: u32,
+    ) -> Result<(), DecodeError> {
         match wt {
             WireType::Varint => {
                 self.varint(what)?;
@@ -176,16 +218,31 @@ impl<'a> Reader<'a> {
     }
 
     /// Checks a known field's wire type.
-    #[inline]
-    pub(crate) fn expect(&self, got: WireType, want: WireType, what: &str) -> Result<(), DecodeError> {
+    #[inline(always)]
+    pub(crate) fn expect(
+        &self,
+        got: WireType,
+        want: WireType,
+        what: &str,
+    ) -> Result<(), DecodeError> {
         if got == want {
             Ok(())
         } else {
-            Err(self.err(
-                what,
-                &format!("wire type {} where {} was expected", got.name(), want.name()),
-            ))
+            Err(self.wrong_type(got, want, what))
         }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn wrong_type(&self, got: WireType, want: WireType, what: &str) -> DecodeError {
+        self.err(
+            what,
+            &format!(
+                "wire type {} where {} was expected",
+                got.name(),
+                want.name()
+            ),
+        )
     }
 }
 

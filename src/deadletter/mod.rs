@@ -1,0 +1,89 @@
+//! Dead letters: logs the decoder rejected (and, with the BigQuery sink, rows BigQuery rejected)
+//! go to a dead-letter target with their reason. Nothing is dropped silently: the source offset
+//! of a dead-lettered log is committed only after the target acknowledged the write, which the
+//! target reports through an [`Outcome`] callback.
+//!
+//! Targets:
+//! - [`kafka::KafkaTarget`]: a Kafka topic (default `<topic>-dlq`); value = the original bytes,
+//!   same key; headers `x-error-kind`, `x-error-code`, `x-error-message`, `x-source-topic`,
+//!   `x-source-partition`, `x-source-offset`.
+//! - [`file::FileTarget`]: a local file in the length-delimited framing (replayable with
+//!   `convert` or `run --replay`) plus a `<path>.reasons.jsonl` sidecar, one JSON line per
+//!   message; acknowledged after `fsync`.
+
+pub mod file;
+pub mod kafka;
+
+use std::sync::Arc;
+
+/// What kind of rejection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// The log could not be decoded into rows.
+    Decode,
+    /// The sink rejected a row.
+    Row,
+}
+
+impl Kind {
+    /// Header value of `x-error-kind`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Decode => "decode",
+            Kind::Row => "row",
+        }
+    }
+}
+
+/// One rejected message, with where it came from and why.
+#[derive(Debug, Clone)]
+pub struct DeadLetter {
+    /// Source topic.
+    pub topic: String,
+    /// Source partition.
+    pub partition: i32,
+    /// Source offset.
+    pub offset: i64,
+    /// Original key, if any.
+    pub key: Option<Vec<u8>>,
+    /// Original bytes (or, for a row, the row as JSON).
+    pub payload: Vec<u8>,
+    /// Kind.
+    pub kind: Kind,
+    /// Bounded error code (e.g. `shape_mismatch`).
+    pub code: &'static str,
+    /// Precise reason.
+    pub message: String,
+}
+
+/// The result of one dead-letter write, reported asynchronously.
+#[derive(Debug)]
+pub enum Outcome {
+    /// Durably written: the source offset may be committed.
+    Written {
+        /// Source partition.
+        partition: i32,
+        /// Source offset.
+        offset: i64,
+    },
+    /// Not written (retryable): the caller must send it again; nothing past it is committed.
+    Failed {
+        /// The dead letter, to be re-sent.
+        letter: Box<DeadLetter>,
+        /// Why.
+        error: String,
+    },
+}
+
+/// Receives outcomes (called from the target's own thread).
+pub type OutcomeFn = Arc<dyn Fn(Outcome) + Send + Sync>;
+
+/// A dead-letter target.
+pub trait Target: Send {
+    /// Starts writing `letter`; the outcome arrives through the target's [`OutcomeFn`].
+    fn send(&mut self, letter: DeadLetter);
+    /// Whether the target is usable (e.g. the DLQ topic exists or could be created).
+    fn is_ready(&self) -> bool;
+    /// Waits (bounded) until every sent letter has an outcome.
+    fn flush(&mut self, timeout: std::time::Duration);
+}

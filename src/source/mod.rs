@@ -1,0 +1,172 @@
+//! The Kafka source: consumer settings and the consumer context (rebalance, statistics, errors).
+//!
+//! The consumer commits explicitly (`enable.auto.commit=false`, `enable.auto.offset.store=false`):
+//! the pipeline commits a `TopicPartitionList` of acknowledged offsets only. librdkafka's own
+//! prefetch is sized from `batching.max_inflight_bytes`, so the whole process stays within the
+//! in-flight budget.
+
+use crate::config::{Config, KafkaSource, StartFrom};
+use crate::server::Health;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, ConsumerContext, Rebalance};
+use rdkafka::error::KafkaError;
+use rdkafka::statistics::Statistics;
+use rdkafka::ClientContext;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, OnceLock};
+
+/// librdkafka keys that carry connection and security settings, shared by the dead-letter
+/// producer and admin clients.
+fn is_connection_key(k: &str) -> bool {
+    k.starts_with("security.")
+        || k.starts_with("sasl.")
+        || k.starts_with("ssl.")
+        || k.starts_with("ssl_")
+        || k == "client.id"
+        || k == "client.dns.lookup"
+        || k == "broker.address.family"
+}
+
+/// Connection settings only (bootstrap servers and security), for producers and admin clients.
+pub fn connection_config(src: &KafkaSource) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", &src.bootstrap_servers);
+    for (k, v) in &src.additional_consumer_config {
+        if is_connection_key(k) {
+            c.set(k, v);
+        }
+    }
+    c
+}
+
+/// The consumer's settings: the publisher's defaults, then Merlin's
+/// `additional_consumer_config` (which may override them, except the keys config validation
+/// forbids).
+pub fn consumer_config(cfg: &Config, src: &KafkaSource) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    let session_ms = cfg.consumer.session_timeout.as_millis().max(1000) as u64;
+    let budget = cfg.batching.max_inflight_bytes as u64;
+    // A quarter of the in-flight budget for librdkafka's prefetch queue and fetch responses.
+    let prefetch = (budget / 4).max(1 << 20);
+    let reset = match &cfg.consumer.start_from {
+        Some(StartFrom::Latest) => "latest",
+        Some(_) => "earliest",
+        None => src
+            .additional_consumer_config
+            .iter()
+            .find(|(k, _)| k == "auto.offset.reset")
+            .map_or("earliest", |(_, v)| v.as_str()),
+    };
+    c.set("bootstrap.servers", &src.bootstrap_servers)
+        .set("group.id", &src.group_id)
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("auto.offset.reset", reset)
+        .set("session.timeout.ms", session_ms.to_string())
+        .set(
+            "heartbeat.interval.ms",
+            (session_ms / 4).clamp(100, 3000).to_string(),
+        )
+        .set("statistics.interval.ms", "5000")
+        .set(
+            "queued.max.messages.kbytes",
+            (prefetch / 1024).clamp(1024, 2_097_151).to_string(),
+        )
+        .set(
+            "fetch.max.bytes",
+            prefetch.clamp(1 << 20, 100 << 20).to_string(),
+        );
+    for (k, v) in &src.additional_consumer_config {
+        if k == "auto.offset.reset" && cfg.consumer.start_from.is_some() {
+            continue;
+        }
+        c.set(k, v);
+    }
+    c
+}
+
+/// Called by the consumer context on rebalances (on the polling thread, inside `poll`).
+pub trait RebalanceListener: Send + Sync {
+    /// Partitions are about to be revoked: stop intake, settle what can be settled, commit.
+    fn revoking(&self, consumer: &BaseConsumer<SourceContext>, partitions: &[i32]);
+    /// Partitions were assigned (possibly none).
+    fn assigned(&self, consumer: &BaseConsumer<SourceContext>, partitions: &[i32]);
+}
+
+/// Consumer context: rebalances go to the pipeline's listener, statistics to lag gauges.
+pub struct SourceContext {
+    topic: String,
+    health: Arc<Health>,
+    listener: OnceLock<Arc<dyn RebalanceListener>>,
+    on_stats: Box<dyn Fn(&Statistics) + Send + Sync>,
+}
+
+impl SourceContext {
+    /// A context for `topic`; `on_stats` receives librdkafka statistics (lag per partition).
+    pub fn new(
+        topic: String,
+        health: Arc<Health>,
+        on_stats: Box<dyn Fn(&Statistics) + Send + Sync>,
+    ) -> Self {
+        SourceContext {
+            topic,
+            health,
+            listener: OnceLock::new(),
+            on_stats,
+        }
+    }
+
+    /// Installs the rebalance listener (once).
+    pub fn set_listener(&self, l: Arc<dyn RebalanceListener>) {
+        let _ = self.listener.set(l);
+    }
+}
+
+impl ClientContext for SourceContext {
+    fn stats(&self, statistics: Statistics) {
+        (self.on_stats)(&statistics);
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        tracing::warn!(error = %error, reason, "kafka client error");
+    }
+}
+
+fn partitions_of(topic: &str, r: &Rebalance<'_>) -> Vec<i32> {
+    match r {
+        Rebalance::Assign(tpl) | Rebalance::Revoke(tpl) => tpl
+            .elements()
+            .iter()
+            .filter(|e| e.topic() == topic)
+            .map(|e| e.partition())
+            .collect(),
+        Rebalance::Error(_) => Vec::new(),
+    }
+}
+
+impl ConsumerContext for SourceContext {
+    fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        match rebalance {
+            Rebalance::Revoke(_) => {
+                let parts = partitions_of(&self.topic, rebalance);
+                tracing::info!(partitions = ?parts, "partitions revoked");
+                if let Some(l) = self.listener.get() {
+                    l.revoking(consumer, &parts);
+                }
+            }
+            Rebalance::Error(e) => tracing::warn!(error = %e, "rebalance error"),
+            Rebalance::Assign(_) => {}
+        }
+    }
+
+    fn post_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        if let Rebalance::Assign(_) = rebalance {
+            let parts = partitions_of(&self.topic, rebalance);
+            tracing::info!(partitions = ?parts, "partitions assigned");
+            self.health.joined.store(true, Ordering::Relaxed);
+            if let Some(l) = self.listener.get() {
+                l.assigned(consumer, &parts);
+            }
+        }
+    }
+}
