@@ -1,7 +1,7 @@
 //! `bootstrap apply`: claim the revision, server-side apply the version's objects, wait for the
 //! rollout.
 
-use super::error::BootstrapError;
+use super::error::{is_not_found, BootstrapError};
 use super::manifest::{build, scaled_object_resource, FIELD_MANAGER};
 use super::poll::{pause_until, Backoff};
 use super::revision::{claim, release, ClaimOutcome};
@@ -178,7 +178,7 @@ pub async fn write_objects(client: &Client, spec: &Spec) -> Result<(), Bootstrap
                 spec.names.workload
             ),
             // Gone already, or KEDA not installed (the resource itself is unknown).
-            Err(kube::Error::Api(s)) if s.is_not_found() => {}
+            Err(e) if is_not_found(&e) => {}
             Err(e) => {
                 return Err(BootstrapError::kube(
                     format!("delete ScaledObject {ns}/{}", spec.names.workload),

@@ -1,7 +1,7 @@
 //! `bootstrap delete`: optionally drain the version's consumer group, then remove the version's
 //! objects. Idempotent: an object already gone counts as deleted.
 
-use super::error::BootstrapError;
+use super::error::{is_not_found, BootstrapError};
 use super::kafka::{wait_for_no_lag, Lag};
 use super::manifest::scaled_object_resource;
 use super::poll::Backoff;
@@ -47,7 +47,7 @@ where
     // period; the Secret they mounted stays readable to them meanwhile.
     match api.delete(name, &DeleteParams::background()).await {
         Ok(_) => report.deleted.push(what),
-        Err(kube::Error::Api(s)) if s.is_not_found() => report.already_gone.push(what),
+        Err(e) if is_not_found(&e) => report.already_gone.push(what),
         Err(e) => return Err(BootstrapError::kube(format!("delete {what}"), e)),
     }
     Ok(())

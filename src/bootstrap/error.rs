@@ -49,6 +49,12 @@ pub enum BootstrapError {
     Kafka(String),
 }
 
+/// Whether a kube error means "no such object". A bare 404 (an API group that is not installed,
+/// e.g. KEDA's) carries no `NotFound` reason, so the code counts too.
+pub fn is_not_found(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.is_not_found() || s.code == 404)
+}
+
 impl BootstrapError {
     /// Wraps a kube error with what was being done.
     pub(crate) fn kube(op: impl Into<String>, source: kube::Error) -> Self {

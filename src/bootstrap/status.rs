@@ -1,6 +1,6 @@
 //! `bootstrap status`: what exists for one model version, as JSON.
 
-use super::error::BootstrapError;
+use super::error::{is_not_found, BootstrapError};
 use super::kafka::{lag_async, Lag};
 use super::manifest::scaled_object_resource;
 use super::revision::{Marker, Phase};
@@ -102,7 +102,7 @@ pub async fn status(
             .await
         {
             Ok(o) => o.is_some(),
-            Err(kube::Error::Api(s)) if s.is_not_found() => false,
+            Err(e) if is_not_found(&e) => false,
             Err(e) => return Err(kube_err("ScaledObject")(e)),
         };
     let marker = marker.as_ref().map(Marker::from_config_map);
