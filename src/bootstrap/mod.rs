@@ -1,17 +1,50 @@
-//! Bootstrap mode: one publisher per model version on Kubernetes (being built).
+//! Bootstrap mode: one publisher per model version on Kubernetes.
+//!
+//! Merlin keeps one publisher per *model*; during a canary only one version is observed and at
+//! cut-over the old topic's unconsumed logs are abandoned. Here every model version gets its own
+//! ServiceAccount, Secret (`config.yaml`), Deployment and consumer group, so v1 and v2 run side by
+//! side and v1 can be drained before it is removed.
+//!
+//! # Layout (one file, one job)
+//! - [`spec`]: the publisher spec and its validation (all problems at once).
+//! - [`names`]: DNS-1123 object names and label values, cut with a stable hash.
+//! - [`manifest`]: pure builders of the objects; `--dry-run` prints them.
+//! - [`revision`]: the revision rules on a marker ConfigMap with optimistic concurrency.
+//! - [`rollout`]: whether a Deployment has rolled out (pure).
+//! - [`apply`], [`delete`], [`status`]: the three commands against the API server.
+//! - [`kafka`]: partition count and consumer lag.
+//! - [`poll`]: backoff under a deadline.
+//! - [`error`]: errors, retry hints and exit codes.
+//! - [`cli`]: clap arguments and the glue.
+
+pub mod apply;
+pub mod cli;
+pub mod delete;
+pub mod error;
+pub mod kafka;
+pub mod manifest;
+pub mod names;
+pub mod poll;
+pub mod revision;
+pub mod rollout;
+pub mod spec;
+pub mod status;
+
+pub use cli::BootstrapArgs;
+pub use error::BootstrapError;
+pub use spec::Spec;
 
 use std::process::ExitCode;
 
-/// `bootstrap` arguments.
-#[derive(Debug, clap::Args)]
-pub struct BootstrapArgs {
-    /// Publisher spec.
-    #[arg(long)]
-    pub spec: Option<std::path::PathBuf>,
-}
-
-/// Runs a bootstrap command.
-pub async fn run(_args: BootstrapArgs) -> ExitCode {
-    eprintln!("bootstrap is not available in this build");
-    ExitCode::from(2)
+/// Runs a bootstrap command (see [`cli`]) and returns its exit code.
+pub async fn run(args: BootstrapArgs) -> ExitCode {
+    // Progress lines ("waiting: …", "rollout …") go to stderr; RUST_LOG overrides the level.
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("observation_publisher=info"));
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(filter)
+        .with_target(false)
+        .try_init();
+    cli::execute(args).await
 }

@@ -1,0 +1,106 @@
+//! `bootstrap delete`: optionally drain the version's consumer group, then remove the version's
+//! objects. Idempotent: an object already gone counts as deleted.
+
+use super::error::{is_not_found, BootstrapError};
+use super::kafka::{wait_for_no_lag, Lag};
+use super::manifest::scaled_object_resource;
+use super::poll::Backoff;
+use super::spec::Spec;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, ServiceAccount};
+use kube::api::{Api, DeleteParams, DynamicObject};
+use kube::{Client, Resource};
+use serde::Serialize;
+use std::time::Duration;
+
+/// `--drain` settings.
+#[derive(Debug, Clone, Copy)]
+pub struct DrainOptions {
+    /// How long to wait for the lag to reach 0.
+    pub timeout: Duration,
+    /// Pauses between lag reads.
+    pub backoff: Backoff,
+}
+
+/// What `delete` did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct DeleteReport {
+    /// The lag read when the drain finished (0), when draining.
+    pub drained: Option<Lag>,
+    /// Objects deleted now, as `Kind/name`.
+    pub deleted: Vec<String>,
+    /// Objects that were already gone.
+    pub already_gone: Vec<String>,
+}
+
+async fn delete_one<K>(
+    api: Api<K>,
+    kind: &str,
+    name: &str,
+    report: &mut DeleteReport,
+) -> Result<(), BootstrapError>
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let what = format!("{kind}/{name}");
+    // Background propagation: the Deployment's pods get SIGTERM and drain within their grace
+    // period; the Secret they mounted stays readable to them meanwhile.
+    match api.delete(name, &DeleteParams::background()).await {
+        Ok(_) => report.deleted.push(what),
+        Err(e) if is_not_found(&e) => report.already_gone.push(what),
+        Err(e) => return Err(BootstrapError::kube(format!("delete {what}"), e)),
+    }
+    Ok(())
+}
+
+/// Deletes the version's objects: ScaledObject, Deployment, Secret, ServiceAccount, then the
+/// revision marker. With `drain`, first waits until the consumer group has no lag; if it never
+/// gets there, returns [`BootstrapError::DrainTimeout`] and deletes nothing.
+pub async fn delete(
+    client: &Client,
+    spec: &Spec,
+    drain: Option<DrainOptions>,
+) -> Result<DeleteReport, BootstrapError> {
+    let mut report = DeleteReport::default();
+    if let Some(d) = drain {
+        let source =
+            spec.config.observation_source.as_ref().ok_or_else(|| {
+                BootstrapError::Kafka("the spec's config has no Kafka source".into())
+            })?;
+        report.drained = Some(wait_for_no_lag(source, d.timeout, d.backoff).await?);
+    }
+    let ns = &spec.namespace;
+    let n = &spec.names;
+    let scaled: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), ns, &scaled_object_resource());
+    delete_one(scaled, "ScaledObject", &n.workload, &mut report).await?;
+    delete_one(
+        Api::<Deployment>::namespaced(client.clone(), ns),
+        "Deployment",
+        &n.workload,
+        &mut report,
+    )
+    .await?;
+    delete_one(
+        Api::<Secret>::namespaced(client.clone(), ns),
+        "Secret",
+        &n.config_secret,
+        &mut report,
+    )
+    .await?;
+    delete_one(
+        Api::<ServiceAccount>::namespaced(client.clone(), ns),
+        "ServiceAccount",
+        &n.workload,
+        &mut report,
+    )
+    .await?;
+    delete_one(
+        Api::<ConfigMap>::namespaced(client.clone(), ns),
+        "ConfigMap",
+        &n.marker,
+        &mut report,
+    )
+    .await?;
+    Ok(report)
+}

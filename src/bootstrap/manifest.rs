@@ -1,0 +1,540 @@
+//! Pure builders for the objects of one model version: ServiceAccount, Secret, Deployment and,
+//! with autoscaling, a KEDA `ScaledObject`. No I/O; `--dry-run` prints exactly these.
+
+use super::names::label_value;
+use super::spec::{Spec, DATA_DIR, TMP_DIR};
+use k8s_openapi::api::apps::v1::{
+    Deployment, DeploymentSpec, DeploymentStrategy, RollingUpdateDeployment,
+};
+use k8s_openapi::api::core::v1::{
+    Capabilities, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, HTTPGetAction,
+    PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile,
+    Secret, SecretVolumeSource, SecurityContext, ServiceAccount, Volume, VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use k8s_openapi::ByteString;
+use kube::api::{ApiResource, DynamicObject};
+use serde_json::json;
+use std::collections::BTreeMap;
+
+/// Field manager of every server-side apply.
+pub const FIELD_MANAGER: &str = "observation-publisher";
+/// Annotation holding the spec revision, on every object and on the pod template.
+pub const ANNOTATION_REVISION: &str = "observation-publisher.caraml.dev/revision";
+/// Pod-template annotation holding the SHA-256 of `config.yaml`.
+pub const ANNOTATION_CONFIG_CHECKSUM: &str = "observation-publisher.caraml.dev/config-checksum";
+/// Workload-identity annotation on the ServiceAccount.
+pub const ANNOTATION_GCP_SA: &str = "iam.gke.io/gcp-service-account";
+/// Label keys of the version identity (also the Deployment selector).
+pub const LABEL_PROJECT: &str = "observation-publisher.caraml.dev/project";
+/// See [`LABEL_PROJECT`].
+pub const LABEL_MODEL: &str = "observation-publisher.caraml.dev/model";
+/// See [`LABEL_PROJECT`].
+pub const LABEL_VERSION: &str = "observation-publisher.caraml.dev/model-version";
+/// `app.kubernetes.io/name` value.
+pub const APP_NAME: &str = "observation-publisher";
+/// Where the config Secret is mounted.
+pub const CONFIG_DIR: &str = "/etc/observation-publisher";
+/// Where the key Secret is mounted, when one is named.
+pub const KEY_DIR: &str = "/var/run/secrets/gcp";
+/// Item of the config Secret.
+pub const CONFIG_ITEM: &str = "config.yaml";
+/// Name of the metrics/probe port (Merlin's, so existing monitors keep matching).
+pub const PORT_NAME: &str = "prom-metric";
+/// Pod user and group: a fixed non-root id (the Dockerfile creates it).
+pub const RUN_AS: i64 = 65532;
+/// What a redacted Secret value is replaced with in `--dry-run` output.
+pub const REDACTED: &str = "<redacted>";
+
+/// The objects of one model version.
+#[derive(Debug, Clone)]
+pub struct Manifests {
+    /// The pods' identity.
+    pub service_account: ServiceAccount,
+    /// `config.yaml`.
+    pub secret: Secret,
+    /// The publisher.
+    pub deployment: Deployment,
+    /// KEDA autoscaling, when the spec asks for it.
+    pub scaled_object: Option<DynamicObject>,
+}
+
+/// KEDA's `ScaledObject` resource.
+pub fn scaled_object_resource() -> ApiResource {
+    ApiResource {
+        group: "keda.sh".into(),
+        version: "v1alpha1".into(),
+        api_version: "keda.sh/v1alpha1".into(),
+        kind: "ScaledObject".into(),
+        plural: "scaledobjects".into(),
+    }
+}
+
+/// Labels that identify one model version; the Deployment selector.
+pub fn selector_labels(spec: &Spec) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("app.kubernetes.io/name".to_string(), APP_NAME.to_string()),
+        (LABEL_PROJECT.to_string(), label_value(&spec.project)),
+        (LABEL_MODEL.to_string(), label_value(&spec.model)),
+        (LABEL_VERSION.to_string(), label_value(&spec.version)),
+    ])
+}
+
+/// Labels on every object and pod: the selector labels, the standard ones and the spec's own.
+pub fn labels(spec: &Spec) -> BTreeMap<String, String> {
+    let mut l = spec.labels.clone();
+    l.extend(selector_labels(spec));
+    l.insert(
+        "app.kubernetes.io/instance".into(),
+        spec.names.workload.clone(),
+    );
+    l.insert("app.kubernetes.io/component".into(), "worker".into());
+    l.insert("app.kubernetes.io/managed-by".into(), FIELD_MANAGER.into());
+    l
+}
+
+fn meta(spec: &Spec, name: &str, extra_annotations: &[(&str, String)]) -> ObjectMeta {
+    let mut annotations =
+        BTreeMap::from([(ANNOTATION_REVISION.to_string(), spec.revision.to_string())]);
+    for (k, v) in extra_annotations {
+        annotations.insert((*k).to_string(), v.clone());
+    }
+    ObjectMeta {
+        name: Some(name.to_string()),
+        namespace: Some(spec.namespace.clone()),
+        labels: Some(labels(spec)),
+        annotations: Some(annotations),
+        ..ObjectMeta::default()
+    }
+}
+
+/// Builds every object of the version.
+pub fn build(spec: &Spec) -> Manifests {
+    Manifests {
+        service_account: service_account(spec),
+        secret: config_secret(spec),
+        deployment: deployment(spec),
+        scaled_object: scaled_object(spec),
+    }
+}
+
+/// The ServiceAccount (workload-identity annotation when an email is given; no token mounted).
+pub fn service_account(spec: &Spec) -> ServiceAccount {
+    let extra: Vec<(&str, String)> = spec
+        .identity
+        .gcp_service_account
+        .iter()
+        .map(|e| (ANNOTATION_GCP_SA, e.clone()))
+        .collect();
+    ServiceAccount {
+        metadata: meta(spec, &spec.names.workload, &extra),
+        automount_service_account_token: Some(false),
+        ..ServiceAccount::default()
+    }
+}
+
+/// The Secret holding `config.yaml`.
+pub fn config_secret(spec: &Spec) -> Secret {
+    Secret {
+        metadata: meta(spec, &spec.names.config_secret, &[]),
+        type_: Some("Opaque".into()),
+        data: Some(BTreeMap::from([(
+            CONFIG_ITEM.to_string(),
+            ByteString(spec.config_yaml().into_bytes()),
+        )])),
+        ..Secret::default()
+    }
+}
+
+fn quantities(m: &BTreeMap<String, String>) -> Option<BTreeMap<String, Quantity>> {
+    (!m.is_empty()).then(|| {
+        m.iter()
+            .map(|(k, v)| (k.clone(), Quantity(v.clone())))
+            .collect()
+    })
+}
+
+fn probe(path: &str, initial_delay: i32, period: i32) -> Probe {
+    Probe {
+        http_get: Some(HTTPGetAction {
+            path: Some(path.into()),
+            port: IntOrString::String(PORT_NAME.into()),
+            ..HTTPGetAction::default()
+        }),
+        initial_delay_seconds: Some(initial_delay),
+        period_seconds: Some(period),
+        timeout_seconds: Some(2),
+        failure_threshold: Some(3),
+        ..Probe::default()
+    }
+}
+
+fn empty_dir(name: &str) -> Volume {
+    Volume {
+        name: name.into(),
+        empty_dir: Some(EmptyDirVolumeSource::default()),
+        ..Volume::default()
+    }
+}
+
+fn mount(name: &str, path: &str, read_only: bool) -> VolumeMount {
+    VolumeMount {
+        name: name.into(),
+        mount_path: path.into(),
+        read_only: read_only.then_some(true),
+        ..VolumeMount::default()
+    }
+}
+
+/// The publisher Deployment.
+pub fn deployment(spec: &Spec) -> Deployment {
+    let port = spec.metrics_port();
+    let mut volumes = vec![
+        Volume {
+            name: "config".into(),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some(spec.names.config_secret.clone()),
+                default_mode: Some(0o440),
+                ..SecretVolumeSource::default()
+            }),
+            ..Volume::default()
+        },
+        empty_dir("data"),
+        empty_dir("tmp"),
+    ];
+    let mut mounts = vec![
+        mount("config", CONFIG_DIR, true),
+        mount("data", DATA_DIR, false),
+        mount("tmp", TMP_DIR, false),
+    ];
+    let mut env = Vec::new();
+    if let Some(key) = &spec.identity.key_secret {
+        volumes.push(Volume {
+            name: "gcp-key".into(),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some(key.name.clone()),
+                default_mode: Some(0o440),
+                ..SecretVolumeSource::default()
+            }),
+            ..Volume::default()
+        });
+        mounts.push(mount("gcp-key", KEY_DIR, true));
+        env.push(EnvVar {
+            name: "GOOGLE_APPLICATION_CREDENTIALS".into(),
+            value: Some(format!("{KEY_DIR}/{}", key.key)),
+            ..EnvVar::default()
+        });
+    }
+    let container = Container {
+        name: "publisher".into(),
+        image: Some(spec.image.clone()),
+        image_pull_policy: Some(spec.image_pull_policy.clone()),
+        command: Some(vec!["observation-publisher".into()]),
+        args: Some(vec![
+            "run".into(),
+            "--config".into(),
+            format!("{CONFIG_DIR}/{CONFIG_ITEM}"),
+        ]),
+        working_dir: Some(DATA_DIR.into()),
+        env: (!env.is_empty()).then_some(env),
+        ports: Some(vec![ContainerPort {
+            name: Some(PORT_NAME.into()),
+            container_port: i32::from(port),
+            protocol: Some("TCP".into()),
+            ..ContainerPort::default()
+        }]),
+        liveness_probe: Some(probe("/healthz", 10, 10)),
+        readiness_probe: Some(probe("/readyz", 5, 5)),
+        resources: Some(ResourceRequirements {
+            requests: quantities(&spec.resources.requests),
+            limits: quantities(&spec.resources.limits),
+            ..ResourceRequirements::default()
+        }),
+        security_context: Some(SecurityContext {
+            allow_privilege_escalation: Some(false),
+            read_only_root_filesystem: Some(true),
+            run_as_non_root: Some(true),
+            capabilities: Some(Capabilities {
+                drop: Some(vec!["ALL".into()]),
+                ..Capabilities::default()
+            }),
+            ..SecurityContext::default()
+        }),
+        volume_mounts: Some(mounts),
+        ..Container::default()
+    };
+    let template_annotations = BTreeMap::from([
+        ("prometheus.io/scrape".to_string(), "true".to_string()),
+        ("prometheus.io/port".to_string(), port.to_string()),
+        ("prometheus.io/path".to_string(), "/metrics".to_string()),
+        (ANNOTATION_REVISION.to_string(), spec.revision.to_string()),
+        (
+            ANNOTATION_CONFIG_CHECKSUM.to_string(),
+            spec.config_checksum(),
+        ),
+    ]);
+    Deployment {
+        metadata: meta(spec, &spec.names.workload, &[]),
+        spec: Some(DeploymentSpec {
+            // With autoscaling, KEDA owns the replica count; applying one would fight it.
+            replicas: spec.autoscaling.is_none().then_some(spec.replicas),
+            revision_history_limit: Some(3),
+            selector: LabelSelector {
+                match_labels: Some(selector_labels(spec)),
+                ..LabelSelector::default()
+            },
+            strategy: Some(DeploymentStrategy {
+                type_: Some("RollingUpdate".into()),
+                rolling_update: Some(RollingUpdateDeployment {
+                    max_surge: Some(IntOrString::Int(1)),
+                    max_unavailable: Some(IntOrString::Int(0)),
+                }),
+            }),
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(labels(spec)),
+                    annotations: Some(template_annotations),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(PodSpec {
+                    service_account_name: Some(spec.names.workload.clone()),
+                    automount_service_account_token: Some(false),
+                    termination_grace_period_seconds: Some(spec.termination_grace_seconds()),
+                    security_context: Some(PodSecurityContext {
+                        run_as_non_root: Some(true),
+                        run_as_user: Some(RUN_AS),
+                        run_as_group: Some(RUN_AS),
+                        fs_group: Some(RUN_AS),
+                        seccomp_profile: Some(SeccompProfile {
+                            type_: "RuntimeDefault".into(),
+                            ..SeccompProfile::default()
+                        }),
+                        ..PodSecurityContext::default()
+                    }),
+                    containers: vec![container],
+                    volumes: Some(volumes),
+                    ..PodSpec::default()
+                }),
+            },
+            ..DeploymentSpec::default()
+        }),
+        status: None,
+    }
+}
+
+/// The KEDA `ScaledObject` (Kafka lag trigger), when the spec asks for autoscaling.
+pub fn scaled_object(spec: &Spec) -> Option<DynamicObject> {
+    let a = spec.autoscaling.as_ref()?;
+    let source = spec.config.observation_source.as_ref()?;
+    let mut obj = DynamicObject::new(&spec.names.workload, &scaled_object_resource()).data(json!({
+        "spec": {
+            "scaleTargetRef": {"name": spec.names.workload},
+            "minReplicaCount": a.min_replicas,
+            "maxReplicaCount": a.max_replicas,
+            "triggers": [{
+                "type": "kafka",
+                "metadata": {
+                    "bootstrapServers": source.bootstrap_servers,
+                    "consumerGroup": source.group_id,
+                    "topic": source.topic,
+                    "lagThreshold": a.lag_threshold.to_string(),
+                    "offsetResetPolicy": "earliest",
+                },
+            }],
+        }
+    }));
+    obj.metadata = meta(spec, &spec.names.workload, &[]);
+    Some(obj)
+}
+
+/// The manifests as YAML documents separated by `---`, in the order ServiceAccount, Secret,
+/// Deployment, then the optional ones. The Secret is shown with `stringData` so it can be read;
+/// its values are replaced by [`REDACTED`] unless `show_secrets`.
+pub fn render_yaml(m: &Manifests, show_secrets: bool) -> Result<String, serde_yaml_ng::Error> {
+    let mut secret = serde_yaml_ng::to_value(&m.secret)?;
+    if let serde_yaml_ng::Value::Mapping(map) = &mut secret {
+        let data = map.remove("data");
+        let mut string_data = serde_yaml_ng::Mapping::new();
+        if let Some(d) = &m.secret.data {
+            for (k, v) in d {
+                let text = if show_secrets {
+                    String::from_utf8_lossy(&v.0).into_owned()
+                } else {
+                    REDACTED.to_string()
+                };
+                string_data.insert(k.clone().into(), text.into());
+            }
+        }
+        drop(data);
+        map.insert(
+            "stringData".into(),
+            serde_yaml_ng::Value::Mapping(string_data),
+        );
+    }
+    let mut docs = vec![
+        serde_yaml_ng::to_string(&m.service_account)?,
+        serde_yaml_ng::to_string(&secret)?,
+        serde_yaml_ng::to_string(&m.deployment)?,
+    ];
+    if let Some(so) = &m.scaled_object {
+        docs.push(serde_yaml_ng::to_string(so)?);
+    }
+    Ok(docs.join("---\n"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bootstrap::spec::tests::MINIMAL;
+
+    fn spec(extra: &str) -> Spec {
+        let text = MINIMAL.replace("namespace: mlobs", &format!("namespace: mlobs\n{extra}"));
+        Spec::parse(&text).unwrap_or_else(|p| panic!("{p}")).0
+    }
+
+    fn pod(d: &Deployment) -> &PodSpec {
+        d.spec.as_ref().unwrap().template.spec.as_ref().unwrap()
+    }
+
+    #[test]
+    fn key_secret_is_mounted_only_when_named() {
+        let without = deployment(&spec(""));
+        let p = pod(&without);
+        assert!(p
+            .volumes
+            .as_ref()
+            .unwrap()
+            .iter()
+            .all(|v| v.name != "gcp-key"));
+        assert!(p.containers[0].env.is_none());
+
+        let with = deployment(&spec("identity: {key_secret: gcp-key}"));
+        let p = pod(&with);
+        let v = p
+            .volumes
+            .as_ref()
+            .unwrap()
+            .iter()
+            .find(|v| v.name == "gcp-key")
+            .unwrap();
+        assert_eq!(
+            v.secret.as_ref().unwrap().secret_name.as_deref(),
+            Some("gcp-key")
+        );
+        let env = p.containers[0].env.as_ref().unwrap();
+        assert_eq!(env[0].name, "GOOGLE_APPLICATION_CREDENTIALS");
+        assert_eq!(
+            env[0].value.as_deref(),
+            Some("/var/run/secrets/gcp/service-account.json")
+        );
+    }
+
+    #[test]
+    fn deployment_is_hardened_and_probed() {
+        let s = spec("");
+        let d = deployment(&s);
+        let p = pod(&d);
+        assert_eq!(
+            p.service_account_name.as_deref(),
+            Some("sample-credit-model-3-publisher")
+        );
+        assert_eq!(p.automount_service_account_token, Some(false));
+        assert!(p.termination_grace_period_seconds.unwrap() > 30);
+        let c = &p.containers[0];
+        let sc = c.security_context.as_ref().unwrap();
+        assert_eq!(sc.read_only_root_filesystem, Some(true));
+        assert_eq!(
+            sc.capabilities.as_ref().unwrap().drop.as_deref(),
+            Some(&["ALL".to_string()][..])
+        );
+        assert_eq!(
+            p.security_context
+                .as_ref()
+                .unwrap()
+                .seccomp_profile
+                .as_ref()
+                .unwrap()
+                .type_,
+            "RuntimeDefault"
+        );
+        assert_eq!(
+            c.ports.as_ref().unwrap()[0].name.as_deref(),
+            Some(PORT_NAME)
+        );
+        assert_eq!(c.ports.as_ref().unwrap()[0].container_port, 8000);
+        let live = c
+            .liveness_probe
+            .as_ref()
+            .unwrap()
+            .http_get
+            .as_ref()
+            .unwrap();
+        assert_eq!(live.path.as_deref(), Some("/healthz"));
+        let ready = c
+            .readiness_probe
+            .as_ref()
+            .unwrap()
+            .http_get
+            .as_ref()
+            .unwrap();
+        assert_eq!(ready.path.as_deref(), Some("/readyz"));
+        let sel = d
+            .spec
+            .as_ref()
+            .unwrap()
+            .selector
+            .match_labels
+            .as_ref()
+            .unwrap();
+        assert_eq!(sel.get(LABEL_PROJECT).map(String::as_str), Some("sample"));
+        assert_eq!(sel.get(LABEL_VERSION).map(String::as_str), Some("3"));
+    }
+
+    #[test]
+    fn config_change_changes_the_checksum() {
+        let a = deployment(&spec(""));
+        let text = MINIMAL.replace("ttl_days: 14", "ttl_days: 15");
+        let b = deployment(&Spec::parse(&text).unwrap().0);
+        let ann = |d: &Deployment| {
+            d.spec
+                .as_ref()
+                .unwrap()
+                .template
+                .metadata
+                .as_ref()
+                .unwrap()
+                .annotations
+                .as_ref()
+                .unwrap()[ANNOTATION_CONFIG_CHECKSUM]
+                .clone()
+        };
+        assert_ne!(ann(&a), ann(&b));
+    }
+
+    #[test]
+    fn autoscaling_emits_a_scaled_object_and_leaves_replicas_alone() {
+        let s = spec("autoscaling: {min_replicas: 1, max_replicas: 4, lag_threshold: 500}");
+        let m = build(&s);
+        assert_eq!(m.deployment.spec.as_ref().unwrap().replicas, None);
+        let so = m.scaled_object.unwrap();
+        assert_eq!(so.data["spec"]["maxReplicaCount"], 4);
+        assert_eq!(
+            so.data["spec"]["triggers"][0]["metadata"]["consumerGroup"],
+            "observation-publisher-sample-credit-model-3"
+        );
+        assert!(build(&spec("")).scaled_object.is_none());
+    }
+
+    #[test]
+    fn secrets_are_redacted_unless_asked() {
+        let m = build(&spec(""));
+        let hidden = render_yaml(&m, false).unwrap();
+        assert!(hidden.contains("config.yaml: <redacted>"), "{hidden}");
+        assert!(!hidden.contains("bootstrap_servers"), "{hidden}");
+        let shown = render_yaml(&m, true).unwrap();
+        assert!(shown.contains("bootstrap_servers"), "{shown}");
+        assert_eq!(hidden.matches("---\n").count(), 2);
+    }
+}

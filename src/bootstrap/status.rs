@@ -1,0 +1,151 @@
+//! `bootstrap status`: what exists for one model version, as JSON.
+
+use super::error::{is_not_found, BootstrapError};
+use super::kafka::{lag_async, Lag};
+use super::manifest::scaled_object_resource;
+use super::revision::{Marker, Phase};
+use super::rollout::{assess, deployed_revision, Rollout};
+use super::spec::Spec;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, ServiceAccount};
+use kube::api::{Api, DynamicObject};
+use kube::Client;
+use serde::Serialize;
+use std::time::Duration;
+
+/// Which objects exist.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Objects {
+    /// ServiceAccount.
+    pub service_account: bool,
+    /// Config Secret.
+    pub secret: bool,
+    /// Deployment.
+    pub deployment: bool,
+    /// KEDA ScaledObject (false also when KEDA is not installed).
+    pub scaled_object: bool,
+    /// Revision marker.
+    pub revision_marker: bool,
+}
+
+/// Replica counts of the Deployment.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Replicas {
+    /// Desired.
+    pub desired: i32,
+    /// Ready.
+    pub ready: i32,
+    /// Updated to the current template.
+    pub updated: i32,
+    /// Available.
+    pub available: i32,
+}
+
+/// The status report.
+#[derive(Debug, Clone, Serialize)]
+pub struct StatusReport {
+    /// Namespace.
+    pub namespace: String,
+    /// Deployment (and ServiceAccount) name.
+    pub name: String,
+    /// Which objects exist.
+    pub objects: Objects,
+    /// The Deployment's revision annotation.
+    pub deployed_revision: Option<u64>,
+    /// Highest revision claimed in the marker.
+    pub claimed_revision: Option<u64>,
+    /// Whether the claimed revision's objects are still being written.
+    pub applying: bool,
+    /// `running` | `progressing` | `failed` | `absent`.
+    pub rollout: String,
+    /// Detail of the rollout state.
+    pub reason: Option<String>,
+    /// Replica counts.
+    pub replicas: Option<Replicas>,
+    /// Consumer lag, when Kafka was reachable.
+    pub consumer_lag: Option<Lag>,
+    /// Why the lag is missing.
+    pub consumer_lag_error: Option<String>,
+}
+
+fn kube_err(what: &str) -> impl FnOnce(kube::Error) -> BootstrapError + '_ {
+    move |e| BootstrapError::kube(format!("read {what}"), e)
+}
+
+/// Reads the version's state. `kafka_timeout` = `None` skips the lag query.
+pub async fn status(
+    client: &Client,
+    spec: &Spec,
+    kafka_timeout: Option<Duration>,
+) -> Result<StatusReport, BootstrapError> {
+    let ns = &spec.namespace;
+    let n = &spec.names;
+    let sa = Api::<ServiceAccount>::namespaced(client.clone(), ns)
+        .get_opt(&n.workload)
+        .await
+        .map_err(kube_err("ServiceAccount"))?;
+    let secret = Api::<Secret>::namespaced(client.clone(), ns)
+        .get_opt(&n.config_secret)
+        .await
+        .map_err(kube_err("Secret"))?;
+    let dep = Api::<Deployment>::namespaced(client.clone(), ns)
+        .get_opt(&n.workload)
+        .await
+        .map_err(kube_err("Deployment"))?;
+    let marker = Api::<ConfigMap>::namespaced(client.clone(), ns)
+        .get_opt(&n.marker)
+        .await
+        .map_err(kube_err("ConfigMap"))?;
+    let scaled =
+        match Api::<DynamicObject>::namespaced_with(client.clone(), ns, &scaled_object_resource())
+            .get_opt(&n.workload)
+            .await
+        {
+            Ok(o) => o.is_some(),
+            Err(e) if is_not_found(&e) => false,
+            Err(e) => return Err(kube_err("ScaledObject")(e)),
+        };
+    let marker = marker.as_ref().map(Marker::from_config_map);
+    let (rollout, reason) = match dep.as_ref().map(|d| assess(d, None)) {
+        None => ("absent", None),
+        Some(Rollout::Complete) => ("running", None),
+        Some(Rollout::Progressing(r)) => ("progressing", Some(r)),
+        Some(Rollout::Failed(r)) => ("failed", Some(r)),
+    };
+    let replicas = dep.as_ref().map(|d| {
+        let s = d.status.clone().unwrap_or_default();
+        Replicas {
+            desired: d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1),
+            ready: s.ready_replicas.unwrap_or(0),
+            updated: s.updated_replicas.unwrap_or(0),
+            available: s.available_replicas.unwrap_or(0),
+        }
+    });
+    let (consumer_lag, consumer_lag_error) =
+        match (kafka_timeout, spec.config.observation_source.as_ref()) {
+            (Some(t), Some(src)) => match lag_async(src, t).await {
+                Ok(l) => (Some(l), None),
+                Err(e) => (None, Some(e.to_string())),
+            },
+            _ => (None, Some("not queried".to_string())),
+        };
+    Ok(StatusReport {
+        namespace: ns.clone(),
+        name: n.workload.clone(),
+        objects: Objects {
+            service_account: sa.is_some(),
+            secret: secret.is_some(),
+            deployment: dep.is_some(),
+            scaled_object: scaled,
+            revision_marker: marker.is_some(),
+        },
+        deployed_revision: dep.as_ref().map(deployed_revision),
+        claimed_revision: marker.as_ref().map(|m| m.revision),
+        applying: marker.as_ref().is_some_and(|m| m.phase == Phase::Applying),
+        rollout: rollout.to_string(),
+        reason,
+        replicas,
+        consumer_lag,
+        consumer_lag_error,
+    })
+}

@@ -1,0 +1,161 @@
+//! `apply --dry-run` output against golden files in `tests/golden/` (reviewed by eye). Set
+//! `UPDATE_GOLDEN=1` to rewrite them after an intended change, then review the diff.
+
+use observation_publisher::bootstrap::manifest::{build, render_yaml};
+use observation_publisher::bootstrap::Spec;
+use std::path::PathBuf;
+use std::process::Command;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn check_golden(name: &str, actual: &str) {
+    let path = root().join("tests/golden").join(name);
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, actual).unwrap();
+        return;
+    }
+    let expected = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e} (run with UPDATE_GOLDEN=1)", path.display()));
+    if expected != actual {
+        let first = expected
+            .lines()
+            .zip(actual.lines())
+            .position(|(a, b)| a != b)
+            .unwrap_or(0);
+        panic!(
+            "{} differs from the dry-run output at line {}:\n  golden: {:?}\n  actual: {:?}",
+            path.display(),
+            first + 1,
+            expected.lines().nth(first),
+            actual.lines().nth(first)
+        );
+    }
+}
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_observation-publisher"))
+}
+
+#[test]
+fn example_spec_dry_run_matches_golden() {
+    let out = bin()
+        .args(["bootstrap", "apply", "--dry-run", "--spec"])
+        .arg(root().join("deploy/example-spec.yaml"))
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(stdout.contains("config.yaml: <redacted>"));
+    check_golden("example-spec.dry-run.yaml", &stdout);
+    // Order: ServiceAccount, Secret, Deployment.
+    let kinds: Vec<&str> = stdout.lines().filter(|l| l.starts_with("kind: ")).collect();
+    assert_eq!(
+        kinds,
+        ["kind: ServiceAccount", "kind: Secret", "kind: Deployment"]
+    );
+}
+
+#[test]
+fn key_secret_and_autoscaling_dry_run_matches_golden() {
+    let text = std::fs::read_to_string(root().join("deploy/example-spec.yaml"))
+        .unwrap()
+        .replace(
+            "  # key_secret: {name: mlobs-publisher-key, key: service-account.json}",
+            "  key_secret: {name: mlobs-publisher-key, key: service-account.json}",
+        )
+        .replace("# autoscaling: {", "autoscaling: {");
+    let (spec, _) = Spec::parse(&text).unwrap_or_else(|p| panic!("{p}"));
+    let yaml = render_yaml(&build(&spec), true).unwrap();
+    assert!(yaml.contains("GOOGLE_APPLICATION_CREDENTIALS"));
+    assert!(yaml.contains("kind: ScaledObject"));
+    assert!(
+        yaml.contains("bootstrap_servers: kafka.example:9092"),
+        "--show-secrets shows the config"
+    );
+    check_golden("key-secret-autoscaling.dry-run.yaml", &yaml);
+}
+
+#[test]
+fn invalid_spec_exits_2_with_every_problem() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad.yaml");
+    std::fs::write(
+        &path,
+        "project: p\nmodel: m\nrevision: 0\nreplicas: 0\nnamespace: Bad\n",
+    )
+    .unwrap();
+    let out = bin()
+        .args(["bootstrap", "apply", "--dry-run", "--spec"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    for needle in [
+        "version: required",
+        "revision:",
+        "replicas:",
+        "namespace:",
+        "image: required",
+        "config: required",
+    ] {
+        assert!(err.contains(needle), "missing {needle:?} in {err}");
+    }
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    let out = bin()
+        .args(["bootstrap", "apply", "--show-secrets", "--spec", "x.yaml"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "--show-secrets needs --dry-run");
+    let out = bin()
+        .args([
+            "bootstrap",
+            "delete",
+            "--spec",
+            "x.yaml",
+            "--drain",
+            "--drain-timeout",
+            "soon",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "bad duration");
+}
+
+#[test]
+fn an_unreachable_cluster_exits_1() {
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    // A cluster on a closed local port: connection refused.
+    std::fs::write(
+        &kubeconfig,
+        "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'http://127.0.0.1:9'}}]\n\
+         users: [{name: u, user: {}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n",
+    )
+    .unwrap();
+    let out = bin()
+        .args(["bootstrap", "status", "--spec"])
+        .arg(root().join("deploy/example-spec.yaml"))
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("retryable"));
+}
