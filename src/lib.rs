@@ -19,13 +19,17 @@
 //! - [`commands`]: the offline commands (`convert`, `gen`, `schema`, `check-config`).
 //! - [`bootstrap`]: one publisher Deployment per model version on Kubernetes.
 
+pub mod batch;
 pub mod bootstrap;
 pub mod cli;
 pub mod commands;
+pub mod commit;
 pub mod config;
 pub mod decode;
 pub mod framing;
 pub mod gen;
+pub mod metrics;
 pub mod output;
 pub mod proto;
+pub mod sink;
 pub mod table;

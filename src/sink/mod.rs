@@ -1,0 +1,1 @@
+//! Sinks (in progress).
