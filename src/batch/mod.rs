@@ -21,6 +21,10 @@
 //!   its offset can be acknowledged only once);
 //! - [`Batch::rows_by_source`] maps every row back to the message it came from (for row-level
 //!   dead-lettering), at one entry per message, not per row.
+//!
+//! Rebalance: rows cannot be taken out of a batch per partition. On a revoke the runtime may
+//! still write the current batch; the tracker ignores acknowledgements for revoked partitions,
+//! so those rows are at worst written twice (at-least-once), never committed by us.
 
 #[cfg(test)]
 pub(crate) mod testing;
