@@ -17,20 +17,31 @@
 //! - [`output`]: writers for jsonl, Arrow IPC and Parquet.
 //! - [`gen`]: synthetic logs for tests, benches and the demo.
 //! - [`commands`]: the offline commands (`convert`, `gen`, `schema`, `check-config`).
+//! - [`batch`]: the batcher: decoder + flush policy (rows, bytes, linger) + source coordinates.
+//! - [`commit`]: the pure offset tracker (commit only the contiguous acknowledged prefix).
+//! - [`sink`]: the `Sink` seam, retry with backoff, the embedded Parquet sink.
+//! - [`deadletter`]: dead-letter targets (Kafka topic, file).
+//! - [`source`]: Kafka consumer settings and context (rebalances, statistics).
+//! - [`pipeline`]: `run`: wires source → decode → batch → sinks → commit.
+//! - [`metrics`], [`server`], [`telemetry`], [`shutdown`]: operating the daemon.
 //! - [`bootstrap`]: one publisher Deployment per model version on Kubernetes.
 
+pub mod batch;
 pub mod bootstrap;
 pub mod cli;
 pub mod commands;
+pub mod commit;
 pub mod config;
 pub mod deadletter;
 pub mod decode;
 pub mod framing;
 pub mod gen;
+pub mod metrics;
 pub mod output;
 pub mod proto;
 pub mod server;
 pub mod shutdown;
+pub mod sink;
 pub mod source;
 pub mod table;
 pub mod telemetry;

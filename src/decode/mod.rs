@@ -325,6 +325,17 @@ impl Decoder {
         }
     }
 
+    /// Drops every row after the first `rows` (no-op if there are not more). The batcher uses it
+    /// to take back a log that would push a batch over its limits.
+    pub fn truncate(&mut self, rows: usize) {
+        if rows < self.rows {
+            for c in &mut self.cols {
+                c.truncate(rows);
+            }
+            self.rows = rows;
+        }
+    }
+
     /// Moves the decoded rows into a record batch and starts a new one.
     pub fn finish(&mut self) -> RecordBatch {
         let arrays = self.cols.iter_mut().map(Col::finish).collect();

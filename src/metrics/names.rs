@@ -1,0 +1,112 @@
+//! Every metric name and label key the publisher exposes: the only place these strings appear.
+//!
+//! Merlin-compatible names come first, spelled exactly as Merlin's Python publisher exposes them
+//! (dashboards and alerts keep working after a migration); the publisher's own metrics follow
+//! `observation_publisher_<name>_<unit>[_total]`. Label values must be bounded: model
+//! identifiers (one per process), sink names, error codes, flush reasons, partition numbers.
+
+/// Merlin: unix seconds of the largest `request_timestamp` in the last flushed batch (event
+/// time). Gauge; labels [`MODEL_ID`], [`MODEL_VERSION`], [`MERLIN_PROJECT`].
+pub const LAST_PROCESSED_TIMESTAMP: &str = "last_processed_timestamp";
+/// Merlin: PredictionLog messages flushed. Counter; labels [`MODEL_ID`], [`MODEL_VERSION`],
+/// [`MERLIN_PROJECT`].
+pub const PREDICTION_LOGS_PROCESSED: &str = "total_prediction_logs_processed_total";
+
+/// Kafka messages consumed. Counter.
+pub const MESSAGES_CONSUMED: &str = "observation_publisher_messages_consumed_total";
+/// Bytes of Kafka message values consumed. Counter.
+pub const BYTES_CONSUMED: &str = "observation_publisher_consumed_bytes_total";
+/// Rows decoded from consumed logs. Counter.
+pub const ROWS_DECODED: &str = "observation_publisher_rows_decoded_total";
+/// Rows a sink acknowledged as durable. Counter; label [`SINK`].
+pub const ROWS_WRITTEN: &str = "observation_publisher_rows_written_total";
+/// Logs (or rows) sent to the dead-letter target. Counter; labels [`KIND`] (`decode` | `row`),
+/// [`REASON`] (the error code).
+pub const DEAD_LETTERS: &str = "observation_publisher_dead_letters_total";
+/// Failed sink write attempts. Counter; labels [`SINK`], [`ERROR_CODE`], [`RETRYABLE`].
+pub const SINK_ERRORS: &str = "observation_publisher_sink_errors_total";
+/// Rows per flushed batch. Histogram; label [`REASON`] (the flush reason).
+pub const FLUSH_ROWS: &str = "observation_publisher_flush_rows";
+/// Arrow bytes per flushed batch. Histogram.
+pub const FLUSH_BYTES: &str = "observation_publisher_flush_bytes";
+/// Seconds from the first message entering a batch to every sink acknowledging it. Histogram.
+pub const FLUSH_LATENCY: &str = "observation_publisher_flush_latency_seconds";
+/// Seconds one sink write attempt took. Histogram; label [`SINK`].
+pub const SINK_LATENCY: &str = "observation_publisher_sink_write_seconds";
+/// Bytes consumed but not yet acknowledged (the backpressure budget in use). Gauge.
+pub const INFLIGHT_BYTES: &str = "observation_publisher_inflight_bytes";
+/// Partitions paused by backpressure. Gauge.
+pub const PAUSED_PARTITIONS: &str = "observation_publisher_paused_partitions";
+/// Messages between the consumer's position and the high watermark. Gauge; labels [`TOPIC`],
+/// [`PARTITION`].
+pub const CONSUMER_LAG: &str = "observation_publisher_consumer_lag_messages";
+/// Offset commits that succeeded. Counter.
+pub const COMMITS: &str = "observation_publisher_commits_total";
+/// Offset commits that failed. Counter.
+pub const COMMIT_FAILURES: &str = "observation_publisher_commit_failures_total";
+/// Constant 1 with the build's version. Gauge; label [`VERSION`].
+pub const BUILD_INFO: &str = "observation_publisher_build_info";
+
+/// Label: Merlin model id (the model name).
+pub const MODEL_ID: &str = "model_id";
+/// Label: Merlin model version.
+pub const MODEL_VERSION: &str = "model_version";
+/// Label: Merlin project.
+pub const MERLIN_PROJECT: &str = "merlin_project";
+/// Label: sink name.
+pub const SINK: &str = "sink";
+/// Label: dead-letter kind (`decode` | `row`).
+pub const KIND: &str = "kind";
+/// Label: an error code or a flush reason.
+pub const REASON: &str = "reason";
+/// Label: a sink error code.
+pub const ERROR_CODE: &str = "error_code";
+/// Label: `true` | `false`.
+pub const RETRYABLE: &str = "retryable";
+/// Label: Kafka topic.
+pub const TOPIC: &str = "topic";
+/// Label: Kafka partition number.
+pub const PARTITION: &str = "partition";
+/// Label: crate version.
+pub const VERSION: &str = "version";
+
+/// What kind of metric a name is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetricKind {
+    /// Monotonic counter.
+    Counter,
+    /// Gauge.
+    Gauge,
+    /// Histogram (with explicit buckets).
+    Histogram,
+}
+
+/// Every metric: name, kind, help text.
+pub const ALL: &[(&str, MetricKind, &str)] = &[
+    (
+        LAST_PROCESSED_TIMESTAMP,
+        MetricKind::Gauge,
+        "Unix seconds of the largest request_timestamp in the last flushed batch (Merlin-compatible).",
+    ),
+    (PREDICTION_LOGS_PROCESSED, MetricKind::Counter, "PredictionLog messages flushed (Merlin-compatible)."),
+    (MESSAGES_CONSUMED, MetricKind::Counter, "Kafka messages consumed."),
+    (BYTES_CONSUMED, MetricKind::Counter, "Bytes of Kafka message values consumed."),
+    (ROWS_DECODED, MetricKind::Counter, "Rows decoded from consumed logs."),
+    (ROWS_WRITTEN, MetricKind::Counter, "Rows a sink acknowledged as durable."),
+    (DEAD_LETTERS, MetricKind::Counter, "Logs or rows sent to the dead-letter target, by kind and reason."),
+    (SINK_ERRORS, MetricKind::Counter, "Failed sink write attempts, by sink, error code and retryability."),
+    (FLUSH_ROWS, MetricKind::Histogram, "Rows per flushed batch, by flush reason."),
+    (FLUSH_BYTES, MetricKind::Histogram, "Arrow bytes per flushed batch."),
+    (
+        FLUSH_LATENCY,
+        MetricKind::Histogram,
+        "Seconds from the first message entering a batch to every sink acknowledging it.",
+    ),
+    (SINK_LATENCY, MetricKind::Histogram, "Seconds one sink write attempt took."),
+    (INFLIGHT_BYTES, MetricKind::Gauge, "Bytes consumed but not yet acknowledged."),
+    (PAUSED_PARTITIONS, MetricKind::Gauge, "Partitions paused by backpressure."),
+    (CONSUMER_LAG, MetricKind::Gauge, "Messages between the consumer position and the high watermark."),
+    (COMMITS, MetricKind::Counter, "Offset commits that succeeded."),
+    (COMMIT_FAILURES, MetricKind::Counter, "Offset commits that failed."),
+    (BUILD_INFO, MetricKind::Gauge, "Constant 1, labelled with the publisher version."),
+];
