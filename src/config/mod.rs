@@ -194,9 +194,6 @@ impl Config {
                 "no BIGQUERY sink configured (needed for the table schema)",
             );
         }
-        if let Some(s) = &schema {
-            validate_columns(s, &mut problems);
-        }
         for (key, v) in [("project", &project), ("model_id", &model_id)] {
             if v.chars().any(|c| c.is_control()) {
                 problems.push(key, "must not contain control characters");
@@ -262,9 +259,21 @@ fn valid_column_name(name: &str) -> bool {
         && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
-fn validate_columns(s: &InferenceSchema, problems: &mut Problems) {
-    let fixed = fixed_columns(s);
-    let out = &s.model_prediction_output;
+/// Checks column names: valid for BigQuery, unique (case-insensitively). `output` is `None` when
+/// the output class itself is invalid; the other columns are still checked.
+pub(crate) fn validate_columns(
+    session_id_column: &str,
+    row_id_column: &str,
+    feature_types: &[(String, FeatureType)],
+    output: Option<&ModelOutput>,
+    problems: &mut Problems,
+) {
+    let fixed = [
+        session_id_column,
+        row_id_column,
+        "request_timestamp",
+        "model_version",
+    ];
     let mut all: Vec<(&str, String)> = Vec::new();
     for (i, name) in fixed.iter().enumerate() {
         let key = [
@@ -278,7 +287,7 @@ fn validate_columns(s: &InferenceSchema, problems: &mut Problems) {
         }
         all.push((name, format!("fixed column {name:?}")));
     }
-    for (name, _) in &s.feature_types {
+    for (name, _) in feature_types {
         if !valid_column_name(name) {
             problems.push(
                 &format!("inference_schema.feature_types.{name}"),
@@ -287,6 +296,9 @@ fn validate_columns(s: &InferenceSchema, problems: &mut Problems) {
         }
         all.push((name, format!("feature {name:?}")));
     }
+    let Some(out) = output else {
+        return check_unique(&all, problems);
+    };
     for c in out.score_columns() {
         if !valid_column_name(c) {
             problems.push(
@@ -306,7 +318,11 @@ fn validate_columns(s: &InferenceSchema, problems: &mut Problems) {
         }
         ModelOutput::Regression { .. } => {}
     }
-    // Columns must be unique, and BigQuery compares names case-insensitively.
+    check_unique(&all, problems);
+}
+
+/// Columns must be unique, and BigQuery compares names case-insensitively.
+fn check_unique(all: &[(&str, String)], problems: &mut Problems) {
     for i in 0..all.len() {
         for j in 0..i {
             if all[i].0.eq_ignore_ascii_case(all[j].0) {

@@ -202,6 +202,13 @@ impl InferenceSchema {
         };
         out.warn_unknown(warnings);
         o.warn_unknown(warnings);
+        super::validate_columns(
+            &session_id_column,
+            &row_id_column,
+            &feature_types,
+            output.as_ref(),
+            problems,
+        );
 
         Some(InferenceSchema {
             feature_types,
