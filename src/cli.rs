@@ -43,6 +43,8 @@ pub enum Command {
     Schema(ConfigOnlyArgs),
     /// Validate the configuration and print it resolved, secrets redacted.
     CheckConfig(ConfigOnlyArgs),
+    /// Produce a length-delimited file of logs into a Kafka topic (demo, tests, benchmarks).
+    Produce(ProduceArgs),
     /// Deploy, inspect or remove the publisher of one model version on Kubernetes.
     Bootstrap(crate::bootstrap::BootstrapArgs),
 }
@@ -117,6 +119,26 @@ pub struct GenArgs {
     /// Output file (`-` = stdout).
     #[arg(long, short, default_value = "-")]
     pub output: String,
+}
+
+/// `produce`.
+#[derive(Debug, Args)]
+pub struct ProduceArgs {
+    /// Kafka bootstrap servers.
+    #[arg(long, default_value = "127.0.0.1:19092")]
+    pub brokers: String,
+    /// Topic to produce to.
+    #[arg(long)]
+    pub topic: String,
+    /// Create the topic with this many partitions if it does not exist.
+    #[arg(long, default_value_t = 3)]
+    pub partitions: i32,
+    /// Input file of length-delimited messages (`-` = stdin).
+    #[arg(long, short, default_value = "-")]
+    pub input: String,
+    /// Extra producer settings, `key=value` (repeatable).
+    #[arg(long = "producer-config", value_name = "KEY=VALUE")]
+    pub producer_config: Vec<String>,
 }
 
 /// Commands that only read the configuration.

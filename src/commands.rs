@@ -1,7 +1,9 @@
 //! The subcommands' bodies. Each loads only the configuration it needs, reports every problem
 //! at once (exit 2), and returns an exit code.
 
-use crate::cli::{ConfigArgs, ConfigOnlyArgs, ConvertArgs, GenArgs, OutputFormat, RunArgs};
+use crate::cli::{
+    ConfigArgs, ConfigOnlyArgs, ConvertArgs, GenArgs, OutputFormat, ProduceArgs, RunArgs,
+};
 use crate::config::{load_value, Config, Needs};
 use crate::decode::Decoder;
 use crate::framing::{write_frame, FrameReader};
@@ -277,10 +279,143 @@ pub fn gen(a: GenArgs) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// `run`.
-pub fn run(_a: RunArgs) -> ExitCode {
-    eprintln!("run: being built");
-    ExitCode::from(EXIT_FAILURE)
+/// `run`: the daemon (or, with `--replay`, the pipeline over a file).
+pub fn run(a: RunArgs) -> ExitCode {
+    let needs = if a.replay.is_some() {
+        Needs {
+            source: false,
+            sinks: true,
+            bigquery: false,
+        }
+    } else {
+        Needs::RUN
+    };
+    let mut cfg = match load_config(&a.cfg, needs) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    if let Some(f) = a.log_format {
+        cfg.logging.format = f;
+    }
+    crate::pipeline::run(cfg, a.replay)
+}
+
+/// `produce`: sends every frame of a length-delimited file as one Kafka message (no key),
+/// batching and waiting for every delivery report. Exit 1 if any message was not delivered.
+pub fn produce(a: ProduceArgs) -> ExitCode {
+    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+    use rdkafka::config::ClientConfig;
+    use rdkafka::producer::{
+        BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer,
+    };
+    use std::sync::atomic::{AtomicU64, Ordering};
+    /// Counts failed deliveries.
+    struct Counting(AtomicU64);
+    impl rdkafka::ClientContext for Counting {}
+    impl ProducerContext for Counting {
+        type DeliveryOpaque = ();
+        fn delivery(&self, r: &DeliveryResult<'_>, _: ()) {
+            if r.is_err() {
+                self.0.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+    let mut cfg = ClientConfig::new();
+    cfg.set("bootstrap.servers", &a.brokers)
+        .set("linger.ms", "20")
+        .set("batch.num.messages", "10000")
+        .set("queue.buffering.max.messages", "1000000")
+        .set("queue.buffering.max.kbytes", "1048576");
+    for kv in &a.producer_config {
+        match kv.split_once('=') {
+            Some((k, v)) => {
+                cfg.set(k, v);
+            }
+            None => {
+                eprintln!("produce: --producer-config {kv:?}: expected key=value");
+                return ExitCode::from(EXIT_USAGE);
+            }
+        }
+    }
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("produce: {e}");
+            return ExitCode::from(EXIT_FAILURE);
+        }
+    };
+    if let Ok(admin) = cfg.create::<AdminClient<rdkafka::client::DefaultClientContext>>() {
+        let t = NewTopic::new(&a.topic, a.partitions, TopicReplication::Fixed(1));
+        let _ = rt.block_on(admin.create_topics([&t], &AdminOptions::new()));
+    }
+    let producer: ThreadedProducer<Counting> =
+        match cfg.create_with_context(Counting(AtomicU64::new(0))) {
+            Ok(p) => p,
+            Err(e) => {
+                eprintln!("produce: {e}");
+                return ExitCode::from(EXIT_FAILURE);
+            }
+        };
+    let (input, _) = match open_input(&a.input) {
+        Ok(i) => i,
+        Err(e) => {
+            eprintln!("produce: cannot open {}: {e}", a.input);
+            return ExitCode::from(EXIT_FAILURE);
+        }
+    };
+    let started = std::time::Instant::now();
+    let mut reader = FrameReader::new(input);
+    let mut buf = Vec::new();
+    let mut n = 0u64;
+    loop {
+        match reader.next_into(&mut buf) {
+            Ok(Some(_)) => {}
+            Ok(None) => break,
+            Err(e) => {
+                eprintln!("produce: {e}");
+                return ExitCode::from(EXIT_FAILURE);
+            }
+        }
+        let mut record = BaseRecord::<(), [u8]>::to(&a.topic).payload(&buf[..]);
+        loop {
+            match producer.send(record) {
+                Ok(()) => break,
+                Err((e, r))
+                    if matches!(
+                        e.rdkafka_error_code(),
+                        Some(rdkafka::types::RDKafkaErrorCode::QueueFull)
+                    ) =>
+                {
+                    record = r;
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                }
+                Err((e, _)) => {
+                    eprintln!("produce: {e}");
+                    return ExitCode::from(EXIT_FAILURE);
+                }
+            }
+        }
+        n += 1;
+    }
+    if let Err(e) = producer.flush(std::time::Duration::from_secs(60)) {
+        eprintln!("produce: not every message was delivered: {e}");
+        return ExitCode::from(EXIT_FAILURE);
+    }
+    let failed = producer.context().0.load(Ordering::Relaxed);
+    if failed > 0 {
+        eprintln!("produce: {failed} of {n} messages were not delivered");
+        return ExitCode::from(EXIT_FAILURE);
+    }
+    let secs = started.elapsed().as_secs_f64();
+    eprintln!(
+        "produce: {n} messages to {} in {secs:.2}s ({:.0} msg/s)",
+        a.topic,
+        n as f64 / secs.max(1e-9)
+    );
+    ExitCode::SUCCESS
 }
 
 /// `bootstrap`.

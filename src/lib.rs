@@ -38,6 +38,7 @@ pub mod framing;
 pub mod gen;
 pub mod metrics;
 pub mod output;
+pub mod pipeline;
 pub mod proto;
 pub mod server;
 pub mod shutdown;

@@ -14,6 +14,7 @@ fn main() -> ExitCode {
         Command::Schema(a) => commands::schema(a),
         Command::CheckConfig(a) => commands::check_config(a),
         Command::Run(a) => commands::run(a),
+        Command::Produce(a) => commands::produce(a),
         Command::Bootstrap(a) => commands::bootstrap(a),
     }
 }

@@ -110,6 +110,8 @@ pub struct Batch {
     pub messages: usize,
     /// What triggered the flush.
     pub reason: FlushReason,
+    /// When the batch's first message arrived (for flush latency).
+    pub opened: Option<Instant>,
 }
 
 impl Batch {
@@ -351,6 +353,7 @@ impl Batcher {
             input_bytes: std::mem::take(&mut self.input_bytes),
             messages: std::mem::take(&mut self.messages),
             reason,
+            opened: self.opened,
         };
         self.opened = None;
         self.last_run = 0;

@@ -8,10 +8,12 @@
 use crate::config::{Config, KafkaSource, StartFrom};
 use crate::server::Health;
 use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, ConsumerContext, Rebalance};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, RebalanceProtocol};
 use rdkafka::error::KafkaError;
 use rdkafka::statistics::Statistics;
+use rdkafka::types::RDKafkaRespErr;
 use rdkafka::ClientContext;
+use rdkafka::TopicPartitionList;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
 
@@ -87,10 +89,13 @@ pub fn consumer_config(cfg: &Config, src: &KafkaSource) -> ClientConfig {
 
 /// Called by the consumer context on rebalances (on the polling thread, inside `poll`).
 pub trait RebalanceListener: Send + Sync {
+    /// Partitions are about to be assigned: the listener may set start offsets in `tpl` (for
+    /// partitions the group has no committed offset for).
+    fn assigning(&self, consumer: &BaseConsumer<SourceContext>, tpl: &mut TopicPartitionList);
+    /// Partitions were assigned (possibly none).
+    fn assigned(&self, partitions: &[i32]);
     /// Partitions are about to be revoked: stop intake, settle what can be settled, commit.
     fn revoking(&self, consumer: &BaseConsumer<SourceContext>, partitions: &[i32]);
-    /// Partitions were assigned (possibly none).
-    fn assigned(&self, consumer: &BaseConsumer<SourceContext>, partitions: &[i32]);
 }
 
 /// Consumer context: rebalances go to the pipeline's listener, statistics to lag gauges.
@@ -120,6 +125,14 @@ impl SourceContext {
     pub fn set_listener(&self, l: Arc<dyn RebalanceListener>) {
         let _ = self.listener.set(l);
     }
+
+    fn partitions(&self, tpl: &TopicPartitionList) -> Vec<i32> {
+        tpl.elements()
+            .iter()
+            .filter(|e| e.topic() == self.topic)
+            .map(|e| e.partition())
+            .collect()
+    }
 }
 
 impl ClientContext for SourceContext {
@@ -132,40 +145,60 @@ impl ClientContext for SourceContext {
     }
 }
 
-fn partitions_of(topic: &str, r: &Rebalance<'_>) -> Vec<i32> {
-    match r {
-        Rebalance::Assign(tpl) | Rebalance::Revoke(tpl) => tpl
-            .elements()
-            .iter()
-            .filter(|e| e.topic() == topic)
-            .map(|e| e.partition())
-            .collect(),
-        Rebalance::Error(_) => Vec::new(),
-    }
-}
-
 impl ConsumerContext for SourceContext {
-    fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
-        match rebalance {
-            Rebalance::Revoke(_) => {
-                let parts = partitions_of(&self.topic, rebalance);
+    /// Replaces rdkafka's default handling (same steps, safe calls) so that start offsets can be
+    /// set before the assignment and revoked partitions settled before they go.
+    fn rebalance(
+        &self,
+        consumer: &BaseConsumer<Self>,
+        err: RDKafkaRespErr,
+        tpl: &mut TopicPartitionList,
+    ) {
+        let cooperative = matches!(
+            consumer.rebalance_protocol(),
+            RebalanceProtocol::Cooperative
+        );
+        match err {
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
+                if let Some(l) = self.listener.get() {
+                    l.assigning(consumer, tpl);
+                }
+                let r = if cooperative {
+                    consumer.incremental_assign(tpl)
+                } else {
+                    consumer.assign(tpl)
+                };
+                if let Err(e) = r {
+                    tracing::error!(error = %e, "assign failed");
+                }
+                let parts = self.partitions(tpl);
+                tracing::info!(partitions = ?parts, "partitions assigned");
+                self.health.joined.store(true, Ordering::Relaxed);
+                if let Some(l) = self.listener.get() {
+                    l.assigned(&parts);
+                }
+            }
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
+                let parts = self.partitions(tpl);
                 tracing::info!(partitions = ?parts, "partitions revoked");
                 if let Some(l) = self.listener.get() {
                     l.revoking(consumer, &parts);
                 }
+                let r = if cooperative {
+                    consumer.incremental_unassign(tpl)
+                } else {
+                    consumer.unassign()
+                };
+                if let Err(e) = r {
+                    tracing::error!(error = %e, "unassign failed");
+                }
             }
-            Rebalance::Error(e) => tracing::warn!(error = %e, "rebalance error"),
-            Rebalance::Assign(_) => {}
-        }
-    }
-
-    fn post_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
-        if let Rebalance::Assign(_) = rebalance {
-            let parts = partitions_of(&self.topic, rebalance);
-            tracing::info!(partitions = ?parts, "partitions assigned");
-            self.health.joined.store(true, Ordering::Relaxed);
-            if let Some(l) = self.listener.get() {
-                l.assigned(consumer, &parts);
+            other => {
+                tracing::warn!(error = ?other, "rebalance error; dropping the assignment");
+                if let Some(l) = self.listener.get() {
+                    l.revoking(consumer, &self.partitions(tpl));
+                }
+                let _ = consumer.unassign();
             }
         }
     }

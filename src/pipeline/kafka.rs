@@ -1,0 +1,312 @@
+//! The Kafka side of `run`: the polling loop and the rebalance listener. Both run on the
+//! pipeline thread (librdkafka calls the rebalance callback from inside `poll`), so the state
+//! behind the mutex is never contended.
+
+use super::state::{RateLimit, State};
+use crate::commit::Partition;
+use crate::config::StartFrom;
+use crate::metrics::names;
+use crate::server::Health;
+use crate::source::{RebalanceListener, SourceContext};
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::types::RDKafkaErrorCode;
+use rdkafka::{Offset, TopicPartitionList};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+
+/// Settings of the Kafka loop.
+pub(crate) struct KafkaLoop {
+    pub(crate) topic: String,
+    pub(crate) commit_interval: Duration,
+    pub(crate) drain_timeout: Duration,
+}
+
+fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
+    // A panic while holding the lock is a bug; the data is still consistent enough to drain.
+    state.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Commits every partition's acknowledged prefix that moved (only `only`, if given).
+fn commit(
+    st: &mut State,
+    consumer: &BaseConsumer<SourceContext>,
+    only: Option<&[Partition]>,
+    mode: CommitMode,
+) {
+    let items: Vec<(Partition, i64)> = st
+        .tracker
+        .to_commit()
+        .filter(|(p, _)| only.is_none_or(|o| o.contains(p)))
+        .collect();
+    if items.is_empty() {
+        return;
+    }
+    let mut tpl = TopicPartitionList::new();
+    for (p, o) in &items {
+        if let Err(e) = tpl.add_partition_offset(&st.topic, *p, Offset::Offset(*o)) {
+            tracing::error!(error = %e, "cannot build the commit list");
+            return;
+        }
+    }
+    match consumer.commit(&tpl, mode) {
+        Ok(()) => {
+            for (p, o) in items {
+                st.tracker.mark_committed(p, o);
+            }
+            metrics::counter!(names::COMMITS).increment(1);
+        }
+        Err(e) => {
+            metrics::counter!(names::COMMIT_FAILURES).increment(1);
+            tracing::warn!(error = %e, "offset commit failed; retried at the next interval");
+        }
+    }
+}
+
+/// The rebalance listener: settles and commits revoked partitions, positions new ones.
+pub(crate) struct Listener {
+    pub(crate) state: Arc<Mutex<State>>,
+    pub(crate) topic: String,
+    pub(crate) revoke_timeout: Duration,
+    pub(crate) start_from: Option<StartFrom>,
+    pub(crate) connection: ClientConfig,
+    /// Bumped on every assignment (the loop re-applies a pause to new partitions).
+    pub(crate) generation: Arc<AtomicU64>,
+}
+
+impl Listener {
+    fn start_offsets(&self, consumer: &BaseConsumer<SourceContext>, tpl: &mut TopicPartitionList) {
+        let Some(sf) = &self.start_from else { return };
+        if matches!(sf, StartFrom::Earliest | StartFrom::Latest) {
+            return; // auto.offset.reset does it
+        }
+        let ours: Vec<i32> = tpl
+            .elements()
+            .iter()
+            .filter(|e| e.topic() == self.topic)
+            .map(|e| e.partition())
+            .collect();
+        let mut q = TopicPartitionList::new();
+        for p in &ours {
+            q.add_partition(&self.topic, *p);
+        }
+        let committed = match consumer.committed_offsets(q, Duration::from_secs(10)) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read committed offsets; starting per auto.offset.reset");
+                return;
+            }
+        };
+        let fresh: Vec<i32> = committed
+            .elements()
+            .iter()
+            .filter(|e| !matches!(e.offset(), Offset::Offset(_)))
+            .map(|e| e.partition())
+            .collect();
+        if fresh.is_empty() {
+            return;
+        }
+        let found = match sf {
+            StartFrom::Timestamp(ms) => {
+                let mut q = TopicPartitionList::new();
+                for p in &fresh {
+                    let _ = q.add_partition_offset(&self.topic, *p, Offset::Offset(*ms));
+                }
+                consumer.offsets_for_times(q, Duration::from_secs(10))
+            }
+            StartFrom::Group(g) => {
+                let mut cfg = self.connection.clone();
+                cfg.set("group.id", g).set("enable.auto.commit", "false");
+                match cfg.create::<BaseConsumer>() {
+                    Ok(other) => {
+                        let mut q = TopicPartitionList::new();
+                        for p in &fresh {
+                            q.add_partition(&self.topic, *p);
+                        }
+                        other.committed_offsets(q, Duration::from_secs(10))
+                    }
+                    Err(e) => Err(e),
+                }
+            }
+            StartFrom::Earliest | StartFrom::Latest => return,
+        };
+        match found {
+            Ok(list) => {
+                for e in list.elements() {
+                    let off = e.offset();
+                    if matches!(off, Offset::Offset(_) | Offset::End) {
+                        tracing::info!(partition = e.partition(), offset = ?off, "start position from start_from");
+                        let _ = tpl.set_partition_offset(&self.topic, e.partition(), off);
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot resolve start_from; starting per auto.offset.reset")
+            }
+        }
+    }
+}
+
+impl RebalanceListener for Listener {
+    fn assigning(&self, consumer: &BaseConsumer<SourceContext>, tpl: &mut TopicPartitionList) {
+        self.start_offsets(consumer, tpl);
+    }
+
+    fn assigned(&self, partitions: &[i32]) {
+        lock(&self.state).assigned(partitions);
+        self.generation.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn revoking(&self, consumer: &BaseConsumer<SourceContext>, partitions: &[i32]) {
+        let mut st = lock(&self.state);
+        // Ship what is batched, wait (bounded) for the acknowledgements of these partitions,
+        // commit what is acknowledged, forget the rest (the next owner re-reads it).
+        st.flush(Instant::now());
+        let settled = st.settle(Instant::now() + self.revoke_timeout, Some(partitions));
+        if !settled {
+            tracing::warn!(partitions = ?partitions, "revoke deadline passed with rows unacknowledged; they stay uncommitted");
+        }
+        commit(&mut st, consumer, Some(partitions), CommitMode::Sync);
+        st.forget(partitions);
+    }
+}
+
+/// Runs the consumer until `shutdown`, then drains. Returns whether everything in flight was
+/// acknowledged and committed within the drain deadline.
+pub(crate) fn run(
+    consumer: BaseConsumer<SourceContext>,
+    state: Arc<Mutex<State>>,
+    health: Arc<Health>,
+    generation: Arc<AtomicU64>,
+    cfg: KafkaLoop,
+    shutdown: CancellationToken,
+) -> bool {
+    if let Err(e) = consumer.subscribe(&[&cfg.topic]) {
+        tracing::error!(error = %e, topic = %cfg.topic, "cannot subscribe");
+        return false;
+    }
+    let mut paused = false;
+    let mut paused_gen = 0u64;
+    let mut last_commit = Instant::now();
+    let mut last_meta: Option<Instant> = None;
+    let mut last_housekeeping = Instant::now();
+    let mut errors = RateLimit::new();
+    loop {
+        if shutdown.is_cancelled() {
+            break;
+        }
+        let now = Instant::now();
+        let deadline = if now.duration_since(last_housekeeping) >= Duration::from_millis(5) {
+            last_housekeeping = now;
+            let (over, under, deadline) = {
+                let mut st = lock(&state);
+                st.drain_events(None);
+                st.retry_dead_letters(now);
+                st.poll_linger(now);
+                if now.duration_since(last_commit) >= cfg.commit_interval {
+                    commit(&mut st, &consumer, None, CommitMode::Sync);
+                    last_commit = now;
+                }
+                (
+                    st.over_budget(),
+                    st.under_half_budget(),
+                    st.batcher.deadline(),
+                )
+            };
+            let gen = generation.load(Ordering::Relaxed);
+            if (over && !paused) || (paused && gen != paused_gen) {
+                if let Ok(a) = consumer.assignment() {
+                    if consumer.pause(&a).is_ok() {
+                        if !paused {
+                            tracing::info!("in-flight budget used up: partitions paused");
+                        }
+                        paused = true;
+                        paused_gen = gen;
+                        metrics::gauge!(names::PAUSED_PARTITIONS).set(a.count() as f64);
+                    }
+                }
+            } else if paused && under {
+                if let Ok(a) = consumer.assignment() {
+                    if consumer.resume(&a).is_ok() {
+                        tracing::info!("in-flight budget available: partitions resumed");
+                        paused = false;
+                        metrics::gauge!(names::PAUSED_PARTITIONS).set(0.0);
+                    }
+                }
+            }
+            if !health.topic_exists.load(Ordering::Relaxed)
+                && last_meta.is_none_or(|t| now.duration_since(t) >= Duration::from_secs(5))
+            {
+                last_meta = Some(now);
+                // A listing of all topics never auto-creates one.
+                if let Ok(md) = consumer.fetch_metadata(None, Duration::from_secs(5)) {
+                    let exists = md
+                        .topics()
+                        .iter()
+                        .any(|t| t.name() == cfg.topic && !t.partitions().is_empty());
+                    health.topic_exists.store(exists, Ordering::Relaxed);
+                    if !exists && errors.allow(now) {
+                        tracing::warn!(topic = %cfg.topic, "source topic does not exist yet; waiting");
+                    }
+                }
+            }
+            deadline
+        } else {
+            None
+        };
+        let timeout = deadline
+            .map_or(Duration::from_millis(100), |d| {
+                d.saturating_duration_since(now)
+            })
+            .min(Duration::from_millis(100));
+        match consumer.poll(timeout) {
+            None => {}
+            Some(Ok(m)) => {
+                use rdkafka::Message;
+                lock(&state).on_message(
+                    m.partition(),
+                    m.offset(),
+                    m.key(),
+                    m.payload(),
+                    Instant::now(),
+                );
+            }
+            Some(Err(KafkaError::MessageConsumption(
+                RDKafkaErrorCode::UnknownTopicOrPartition | RDKafkaErrorCode::UnknownTopic,
+            ))) => {
+                health.topic_exists.store(false, Ordering::Relaxed);
+                if errors.allow(Instant::now()) {
+                    tracing::warn!(topic = %cfg.topic, "source topic does not exist yet; waiting");
+                }
+            }
+            Some(Err(e)) if errors.allow(Instant::now()) => {
+                tracing::warn!(error = %e, "consumer error")
+            }
+            Some(Err(_)) => {}
+        }
+    }
+
+    tracing::info!("draining: intake stopped");
+    let deadline = Instant::now() + cfg.drain_timeout;
+    let drained = {
+        let mut st = lock(&state);
+        st.flush(Instant::now());
+        let ok = st.settle(deadline, None);
+        commit(&mut st, &consumer, None, CommitMode::Sync);
+        let t = st.totals;
+        tracing::info!(
+            messages = t.messages,
+            rows = t.rows,
+            dead_letters = t.dead_letters,
+            drained = ok,
+            "drain finished"
+        );
+        ok
+    };
+    consumer.unsubscribe();
+    drop(consumer);
+    drained
+}
