@@ -5,3 +5,4 @@
 mod bootstrap;
 mod cli;
 mod common;
+mod runtime;
