@@ -170,7 +170,7 @@ impl<W: Write> BatchWriter for ArrowStreamWriter<W> {
 pub fn parquet_properties() -> WriterProperties {
     WriterProperties::builder()
         .set_compression(Compression::ZSTD(
-            ZstdLevel::try_new(3).expect("valid level"),
+            ZstdLevel::try_new(1).expect("valid level"),
         ))
         .build()
 }

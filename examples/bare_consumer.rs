@@ -1,0 +1,61 @@
+//! A bare rdkafka consumer: the baseline of `scripts/bench-e2e`. Joins a fresh group, reads
+//! `COUNT` messages from `TOPIC` (touching each payload, nothing else) and prints its rate
+//! (from the first message, so the group join is excluded), CPU time per message and peak RSS.
+//!   bare_consumer BROKERS TOPIC GROUP COUNT
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::Message;
+use std::time::{Duration, Instant};
+
+fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let after = stat.rsplit_once(')').map(|x| x.1).unwrap_or("");
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|s| s.parse::<f64>().ok()).unwrap_or(0.0);
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+fn peak_rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
+        .unwrap_or(0)
+}
+
+fn main() {
+    let a: Vec<String> = std::env::args().collect();
+    let (brokers, topic, group, count): (&str, &str, &str, u64) =
+        (&a[1], &a[2], &a[3], a[4].parse().expect("COUNT"));
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("group.id", group)
+        .set("session.timeout.ms", "6000")
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "earliest")
+        .create()
+        .expect("consumer");
+    c.subscribe(&[topic]).expect("subscribe");
+    let mut n = 0u64;
+    let mut bytes = 0u64;
+    let mut first: Option<(Instant, f64)> = None;
+    while n < count {
+        if let Some(Ok(m)) = c.poll(Duration::from_millis(100)) {
+            if first.is_none() {
+                first = Some((Instant::now(), cpu_seconds()));
+            }
+            bytes += m.payload().map_or(0, |p| p.len() as u64);
+            n += 1;
+        }
+    }
+    let (t0, c0) = first.expect("messages");
+    let secs = t0.elapsed().as_secs_f64();
+    let cpu = cpu_seconds() - c0;
+    println!(
+        "{{\"messages\":{n},\"bytes\":{bytes},\"seconds\":{secs:.3},\"msgs_per_second\":{:.0},\"cpu_us_per_message\":{:.3},\"peak_rss_mib\":{:.1}}}",
+        n as f64 / secs,
+        cpu * 1e6 / n as f64,
+        peak_rss_kib() as f64 / 1024.0
+    );
+}
