@@ -17,8 +17,10 @@
 //! - [`output`]: writers for jsonl, Arrow IPC and Parquet.
 //! - [`gen`]: synthetic logs for tests, benches and the demo.
 //! - [`commands`]: the offline commands (`convert`, `gen`, `schema`, `check-config`).
+//! - [`bigquery`]: the BigQuery sink's writer (Storage Write API, Arrow rows) and table management.
 //! - [`bootstrap`]: one publisher Deployment per model version on Kubernetes.
 
+pub mod bigquery;
 pub mod bootstrap;
 pub mod cli;
 pub mod commands;

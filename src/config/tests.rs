@@ -16,25 +16,44 @@ fn merlin_yaml_parses_unchanged() {
     let (c, warnings) = parse(MERLIN, Needs::RUN).unwrap();
     assert_eq!(c.model_version, "3");
     assert_eq!(c.model_id, "credit-model");
-    let names: Vec<_> = c.inference_schema.feature_types.iter().map(|(n, _)| n.as_str()).collect();
-    assert_eq!(names, ["amount", "merchant_id", "num_txn_24h", "is_foreign"], "feature order kept");
+    let names: Vec<_> = c
+        .inference_schema
+        .feature_types
+        .iter()
+        .map(|(n, _)| n.as_str())
+        .collect();
+    assert_eq!(
+        names,
+        ["amount", "merchant_id", "num_txn_24h", "is_foreign"],
+        "feature order kept"
+    );
     match &c.inference_schema.model_prediction_output {
-        ModelOutput::Binary { score_threshold, .. } => assert_eq!(*score_threshold, 0.5, "null threshold means 0.5"),
+        ModelOutput::Binary {
+            score_threshold, ..
+        } => assert_eq!(*score_threshold, 0.5, "null threshold means 0.5"),
         other => panic!("unexpected {other:?}"),
     }
     assert!(
-        warnings.iter().any(|w| w.contains("prediction_label_column")),
+        warnings
+            .iter()
+            .any(|w| w.contains("prediction_label_column")),
         "unknown Merlin keys are warned about: {warnings:?}"
     );
     let src = c.observation_source.clone().unwrap();
-    assert_eq!(src.additional_consumer_config[1], ("fetch.min.bytes".into(), "1024000".into()));
+    assert_eq!(
+        src.additional_consumer_config[1],
+        ("fetch.min.bytes".into(), "1024000".into())
+    );
     assert_eq!(c.bigquery().unwrap().ttl_days, 14);
 }
 
 #[test]
 fn environment_wrapper_and_numeric_version() {
     let y = MERLIN.replace("model_version: \"3\"", "model_version: 3");
-    let wrapped = format!("environment:\n{}", y.lines().map(|l| format!("  {l}\n")).collect::<String>());
+    let wrapped = format!(
+        "environment:\n{}",
+        y.lines().map(|l| format!("  {l}\n")).collect::<String>()
+    );
     let (c, _) = parse(&wrapped, Needs::RUN).unwrap();
     assert_eq!(c.model_version, "3");
 }
@@ -130,7 +149,11 @@ inference_schema:
     class_labels: [a, b]
 "#;
     let err = parse(y, Needs::CONVERT).unwrap_err();
-    assert!(err.to_string().contains("has 2 labels but prediction_score_columns has 3"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("has 2 labels but prediction_score_columns has 3"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -139,11 +162,17 @@ fn env_and_set_layering() {
     let path = dir.path().join("c.yaml");
     std::fs::write(&path, MERLIN).unwrap();
     let env = vec![
-        ("OBS_PUBLISHER__BATCHING__MAX_ROWS".to_string(), "1234".to_string()),
+        (
+            "OBS_PUBLISHER__BATCHING__MAX_ROWS".to_string(),
+            "1234".to_string(),
+        ),
         ("OBS_PUBLISHER__MODEL_VERSION".to_string(), "7".to_string()),
         ("UNRELATED".to_string(), "x".to_string()),
     ];
-    let sets = vec!["model_version=8".to_string(), "observation_sinks.0.config.ttl_days=30".to_string()];
+    let sets = vec![
+        "model_version=8".to_string(),
+        "observation_sinks.0.config.ttl_days=30".to_string(),
+    ];
     let v = load_value(Some(&path), env, &sets).unwrap();
     let (c, _) = Config::from_value(&v, Needs::RUN).unwrap();
     assert_eq!(c.batching.max_rows, 1234, "env applies");
@@ -161,4 +190,56 @@ fn secrets_are_redacted() {
     let out = c.to_redacted_yaml();
     assert!(!out.contains("hunter2"), "{out}");
     assert!(out.contains("sasl.password: <redacted>"), "{out}");
+}
+
+#[test]
+fn bigquery_options_are_known_and_validated() {
+    let (c, warnings) = parse(MERLIN, Needs::RUN).unwrap();
+    let b = c.bigquery().unwrap();
+    assert_eq!(b.max_request_bytes, DEFAULT_MAX_REQUEST_BYTES);
+    assert_eq!(b.storage_endpoint, DEFAULT_STORAGE_ENDPOINT);
+    assert_eq!(b.auth, BigQueryAuth::Adc);
+    assert!(
+        !warnings.iter().any(|w| w.contains("storage_endpoint")),
+        "{warnings:?}"
+    );
+
+    let y = MERLIN.replace(
+        "ttl_days: 14",
+        "ttl_days: 14\n    storage_endpoint: http://127.0.0.1:19060\n    rest_base_url: http://127.0.0.1:19050/bigquery/v2/\n    auth: none\n    max_request_bytes: 4MiB\n    max_inflight_bytes: 16MiB\n    clustering: [merchant_id]\n    emulator_compat: true",
+    );
+    let (c, warnings) = parse(&y, Needs::RUN).unwrap();
+    let b = c.bigquery().unwrap();
+    assert_eq!(
+        b.rest_base_url, "http://127.0.0.1:19050/bigquery/v2",
+        "trailing slash dropped"
+    );
+    assert_eq!(b.auth, BigQueryAuth::None);
+    assert_eq!(
+        (b.max_request_bytes, b.max_inflight_bytes),
+        (4 << 20, 16 << 20)
+    );
+    assert_eq!(b.clustering, ["merchant_id"]);
+    assert!(b.emulator_compat);
+    assert!(
+        !warnings.iter().any(|w| w.contains("emulator_compat")),
+        "{warnings:?}"
+    );
+
+    let y = MERLIN.replace(
+        "ttl_days: 14",
+        "ttl_days: 14\n    storage_endpoint: grpc.example\n    auth: oauth\n    max_request_bytes: 11MiB\n    max_inflight_bytes: 1MiB\n    clustering: [amount, nope, a, b, c]",
+    );
+    let text = parse(&y, Needs::RUN).unwrap_err().to_string();
+    for expected in [
+        "storage_endpoint: expected an http:// or https:// URL",
+        "auth: unknown auth mode \"oauth\"",
+        "max_request_bytes: 11534336 exceeds BigQuery's AppendRows cap",
+        "max_inflight_bytes: must be at least max_request_bytes",
+        "at most 4 clustering columns",
+        "\"amount\" is a FLOAT column",
+        "\"nope\" is not a column of the table",
+    ] {
+        assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
+    }
 }

@@ -1,0 +1,934 @@
+//! The at-least-once writer: one persistent bidirectional AppendRows stream per table on the
+//! `_default` stream, fed from a channel, many requests in flight, bounded by bytes.
+//!
+//! # Guarantee
+//! A caller's [`Pending`] resolves only when **every** row of its batch is either accepted by
+//! BigQuery (a response with an append result for the request carrying it) or reported in
+//! [`AppendOutcome::rejected`] because BigQuery refused that row (`row_errors`, a data error
+//! isolated to that single row, or a row larger than a request may be). Nothing else resolves it:
+//! transient errors are retried forever with jittered, capped backoff; permission and
+//! missing-table errors mark the writer unhealthy and are retried slowly; if the writer is dropped
+//! or closed first, the `Pending` fails with [`WriterError::Closed`] and the rows count as not
+//! written. A request whose response was lost with its connection is re-sent, so a row can land
+//! twice (at-least-once); never zero times.
+//!
+//! # Mechanics
+//! Responses arrive in request order, so the driver keeps the requests sent on the current
+//! connection in a FIFO and matches each response to its front. On a retryable in-band error it
+//! stops sending (half-close), collects the answers to what was already sent, backs off and
+//! reconnects; when a connection ends or fails, every un-answered request is re-sent in order on
+//! the next one. A request over the size cap is split in two; a request refused for its data
+//! without `row_errors` is bisected until the refused rows are alone.
+
+use super::client::StorageClient;
+use super::encode::{append_request, payload_budget, schema_bytes, split_to_fit};
+use super::error::{Action, ErrorInfo};
+use super::metrics as m;
+use super::proto::{append_rows_response, AppendRowsRequest, AppendRowsResponse};
+use super::TableRef;
+use arrow_array::{RecordBatch, UInt32Array};
+use arrow_schema::{ArrowError, SchemaRef};
+use bytes::Bytes;
+use std::collections::{HashMap, VecDeque};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot, watch, OwnedSemaphorePermit, Semaphore};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tonic::codec::Streaming;
+use tonic::Status;
+use tracing::{debug, info, warn};
+
+/// Writer settings.
+#[derive(Debug, Clone)]
+pub struct WriterOptions {
+    /// Upper bound of one serialized AppendRows request.
+    pub max_request_bytes: usize,
+    /// Upper bound of the encoded bytes admitted and not yet resolved; `append` waits above it.
+    pub max_inflight_bytes: usize,
+    /// First reconnect delay after a transient error.
+    pub backoff_initial: Duration,
+    /// Cap of the reconnect delay.
+    pub backoff_max: Duration,
+    /// Delay between attempts while BigQuery refuses for permissions or a missing table.
+    pub fatal_retry_interval: Duration,
+    /// Consecutive failed attempts after which the writer reports itself unhealthy.
+    pub unhealthy_after: u32,
+    /// How long to wait for the answers to requests already sent after a half-close.
+    pub drain_timeout: Duration,
+}
+
+impl Default for WriterOptions {
+    fn default() -> Self {
+        WriterOptions {
+            max_request_bytes: crate::config::DEFAULT_MAX_REQUEST_BYTES as usize,
+            max_inflight_bytes: crate::config::DEFAULT_MAX_INFLIGHT_BYTES as usize,
+            backoff_initial: Duration::from_millis(100),
+            backoff_max: Duration::from_secs(10),
+            fatal_retry_interval: Duration::from_secs(30),
+            unhealthy_after: 3,
+            drain_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Why rows were refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RejectReason {
+    /// BigQuery listed the row in `row_errors`.
+    RowError,
+    /// BigQuery refused a request holding only this row (INVALID_ARGUMENT).
+    Invalid,
+    /// The row alone exceeds `max_request_bytes`.
+    TooLarge,
+}
+
+impl RejectReason {
+    /// Bounded label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RejectReason::RowError => "row_error",
+            RejectReason::Invalid => "invalid",
+            RejectReason::TooLarge => "too_large",
+        }
+    }
+}
+
+/// A row BigQuery will not take; dead-letter it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RejectedRow {
+    /// Index of the row in the batch given to [`AppendWriter::append`].
+    pub index: usize,
+    /// Why.
+    pub reason: RejectReason,
+    /// BigQuery's message.
+    pub message: String,
+}
+
+/// The resolution of one appended batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AppendOutcome {
+    /// Rows in the batch.
+    pub rows: usize,
+    /// Rows BigQuery accepted.
+    pub appended: usize,
+    /// Rows BigQuery refused, by index, sorted.
+    pub rejected: Vec<RejectedRow>,
+}
+
+/// Errors of the writer's API.
+#[derive(Debug, thiserror::Error)]
+pub enum WriterError {
+    /// The batch's schema is not the writer's (a schema change needs a new writer).
+    #[error("record batch schema differs from the writer's schema")]
+    SchemaMismatch,
+    /// Arrow IPC encoding failed.
+    #[error("encoding the record batch: {0}")]
+    Encode(#[from] ArrowError),
+    /// The writer stopped before the batch was resolved: its rows are not written.
+    #[error("the BigQuery writer stopped before the batch was acknowledged")]
+    Closed,
+}
+
+/// The caller's handle on one appended batch; resolves as described in the module docs.
+#[derive(Debug)]
+pub struct Pending(oneshot::Receiver<AppendOutcome>);
+
+impl Future for Pending {
+    type Output = Result<AppendOutcome, WriterError>;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        Pin::new(&mut self.0)
+            .poll(cx)
+            .map(|r| r.map_err(|_| WriterError::Closed))
+    }
+}
+
+/// Handle on the writer task of one table. Cheap operations only; drop it to stop the task.
+#[derive(Debug)]
+pub struct AppendWriter {
+    jobs: Option<mpsc::UnboundedSender<Job>>,
+    budget: Arc<Semaphore>,
+    max_inflight: usize,
+    payload_budget: usize,
+    schema: SchemaRef,
+    health: watch::Receiver<bool>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl AppendWriter {
+    /// Starts the writer task for `table`'s default stream. Connects lazily, on the first batch.
+    pub fn start(
+        client: StorageClient,
+        table: &TableRef,
+        schema: SchemaRef,
+        opts: WriterOptions,
+    ) -> Result<Self, WriterError> {
+        let write_stream = table.default_stream();
+        let schema_bytes = schema_bytes(&schema)?;
+        let payload_budget = payload_budget(opts.max_request_bytes, &write_stream, &schema_bytes);
+        let (jobs_tx, jobs_rx) = mpsc::unbounded_channel();
+        let (health_tx, health) = watch::channel(true);
+        metrics::gauge!(m::HEALTHY).set(1.0);
+        let max_inflight = opts.max_inflight_bytes.clamp(1, u32::MAX as usize);
+        let driver = Driver {
+            client,
+            write_stream,
+            schema_bytes,
+            opts,
+            jobs: jobs_rx,
+            jobs_open: true,
+            batches: HashMap::new(),
+            next_id: 0,
+            queue: VecDeque::new(),
+            inflight: VecDeque::new(),
+            conn: None,
+            retry_at: None,
+            failures: 0,
+            connections: 0,
+            attempt_failed: false,
+            health: health_tx,
+        };
+        Ok(AppendWriter {
+            jobs: Some(jobs_tx),
+            budget: Arc::new(Semaphore::new(max_inflight)),
+            max_inflight,
+            payload_budget,
+            schema,
+            health,
+            task: Some(tokio::spawn(driver.run())),
+        })
+    }
+
+    /// Encodes `batch`, waits until the in-flight byte budget admits it, and queues it. The
+    /// returned [`Pending`] resolves when every row is accepted or reported rejected.
+    pub async fn append(&self, batch: RecordBatch) -> Result<Pending, WriterError> {
+        if batch.schema().fields() != self.schema.fields() {
+            return Err(WriterError::SchemaMismatch);
+        }
+        let rows = batch.num_rows();
+        let split = split_to_fit(&batch, self.payload_budget)?;
+        let bytes: usize = split.pieces.iter().map(|p| p.payload.len()).sum();
+        let permits = bytes.clamp(1, self.max_inflight) as u32;
+        let permit = Arc::clone(&self.budget)
+            .acquire_many_owned(permits)
+            .await
+            .map_err(|_| WriterError::Closed)?;
+        let (done, rx) = oneshot::channel();
+        let rejected = split
+            .oversized
+            .iter()
+            .map(|&index| RejectedRow {
+                index,
+                reason: RejectReason::TooLarge,
+                message: format!(
+                    "the row alone exceeds max_request_bytes ({} payload bytes)",
+                    self.payload_budget
+                ),
+            })
+            .collect();
+        let reqs = split
+            .pieces
+            .into_iter()
+            .map(|p| Req {
+                batch: 0,
+                rows: RowMap::Range(p.offset),
+                data: p.batch,
+                payload: p.payload,
+                sent_at: None,
+            })
+            .collect();
+        let job = Job {
+            rows,
+            bytes,
+            reqs,
+            rejected,
+            permit,
+            done,
+        };
+        let jobs = self.jobs.as_ref().ok_or(WriterError::Closed)?;
+        jobs.send(job).map_err(|_| WriterError::Closed)?;
+        Ok(Pending(rx))
+    }
+
+    /// True while BigQuery is reachable with the needed permissions (see [`Self::health`]).
+    pub fn is_healthy(&self) -> bool {
+        *self.health.borrow()
+    }
+
+    /// Health updates: false after `unhealthy_after` consecutive failed attempts or at once on a
+    /// permission / not-found / authentication error; true again after an accepted append.
+    pub fn health(&self) -> watch::Receiver<bool> {
+        self.health.clone()
+    }
+
+    /// Stops taking batches and waits up to `deadline` for the queued ones to resolve. Returns
+    /// true when everything was resolved; otherwise the task is stopped and the unresolved
+    /// batches fail with [`WriterError::Closed`].
+    pub async fn close(mut self, deadline: Duration) -> bool {
+        self.jobs = None;
+        let Some(mut task) = self.task.take() else {
+            return true;
+        };
+        match tokio::time::timeout(deadline, &mut task).await {
+            Ok(_) => true,
+            Err(_) => {
+                task.abort();
+                false
+            }
+        }
+    }
+}
+
+impl Drop for AppendWriter {
+    fn drop(&mut self) {
+        if let Some(t) = self.task.take() {
+            t.abort();
+        }
+    }
+}
+
+/// Maps a request's rows to the rows of the caller's batch.
+#[derive(Debug, Clone)]
+enum RowMap {
+    /// Row i is row `start + i`.
+    Range(usize),
+    /// Row i is row `v[i]`.
+    Indexed(Arc<[u32]>),
+}
+
+impl RowMap {
+    fn get(&self, i: usize) -> usize {
+        match self {
+            RowMap::Range(start) => start + i,
+            RowMap::Indexed(v) => v[i] as usize,
+        }
+    }
+
+    fn slice(&self, off: usize, len: usize) -> RowMap {
+        match self {
+            RowMap::Range(start) => RowMap::Range(start + off),
+            RowMap::Indexed(v) => RowMap::Indexed(v[off..off + len].into()),
+        }
+    }
+}
+
+/// One request's worth of rows.
+#[derive(Debug)]
+struct Req {
+    batch: u64,
+    rows: RowMap,
+    data: RecordBatch,
+    payload: Bytes,
+    sent_at: Option<Instant>,
+}
+
+impl Req {
+    fn n(&self) -> usize {
+        self.data.num_rows()
+    }
+
+    /// Re-encodes the rows `[off, off+len)` as a new request.
+    fn slice(&self, off: usize, len: usize) -> Result<Req, ArrowError> {
+        let data = self.data.slice(off, len);
+        let payload = super::encode::batch_bytes(&data)?;
+        Ok(Req {
+            batch: self.batch,
+            rows: self.rows.slice(off, len),
+            data,
+            payload,
+            sent_at: None,
+        })
+    }
+
+    /// Re-encodes the rows not in `drop` as a new request (None if none is left).
+    fn without(&self, drop: &[usize]) -> Result<Option<Req>, ArrowError> {
+        let keep: Vec<u32> = (0..self.n())
+            .filter(|i| !drop.contains(i))
+            .map(|i| i as u32)
+            .collect();
+        if keep.is_empty() {
+            return Ok(None);
+        }
+        let data =
+            arrow_select::take::take_record_batch(&self.data, &UInt32Array::from(keep.clone()))?;
+        let payload = super::encode::batch_bytes(&data)?;
+        let rows = RowMap::Indexed(
+            keep.iter()
+                .map(|&i| self.rows.get(i as usize) as u32)
+                .collect(),
+        );
+        Ok(Some(Req {
+            batch: self.batch,
+            rows,
+            data,
+            payload,
+            sent_at: None,
+        }))
+    }
+}
+
+/// A batch as handed to the driver.
+struct Job {
+    rows: usize,
+    bytes: usize,
+    reqs: Vec<Req>,
+    rejected: Vec<RejectedRow>,
+    permit: OwnedSemaphorePermit,
+    done: oneshot::Sender<AppendOutcome>,
+}
+
+impl std::fmt::Debug for Job {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Job")
+            .field("rows", &self.rows)
+            .field("requests", &self.reqs.len())
+            .finish()
+    }
+}
+
+/// A batch being written.
+struct BatchState {
+    rows: usize,
+    bytes: usize,
+    appended: usize,
+    /// Requests of this batch not yet resolved.
+    open: usize,
+    rejected: Vec<RejectedRow>,
+    done: Option<oneshot::Sender<AppendOutcome>>,
+    _permit: OwnedSemaphorePermit,
+}
+
+enum ConnState {
+    Opening(JoinHandle<Result<Streaming<AppendRowsResponse>, Status>>),
+    Open(Streaming<AppendRowsResponse>),
+}
+
+struct Conn {
+    /// None once half-closed (draining).
+    tx: Option<mpsc::UnboundedSender<AppendRowsRequest>>,
+    state: ConnState,
+    schema_sent: bool,
+    drain_deadline: Option<Instant>,
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        if let ConnState::Opening(h) = &self.state {
+            h.abort();
+        }
+    }
+}
+
+enum Wake {
+    Conn(ConnEvent),
+    Job(Option<Job>),
+    Retry,
+    DrainTimeout,
+}
+
+enum ConnEvent {
+    Opened(Result<Streaming<AppendRowsResponse>, Status>),
+    Message(Result<Option<AppendRowsResponse>, Status>),
+}
+
+async fn next_event(conn: &mut Conn) -> ConnEvent {
+    match &mut conn.state {
+        ConnState::Opening(h) => ConnEvent::Opened(match h.await {
+            Ok(r) => r,
+            Err(e) => Err(Status::internal(format!("append task failed: {e}"))),
+        }),
+        ConnState::Open(s) => ConnEvent::Message(s.message().await),
+    }
+}
+
+struct Driver {
+    client: StorageClient,
+    write_stream: String,
+    schema_bytes: Bytes,
+    opts: WriterOptions,
+    jobs: mpsc::UnboundedReceiver<Job>,
+    jobs_open: bool,
+    batches: HashMap<u64, BatchState>,
+    next_id: u64,
+    /// Requests waiting to be sent on the current (or next) connection.
+    queue: VecDeque<Req>,
+    /// Requests sent on the current connection, oldest first, awaiting their responses.
+    inflight: VecDeque<Req>,
+    conn: Option<Conn>,
+    /// No connection attempt before this instant.
+    retry_at: Option<Instant>,
+    /// Consecutive failed attempts (reset by an accepted append).
+    failures: u32,
+    connections: u64,
+    /// The current connection attempt already counted as failed.
+    attempt_failed: bool,
+    health: watch::Sender<bool>,
+}
+
+impl Driver {
+    async fn run(mut self) {
+        loop {
+            self.pump();
+            if !self.jobs_open && self.batches.is_empty() {
+                debug!("BigQuery writer drained");
+                return;
+            }
+            let waiting = self.conn.is_none() && !self.queue.is_empty() && self.retry_at.is_some();
+            let retry_at = self.retry_at.unwrap_or_else(Instant::now);
+            let drain_at = self.conn.as_ref().and_then(|c| c.drain_deadline);
+            let has_conn = self.conn.is_some();
+            let wake = {
+                let conn = &mut self.conn;
+                let jobs = &mut self.jobs;
+                tokio::select! {
+                    biased;
+                    ev = async {
+                        match conn.as_mut() {
+                            Some(c) => next_event(c).await,
+                            None => std::future::pending().await,
+                        }
+                    }, if has_conn => Wake::Conn(ev),
+                    job = jobs.recv(), if self.jobs_open => Wake::Job(job),
+                    _ = tokio::time::sleep_until(retry_at), if waiting => Wake::Retry,
+                    _ = tokio::time::sleep_until(drain_at.unwrap_or(retry_at)), if drain_at.is_some() => Wake::DrainTimeout,
+                }
+            };
+            match wake {
+                Wake::Conn(ev) => self.on_event(ev),
+                Wake::Job(Some(job)) => self.admit(job),
+                Wake::Job(None) => self.jobs_open = false,
+                Wake::Retry => self.retry_at = None,
+                Wake::DrainTimeout => {
+                    warn!(
+                        unanswered = self.inflight.len(),
+                        "BigQuery did not answer after half-close; dropping the connection and re-sending"
+                    );
+                    self.lose_connection();
+                }
+            }
+        }
+    }
+
+    /// Opens a connection when there is work and no backoff, and sends everything queued.
+    fn pump(&mut self) {
+        if self.queue.is_empty() {
+            return;
+        }
+        if self.conn.is_none() {
+            if self.retry_at.is_some_and(|t| t > Instant::now()) {
+                return;
+            }
+            self.retry_at = None;
+            self.open();
+        }
+        let Some(conn) = self.conn.as_mut() else {
+            return;
+        };
+        let Some(tx) = conn.tx.as_ref() else { return };
+        while let Some(mut req) = self.queue.pop_front() {
+            let msg = if conn.schema_sent {
+                append_request("", None, &req.payload, None)
+            } else {
+                conn.schema_sent = true;
+                append_request(
+                    &self.write_stream,
+                    Some(&self.schema_bytes),
+                    &req.payload,
+                    None,
+                )
+            };
+            req.sent_at = Some(Instant::now());
+            if tx.send(msg).is_err() {
+                // The stream's sending side is gone; its end will show up as an event.
+                self.queue.push_front(req);
+                break;
+            }
+            self.inflight.push_back(req);
+        }
+        metrics::gauge!(m::INFLIGHT_REQUESTS).set(self.inflight.len() as f64);
+    }
+
+    fn open(&mut self) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let client = self.client.clone();
+        let ws = self.write_stream.clone();
+        let h = tokio::spawn(async move {
+            client
+                .append_rows(
+                    &ws,
+                    tokio_stream::wrappers::UnboundedReceiverStream::new(rx),
+                )
+                .await
+        });
+        self.connections += 1;
+        self.attempt_failed = false;
+        if self.connections > 1 {
+            metrics::counter!(m::RECONNECTS_TOTAL).increment(1);
+        }
+        debug!(stream = %self.write_stream, "opening AppendRows connection");
+        self.conn = Some(Conn {
+            tx: Some(tx),
+            state: ConnState::Opening(h),
+            schema_sent: false,
+            drain_deadline: None,
+        });
+    }
+
+    fn admit(&mut self, job: Job) {
+        let id = self.next_id;
+        self.next_id += 1;
+        metrics::gauge!(m::INFLIGHT_BYTES).increment(job.bytes as f64);
+        self.batches.insert(
+            id,
+            BatchState {
+                rows: job.rows,
+                bytes: job.bytes,
+                appended: 0,
+                open: job.reqs.len(),
+                rejected: job.rejected,
+                done: Some(job.done),
+                _permit: job.permit,
+            },
+        );
+        for mut r in job.reqs {
+            r.batch = id;
+            self.queue.push_back(r);
+        }
+        self.finish_if_done(id);
+    }
+
+    fn finish_if_done(&mut self, id: u64) {
+        let done = self.batches.get(&id).is_some_and(|b| b.open == 0);
+        if !done {
+            return;
+        }
+        if let Some(mut b) = self.batches.remove(&id) {
+            metrics::gauge!(m::INFLIGHT_BYTES).decrement(b.bytes as f64);
+            b.rejected.sort_by_key(|r| r.index);
+            for r in &b.rejected {
+                metrics::counter!(m::ROW_ERRORS_TOTAL, "kind" => r.reason.as_str()).increment(1);
+            }
+            let outcome = AppendOutcome {
+                rows: b.rows,
+                appended: b.appended,
+                rejected: b.rejected,
+            };
+            if let Some(done) = b.done.take() {
+                // The caller may have stopped waiting; the rows are written either way.
+                let _ = done.send(outcome);
+            }
+        }
+    }
+
+    fn set_health(&self, ok: bool) {
+        if *self.health.borrow() != ok {
+            if ok {
+                info!(stream = %self.write_stream, "BigQuery writer healthy again");
+            }
+            self.health.send_replace(ok);
+            metrics::gauge!(m::HEALTHY).set(if ok { 1.0 } else { 0.0 });
+        }
+    }
+
+    fn backoff(&self) -> Duration {
+        let exp = self.failures.saturating_sub(1).min(20);
+        let d = self
+            .opts
+            .backoff_initial
+            .saturating_mul(1u32 << exp)
+            .min(self.opts.backoff_max);
+        jitter(d)
+    }
+
+    /// A failed attempt: schedule the next one and update health.
+    fn failed(&mut self, info: &ErrorInfo, action: Action) {
+        if !self.attempt_failed {
+            self.attempt_failed = true;
+            self.failures = self.failures.saturating_add(1);
+        }
+        metrics::counter!(m::RETRIES_TOTAL, "code" => info.code_name()).increment(1);
+        let fatal = matches!(
+            action,
+            Action::Fatal | Action::AlreadyExists | Action::OutOfRange
+        );
+        let delay = if fatal {
+            metrics::counter!(m::FATAL_ERRORS_TOTAL, "code" => info.code_name()).increment(1);
+            warn!(stream = %self.write_stream, error = %info, "BigQuery refuses the writer; unhealthy, retrying slowly, nothing is acknowledged");
+            self.set_health(false);
+            jitter(self.opts.fatal_retry_interval)
+        } else {
+            if self.failures >= self.opts.unhealthy_after {
+                self.set_health(false);
+            }
+            if action == Action::SchemaMismatch {
+                warn!(stream = %self.write_stream, error = %info, "table lacks columns of the writer's schema; retrying on a new connection");
+            } else {
+                warn!(stream = %self.write_stream, error = %info, attempt = self.failures, "AppendRows failed; retrying");
+            }
+            self.backoff()
+        };
+        let at = Instant::now() + delay;
+        self.retry_at = Some(self.retry_at.map_or(at, |t| t.max(at)));
+    }
+
+    /// Stop sending on this connection; collect the answers to what was sent, then reconnect.
+    fn begin_drain(&mut self) {
+        if let Some(c) = self.conn.as_mut() {
+            if c.tx.take().is_some() {
+                c.drain_deadline = Some(Instant::now() + self.opts.drain_timeout);
+            }
+        }
+    }
+
+    /// The connection is gone: everything un-answered is re-sent, first, on the next one.
+    fn lose_connection(&mut self) {
+        self.conn = None;
+        while let Some(r) = self.inflight.pop_back() {
+            self.queue.push_front(r);
+        }
+        metrics::gauge!(m::INFLIGHT_REQUESTS).set(0.0);
+    }
+
+    fn on_event(&mut self, ev: ConnEvent) {
+        match ev {
+            ConnEvent::Opened(Ok(stream)) => {
+                if let Some(c) = self.conn.as_mut() {
+                    c.state = ConnState::Open(stream);
+                }
+            }
+            ConnEvent::Opened(Err(status)) | ConnEvent::Message(Err(status)) => {
+                let info = ErrorInfo::from_status(&status);
+                let action = info.action();
+                if action == Action::Split {
+                    self.split_largest_inflight();
+                }
+                self.lose_connection();
+                self.failed(&info, action);
+            }
+            ConnEvent::Message(Ok(None)) => {
+                let clean = self.inflight.is_empty();
+                self.lose_connection();
+                if !clean {
+                    let info = ErrorInfo {
+                        code: tonic::Code::Unavailable,
+                        message: "AppendRows stream ended with requests unanswered".into(),
+                        storage_code: None,
+                    };
+                    self.failed(&info, Action::Retry);
+                }
+            }
+            ConnEvent::Message(Ok(Some(resp))) => self.on_response(resp),
+        }
+    }
+
+    fn on_response(&mut self, resp: AppendRowsResponse) {
+        let Some(req) = self.inflight.pop_front() else {
+            warn!("AppendRows response without a request; reconnecting");
+            self.begin_drain();
+            return;
+        };
+        metrics::gauge!(m::INFLIGHT_REQUESTS).set(self.inflight.len() as f64);
+        if let Some(t) = req.sent_at {
+            metrics::histogram!(m::APPEND_LATENCY_SECONDS).record(t.elapsed().as_secs_f64());
+        }
+        if resp.updated_schema.is_some() {
+            info!(stream = %self.write_stream, "BigQuery reports an updated table schema; reconnecting");
+            self.begin_drain();
+        }
+        if !resp.row_errors.is_empty() {
+            self.on_row_errors(req, &resp);
+            return;
+        }
+        match resp.response {
+            Some(append_rows_response::Response::AppendResult(_)) => self.accepted(req),
+            Some(append_rows_response::Response::Error(status)) => {
+                let info = ErrorInfo::from_rpc(&status);
+                self.on_refused(req, info);
+            }
+            None => {
+                let info = ErrorInfo {
+                    code: tonic::Code::Unknown,
+                    message: "AppendRows response with neither a result nor an error".into(),
+                    storage_code: None,
+                };
+                self.on_refused(req, info);
+            }
+        }
+    }
+
+    fn accepted(&mut self, req: Req) {
+        self.failures = 0;
+        self.set_health(true);
+        metrics::counter!(m::ROWS_APPENDED_TOTAL).increment(req.n() as u64);
+        metrics::counter!(m::BYTES_APPENDED_TOTAL).increment(req.payload.len() as u64);
+        if let Some(b) = self.batches.get_mut(&req.batch) {
+            b.appended += req.n();
+            b.open -= 1;
+        }
+        self.finish_if_done(req.batch);
+    }
+
+    fn reject(&mut self, req: &Req, rows: impl IntoIterator<Item = (usize, RejectReason, String)>) {
+        if let Some(b) = self.batches.get_mut(&req.batch) {
+            for (i, reason, message) in rows {
+                b.rejected.push(RejectedRow {
+                    index: req.rows.get(i),
+                    reason,
+                    message,
+                });
+            }
+        }
+    }
+
+    /// Replaces `req` (already counted as one open request of its batch) by `parts`.
+    fn replace(&mut self, req: &Req, parts: Vec<Req>) {
+        if let Some(b) = self.batches.get_mut(&req.batch) {
+            b.open = b.open + parts.len() - 1;
+        }
+        for p in parts.into_iter().rev() {
+            self.queue.push_front(p);
+        }
+        self.finish_if_done(req.batch);
+    }
+
+    fn halves(&self, req: &Req) -> Result<Vec<Req>, ArrowError> {
+        let half = req.n() / 2;
+        Ok(vec![req.slice(0, half)?, req.slice(half, req.n() - half)?])
+    }
+
+    fn on_row_errors(&mut self, req: Req, resp: &AppendRowsResponse) {
+        let n = req.n();
+        let mut bad: Vec<usize> = Vec::new();
+        let mut rows = Vec::new();
+        for e in &resp.row_errors {
+            match usize::try_from(e.index) {
+                Ok(i) if i < n && !bad.contains(&i) => {
+                    bad.push(i);
+                    rows.push((i, RejectReason::RowError, e.message.clone()));
+                }
+                _ => warn!(
+                    index = e.index,
+                    rows = n,
+                    "row error index outside the request; ignored"
+                ),
+            }
+        }
+        metrics::counter!(m::RETRIES_TOTAL, "code" => "ROW_ERRORS").increment(1);
+        if bad.is_empty() {
+            // Nothing usable: the whole request was refused; send it again as is.
+            warn!("row_errors without a usable index; re-sending the request");
+            self.queue.push_front(req);
+            return;
+        }
+        self.reject(&req, rows);
+        match req.without(&bad) {
+            Ok(Some(rest)) => self.replace(&req, vec![rest]),
+            Ok(None) => self.replace(&req, Vec::new()),
+            Err(e) => self.encode_failure(req, e),
+        }
+    }
+
+    fn on_refused(&mut self, req: Req, info: ErrorInfo) {
+        let action = info.action();
+        match action {
+            Action::Split | Action::BadRows => {
+                if req.n() <= 1 {
+                    let reason = if action == Action::Split {
+                        RejectReason::TooLarge
+                    } else {
+                        RejectReason::Invalid
+                    };
+                    warn!(error = %info, "BigQuery refused a row; reporting it as rejected");
+                    self.reject(&req, [(0, reason, info.to_string())]);
+                    self.replace(&req, Vec::new());
+                    return;
+                }
+                if action == Action::Split {
+                    metrics::counter!(m::SPLITS_TOTAL).increment(1);
+                }
+                debug!(error = %info, rows = req.n(), "splitting a refused request");
+                match self.halves(&req) {
+                    Ok(parts) => self.replace(&req, parts),
+                    Err(e) => self.encode_failure(req, e),
+                }
+            }
+            _ => {
+                // Retry (or wait out a fatal condition) on a new connection, after backoff.
+                self.queue.push_front(req);
+                self.failed(&info, action);
+                self.begin_drain();
+            }
+        }
+    }
+
+    /// Re-encoding rows that encoded fine before cannot fail in practice; if it does, the
+    /// request goes back unchanged (never acknowledged).
+    fn encode_failure(&mut self, req: Req, e: ArrowError) {
+        warn!(error = %e, "re-encoding a refused request failed; re-sending it unchanged");
+        self.queue.push_front(req);
+    }
+
+    fn split_largest_inflight(&mut self) {
+        let Some((i, _)) = self
+            .inflight
+            .iter()
+            .enumerate()
+            .max_by_key(|(_, r)| r.payload.len())
+        else {
+            return;
+        };
+        let Some(req) = self.inflight.remove(i) else {
+            return;
+        };
+        if req.n() <= 1 {
+            self.reject(
+                &req,
+                [(
+                    0,
+                    RejectReason::TooLarge,
+                    "the row exceeds the transport's message cap".into(),
+                )],
+            );
+            self.replace(&req, Vec::new());
+            return;
+        }
+        match self.halves(&req) {
+            Ok(parts) => self.replace(&req, parts),
+            Err(e) => self.encode_failure(req, e),
+        }
+    }
+}
+
+/// A delay between d/2 and d.
+fn jitter(d: Duration) -> Duration {
+    let half = d / 2;
+    half + half.mul_f64(fastrand::f64())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jitter_stays_within_half_and_full() {
+        for _ in 0..100 {
+            let j = jitter(Duration::from_millis(1000));
+            assert!(
+                j >= Duration::from_millis(500) && j <= Duration::from_millis(1000),
+                "{j:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn row_maps_compose() {
+        let r = RowMap::Range(10);
+        assert_eq!(r.get(3), 13);
+        assert_eq!(r.slice(2, 5).get(0), 12);
+        let ix = RowMap::Indexed(vec![1u32, 4, 9, 16].into());
+        assert_eq!(ix.slice(1, 2).get(1), 9);
+    }
+}
