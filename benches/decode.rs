@@ -17,16 +17,9 @@ use std::sync::Arc;
 const LOGS: usize = 8192;
 
 fn schema() -> InferenceSchema {
-    let types = [
-        FeatureType::Float64,
-        FeatureType::Int64,
-        FeatureType::String,
-        FeatureType::Boolean,
-    ];
+    let types = [FeatureType::Float64, FeatureType::Int64, FeatureType::String, FeatureType::Boolean];
     InferenceSchema {
-        feature_types: (0..20)
-            .map(|i| (format!("feature_{i:02}"), types[i % 4]))
-            .collect(),
+        feature_types: (0..20).map(|i| (format!("feature_{i:02}"), types[i % 4])).collect(),
         model_prediction_output: ModelOutput::Binary {
             prediction_score_column: "prediction_score".into(),
             actual_score_column: None,

@@ -7,12 +7,7 @@ use std::path::PathBuf;
 /// Publishes Merlin prediction logs from Kafka into BigQuery, and deploys one publisher per
 /// model version.
 #[derive(Debug, Parser)]
-#[command(
-    name = "observation-publisher",
-    version,
-    about,
-    propagate_version = true
-)]
+#[command(name = "observation-publisher", version, about, propagate_version = true)]
 pub struct Cli {
     /// The command to run.
     #[command(subcommand)]

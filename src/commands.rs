@@ -2,17 +2,17 @@
 //! at once (exit 2), and returns an exit code.
 
 use crate::cli::{ConfigArgs, ConfigOnlyArgs, ConvertArgs, GenArgs, OutputFormat, RunArgs};
-use crate::config::{load_value, Config, Needs};
 use crate::decode::Decoder;
 use crate::framing::{write_frame, FrameReader};
 use crate::gen::{GenOptions, Generator};
 use crate::output::{ArrowStreamWriter, BatchWriter, JsonlWriter, ParquetFileWriter};
-use crate::table::{bigquery_table_resource, TableLayout};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::fs::File;
 use std::io::{BufRead, BufReader, BufWriter, IsTerminal, Write};
-use std::process::ExitCode;
 use std::sync::Arc;
+use crate::config::{load_value, Config, Needs};
+use crate::table::{bigquery_table_resource, TableLayout};
+use std::process::ExitCode;
 
 /// Exit code: invalid usage or configuration.
 pub const EXIT_USAGE: u8 = 2;
@@ -71,10 +71,7 @@ const BATCH_BYTES: usize = 8 << 20;
 
 fn open_input(path: &str) -> std::io::Result<(Box<dyn BufRead>, Option<u64>)> {
     if path == "-" {
-        Ok((
-            Box::new(BufReader::with_capacity(1 << 18, std::io::stdin())),
-            None,
-        ))
+        Ok((Box::new(BufReader::with_capacity(1 << 18, std::io::stdin())), None))
     } else {
         let f = File::open(path)?;
         let len = f.metadata().ok().map(|m| m.len());
@@ -84,15 +81,9 @@ fn open_input(path: &str) -> std::io::Result<(Box<dyn BufRead>, Option<u64>)> {
 
 fn open_output(path: &str) -> std::io::Result<Box<dyn Write + Send>> {
     if path == "-" {
-        Ok(Box::new(BufWriter::with_capacity(
-            1 << 18,
-            std::io::stdout(),
-        )))
+        Ok(Box::new(BufWriter::with_capacity(1 << 18, std::io::stdout())))
     } else {
-        Ok(Box::new(BufWriter::with_capacity(
-            1 << 18,
-            File::create(path)?,
-        )))
+        Ok(Box::new(BufWriter::with_capacity(1 << 18, File::create(path)?)))
     }
 }
 
@@ -103,14 +94,10 @@ fn progress(total_bytes: Option<u64>, what: &str) -> ProgressBar {
     }
     let pb = match total_bytes {
         Some(n) => ProgressBar::new(n).with_style(
-            ProgressStyle::with_template(
-                "{spinner} {bytes}/{total_bytes} {bar:30} {per_sec} {msg}",
-            )
-            .expect("template"),
+            ProgressStyle::with_template("{spinner} {bytes}/{total_bytes} {bar:30} {per_sec} {msg}").expect("template"),
         ),
-        None => ProgressBar::new_spinner().with_style(
-            ProgressStyle::with_template("{spinner} {bytes} {per_sec} {msg}").expect("template"),
-        ),
+        None => ProgressBar::new_spinner()
+            .with_style(ProgressStyle::with_template("{spinner} {bytes} {per_sec} {msg}").expect("template")),
     };
     pb.set_message(what.to_string());
     pb
@@ -139,14 +126,11 @@ pub fn convert(a: ConvertArgs) -> ExitCode {
             return ExitCode::from(EXIT_FAILURE);
         }
     };
-    let writer: std::io::Result<Box<dyn BatchWriter>> =
-        match a.format {
-            OutputFormat::Jsonl => Ok(Box::new(JsonlWriter::new(out, &layout.arrow))),
-            OutputFormat::Arrow => ArrowStreamWriter::new(out, &layout.arrow)
-                .map(|w| Box::new(w) as Box<dyn BatchWriter>),
-            OutputFormat::Parquet => ParquetFileWriter::new(out, &layout.arrow)
-                .map(|w| Box::new(w) as Box<dyn BatchWriter>),
-        };
+    let writer: std::io::Result<Box<dyn BatchWriter>> = match a.format {
+        OutputFormat::Jsonl => Ok(Box::new(JsonlWriter::new(out, &layout.arrow))),
+        OutputFormat::Arrow => ArrowStreamWriter::new(out, &layout.arrow).map(|w| Box::new(w) as Box<dyn BatchWriter>),
+        OutputFormat::Parquet => ParquetFileWriter::new(out, &layout.arrow).map(|w| Box::new(w) as Box<dyn BatchWriter>),
+    };
     let mut writer = match writer {
         Ok(w) => w,
         Err(e) => {
@@ -187,12 +171,7 @@ pub fn convert(a: ConvertArgs) -> ExitCode {
         }
     }
     pb.finish_and_clear();
-    let result = if decoder.rows() > 0 {
-        writer.write(&decoder.finish())
-    } else {
-        Ok(())
-    }
-    .and_then(|()| writer.finish());
+    let result = if decoder.rows() > 0 { writer.write(&decoder.finish()) } else { Ok(()) }.and_then(|()| writer.finish());
     if let Err(e) = result {
         failure.get_or_insert(format!("write error: {e}"));
     }
@@ -224,10 +203,7 @@ pub fn gen(a: GenArgs) -> ExitCode {
             .unwrap_or(0)
     } else {
         match humantime::parse_rfc3339_weak(&a.start_time) {
-            Ok(t) => t
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_micros() as i64)
-                .unwrap_or(0),
+            Ok(t) => t.duration_since(std::time::UNIX_EPOCH).map(|d| d.as_micros() as i64).unwrap_or(0),
             Err(e) => {
                 eprintln!("gen: --start-time {:?}: {e}", a.start_time);
                 return ExitCode::from(EXIT_USAGE);
@@ -248,11 +224,7 @@ pub fn gen(a: GenArgs) -> ExitCode {
             seed: a.seed,
             malformed_ratio: a.malformed_ratio,
             start_micros,
-            model: (
-                cfg.project.clone(),
-                cfg.model_id.clone(),
-                cfg.model_version.clone(),
-            ),
+            model: (cfg.project.clone(), cfg.model_id.clone(), cfg.model_version.clone()),
         },
     );
     let pb = progress(None, "generating");

@@ -141,15 +141,11 @@ mod tests {
     #[test]
     fn a_huge_length_is_never_allocated() {
         // Claims 2^62 bytes, has 3.
-        let input = [
-            0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x40, 1, 2, 3,
-        ];
+        let input = [0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x40, 1, 2, 3];
         let mut r = FrameReader::new(&input[..]);
         let mut buf = Vec::new();
         match r.next_into(&mut buf) {
-            Err(FrameError::Truncated {
-                offset: 0, got: 3, ..
-            }) => {}
+            Err(FrameError::Truncated { offset: 0, got: 3, .. }) => {}
             other => panic!("{other:?}"),
         }
         assert!(buf.capacity() < 1 << 21);
@@ -158,13 +154,7 @@ mod tests {
     #[test]
     fn bad_prefixes() {
         let mut buf = Vec::new();
-        assert!(matches!(
-            FrameReader::new(&[0xffu8; 12][..]).next_into(&mut buf),
-            Err(FrameError::BadPrefix { .. })
-        ));
-        assert!(matches!(
-            FrameReader::new(&[0x80u8][..]).next_into(&mut buf),
-            Err(FrameError::BadPrefix { .. })
-        ));
+        assert!(matches!(FrameReader::new(&[0xffu8; 12][..]).next_into(&mut buf), Err(FrameError::BadPrefix { .. })));
+        assert!(matches!(FrameReader::new(&[0x80u8][..]).next_into(&mut buf), Err(FrameError::BadPrefix { .. })));
     }
 }

@@ -49,9 +49,7 @@ pub struct Generator {
 }
 
 const MERCHANTS: [&str; 6] = ["m-0042", "m-1337", "m-2001", "m-7777", "m-9000", "m-0007"];
-const WORDS: [&str; 8] = [
-    "ID", "SG", "TH", "VN", "mobile", "desktop", "tablet", "kiosk",
-];
+const WORDS: [&str; 8] = ["ID", "SG", "TH", "VN", "mobile", "desktop", "tablet", "kiosk"];
 
 fn v(kind: Kind) -> Value {
     Value { kind: Some(kind) }
@@ -68,12 +66,7 @@ fn s(x: &str) -> Value {
 impl Generator {
     /// A generator for `schema`.
     pub fn new(schema: &InferenceSchema, opts: GenOptions) -> Self {
-        Generator {
-            schema: schema.clone(),
-            rng: fastrand::Rng::with_seed(opts.seed),
-            opts,
-            n: 0,
-        }
+        Generator { schema: schema.clone(), rng: fastrand::Rng::with_seed(opts.seed), opts, n: 0 }
     }
 
     fn feature_value(&mut self, name: &str, ty: FeatureType) -> Value {
@@ -81,9 +74,7 @@ impl Generator {
             return v(Kind::NullValue(0));
         }
         match ty {
-            FeatureType::Float64 => v(Kind::NumberValue(
-                (self.rng.f64() * 1000.0 * 100.0).round() / 100.0,
-            )),
+            FeatureType::Float64 => v(Kind::NumberValue((self.rng.f64() * 1000.0 * 100.0).round() / 100.0)),
             // Python Struct numbers are doubles: ints travel as whole floats.
             FeatureType::Int64 => v(Kind::NumberValue(f64::from(self.rng.u32(0..10_000)))),
             FeatureType::Boolean => v(Kind::BoolValue(self.rng.bool())),
@@ -106,10 +97,7 @@ impl Generator {
         columns.push(s("customer_id")); // an entity column the schema does not declare
         let mut f_rows = Vec::with_capacity(rows);
         for r in 0..rows {
-            let mut vals: Vec<Value> = features
-                .iter()
-                .map(|(n, t)| self.feature_value(n, *t))
-                .collect();
+            let mut vals: Vec<Value> = features.iter().map(|(n, t)| self.feature_value(n, *t)).collect();
             vals.push(s(&format!("cust-{}", (i as usize * rows + r) % 9973)));
             f_rows.push(list(vals));
         }
@@ -130,22 +118,13 @@ impl Generator {
                     let sum: f64 = raw.iter().sum::<f64>().max(f64::MIN_POSITIVE);
                     raw.iter().map(|x| v(Kind::NumberValue(x / sum))).collect()
                 }
-                ModelOutput::Regression { .. } => {
-                    vec![v(Kind::NumberValue(self.rng.f64() * 500.0))]
-                }
+                ModelOutput::Regression { .. } => vec![v(Kind::NumberValue(self.rng.f64() * 500.0))],
                 _ => vec![v(Kind::NumberValue(self.rng.f64()))],
             };
-            p_rows.push(if scores.len() == 1 {
-                scores.into_iter().next().expect("one")
-            } else {
-                list(scores)
-            });
+            p_rows.push(if scores.len() == 1 { scores.into_iter().next().expect("one") } else { list(scores) });
         }
         let mut p_fields = BTreeMap::new();
-        p_fields.insert(
-            "columns".to_string(),
-            list(score_cols.iter().map(|c| s(c)).collect()),
-        );
+        p_fields.insert("columns".to_string(), list(score_cols.iter().map(|c| s(c)).collect()));
         p_fields.insert("data".to_string(), list(p_rows));
         p_fields.insert("row_ids".to_string(), list(row_ids));
 
@@ -157,14 +136,8 @@ impl Generator {
             project_name: model_project,
             model_name,
             model_version,
-            input: Some(ModelInput {
-                features_table: Some(Struct { fields: f_fields }),
-                ..Default::default()
-            }),
-            output: Some(PbOutput {
-                prediction_results_table: Some(Struct { fields: p_fields }),
-                ..Default::default()
-            }),
+            input: Some(ModelInput { features_table: Some(Struct { fields: f_fields }), ..Default::default() }),
+            output: Some(PbOutput { prediction_results_table: Some(Struct { fields: p_fields }), ..Default::default() }),
             request_timestamp: Some(Timestamp {
                 seconds: micros.div_euclid(1_000_000),
                 nanos: (micros.rem_euclid(1_000_000) * 1_000) as i32,
@@ -179,14 +152,9 @@ impl Generator {
         self.n += 1;
         let mut log = self.valid_log(i);
         let session_id = log.prediction_id.clone();
-        let malformed =
-            self.opts.malformed_ratio > 0.0 && self.rng.f64() < self.opts.malformed_ratio;
+        let malformed = self.opts.malformed_ratio > 0.0 && self.rng.f64() < self.opts.malformed_ratio;
         if !malformed {
-            return GenLog {
-                bytes: log.encode_to_vec(),
-                malformed,
-                session_id,
-            };
+            return GenLog { bytes: log.encode_to_vec(), malformed, session_id };
         }
         let bytes = match self.rng.u32(0..5) {
             // Not protobuf at all.
@@ -198,11 +166,7 @@ impl Generator {
             }
             // No row ids.
             2 => {
-                if let Some(t) = log
-                    .output
-                    .as_mut()
-                    .and_then(|o| o.prediction_results_table.as_mut())
-                {
+                if let Some(t) = log.output.as_mut().and_then(|o| o.prediction_results_table.as_mut()) {
                     t.fields.remove("row_ids");
                 }
                 log.encode_to_vec()
@@ -228,19 +192,13 @@ impl Generator {
                     .and_then(|t| t.fields.get_mut("data"))
                     .and_then(|d| d.kind.as_mut())
                 {
-                    if let Some(Kind::ListValue(first)) =
-                        rows.values.get_mut(0).and_then(|r| r.kind.as_mut())
-                    {
+                    if let Some(Kind::ListValue(first)) = rows.values.get_mut(0).and_then(|r| r.kind.as_mut()) {
                         first.values[0] = list(vec![s("nested")]);
                     }
                 }
                 log.encode_to_vec()
             }
         };
-        GenLog {
-            bytes,
-            malformed,
-            session_id,
-        }
+        GenLog { bytes, malformed, session_id }
     }
 }

@@ -38,11 +38,7 @@ impl<W: Write> JsonlWriter<W> {
             .iter()
             .map(|f| serde_json::to_string(f.name()).expect("string serializes"))
             .collect();
-        JsonlWriter {
-            out,
-            keys,
-            line: Vec::with_capacity(1024),
-        }
+        JsonlWriter { out, keys, line: Vec::with_capacity(1024) }
     }
 }
 
@@ -77,36 +73,17 @@ fn write_cell(out: &mut Vec<u8>, col: &dyn Array, row: usize) -> io::Result<()> 
         return Ok(());
     }
     match col.data_type() {
-        DataType::Utf8 => {
-            serde_json::to_writer(&mut *out, col.as_string::<i32>().value(row)).map_err(other)?
-        }
-        DataType::Int64 => {
-            serde_json::to_writer(&mut *out, &col.as_primitive::<Int64Type>().value(row))
-                .map_err(other)?
-        }
+        DataType::Utf8 => serde_json::to_writer(&mut *out, col.as_string::<i32>().value(row)).map_err(other)?,
+        DataType::Int64 => serde_json::to_writer(&mut *out, &col.as_primitive::<Int64Type>().value(row)).map_err(other)?,
         // serde_json writes non-finite floats as null.
-        DataType::Float64 => {
-            serde_json::to_writer(&mut *out, &col.as_primitive::<Float64Type>().value(row))
-                .map_err(other)?
-        }
-        DataType::Boolean => out.extend_from_slice(if col.as_boolean().value(row) {
-            b"true"
-        } else {
-            b"false"
-        }),
+        DataType::Float64 => serde_json::to_writer(&mut *out, &col.as_primitive::<Float64Type>().value(row)).map_err(other)?,
+        DataType::Boolean => out.extend_from_slice(if col.as_boolean().value(row) { b"true" } else { b"false" }),
         DataType::Timestamp(..) => {
             out.push(b'"');
-            out.extend_from_slice(
-                rfc3339_micros(col.as_primitive::<TimestampMicrosecondType>().value(row))
-                    .as_bytes(),
-            );
+            out.extend_from_slice(rfc3339_micros(col.as_primitive::<TimestampMicrosecondType>().value(row)).as_bytes());
             out.push(b'"');
         }
-        other_type => {
-            return Err(io::Error::other(format!(
-                "unsupported column type {other_type}"
-            )))
-        }
+        other_type => return Err(io::Error::other(format!("unsupported column type {other_type}"))),
     }
     Ok(())
 }
@@ -149,9 +126,7 @@ pub struct ArrowStreamWriter<W: Write> {
 impl<W: Write> ArrowStreamWriter<W> {
     /// A writer for `schema` onto `out`.
     pub fn new(out: W, schema: &SchemaRef) -> io::Result<Self> {
-        Ok(ArrowStreamWriter {
-            inner: arrow_ipc::writer::StreamWriter::try_new(out, schema).map_err(other)?,
-        })
+        Ok(ArrowStreamWriter { inner: arrow_ipc::writer::StreamWriter::try_new(out, schema).map_err(other)? })
     }
 }
 
@@ -169,9 +144,7 @@ impl<W: Write> BatchWriter for ArrowStreamWriter<W> {
 /// Writer properties for the publisher's Parquet files (zstd).
 pub fn parquet_properties() -> WriterProperties {
     WriterProperties::builder()
-        .set_compression(Compression::ZSTD(
-            ZstdLevel::try_new(3).expect("valid level"),
-        ))
+        .set_compression(Compression::ZSTD(ZstdLevel::try_new(3).expect("valid level")))
         .build()
 }
 
@@ -184,12 +157,7 @@ impl<W: Write + Send> ParquetFileWriter<W> {
     /// A writer for `schema` onto `out`.
     pub fn new(out: W, schema: &SchemaRef) -> io::Result<Self> {
         Ok(ParquetFileWriter {
-            inner: ArrowWriter::try_new(
-                out,
-                std::sync::Arc::clone(schema),
-                Some(parquet_properties()),
-            )
-            .map_err(other)?,
+            inner: ArrowWriter::try_new(out, std::sync::Arc::clone(schema), Some(parquet_properties())).map_err(other)?,
         })
     }
 }
@@ -212,18 +180,9 @@ mod tests {
     #[test]
     fn timestamps_have_six_digits_and_z() {
         assert_eq!(rfc3339_micros(0), "1970-01-01T00:00:00.000000Z");
-        assert_eq!(
-            rfc3339_micros(1_709_296_496_123_456),
-            "2024-03-01T12:34:56.123456Z"
-        );
+        assert_eq!(rfc3339_micros(1_709_296_496_123_456), "2024-03-01T12:34:56.123456Z");
         assert_eq!(rfc3339_micros(-1), "1969-12-31T23:59:59.999999Z");
-        assert_eq!(
-            rfc3339_micros(-62_135_596_800_000_000),
-            "0001-01-01T00:00:00.000000Z"
-        );
-        assert_eq!(
-            rfc3339_micros(253_402_300_799_999_999),
-            "9999-12-31T23:59:59.999999Z"
-        );
+        assert_eq!(rfc3339_micros(-62_135_596_800_000_000), "0001-01-01T00:00:00.000000Z");
+        assert_eq!(rfc3339_micros(253_402_300_799_999_999), "9999-12-31T23:59:59.999999Z");
     }
 }

@@ -5,10 +5,7 @@
 //! `model_version`, the features in `feature_types` order, the score column(s), then the derived
 //! column (`_prediction_label` for binary and multiclass, `_rank` for ranking).
 
-use crate::config::{
-    BigQuerySink, Config, FeatureType, InferenceSchema, ModelOutput, PREDICTION_LABEL_COLUMN,
-    RANK_COLUMN,
-};
+use crate::config::{BigQuerySink, Config, FeatureType, InferenceSchema, ModelOutput, PREDICTION_LABEL_COLUMN, RANK_COLUMN};
 use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -121,48 +118,22 @@ impl TableLayout {
     /// Builds the layout from the inference schema and the configured model version.
     pub fn new(schema: &InferenceSchema, model_version: &str) -> Self {
         let mut columns = vec![
-            Column {
-                name: schema.session_id_column.clone(),
-                ty: ColumnType::String,
-            },
-            Column {
-                name: schema.row_id_column.clone(),
-                ty: ColumnType::String,
-            },
-            Column {
-                name: "request_timestamp".into(),
-                ty: ColumnType::Timestamp,
-            },
-            Column {
-                name: "model_version".into(),
-                ty: ColumnType::String,
-            },
+            Column { name: schema.session_id_column.clone(), ty: ColumnType::String },
+            Column { name: schema.row_id_column.clone(), ty: ColumnType::String },
+            Column { name: "request_timestamp".into(), ty: ColumnType::Timestamp },
+            Column { name: "model_version".into(), ty: ColumnType::String },
         ];
         for (name, ty) in &schema.feature_types {
-            columns.push(Column {
-                name: name.clone(),
-                ty: (*ty).into(),
-            });
+            columns.push(Column { name: name.clone(), ty: (*ty).into() });
         }
         let out = &schema.model_prediction_output;
         let scores = out.score_columns();
         for s in &scores {
-            columns.push(Column {
-                name: (*s).to_string(),
-                ty: ColumnType::Float64,
-            });
+            columns.push(Column { name: (*s).to_string(), ty: ColumnType::Float64 });
         }
         let derived = match out {
-            ModelOutput::Binary {
-                positive_class_label,
-                negative_class_label,
-                score_threshold,
-                ..
-            } => {
-                columns.push(Column {
-                    name: PREDICTION_LABEL_COLUMN.into(),
-                    ty: ColumnType::String,
-                });
+            ModelOutput::Binary { positive_class_label, negative_class_label, score_threshold, .. } => {
+                columns.push(Column { name: PREDICTION_LABEL_COLUMN.into(), ty: ColumnType::String });
                 Derived::BinaryLabel {
                     positive: positive_class_label.clone(),
                     negative: negative_class_label.clone(),
@@ -170,28 +141,17 @@ impl TableLayout {
                 }
             }
             ModelOutput::Multiclass { class_labels, .. } => {
-                columns.push(Column {
-                    name: PREDICTION_LABEL_COLUMN.into(),
-                    ty: ColumnType::String,
-                });
-                Derived::ArgmaxLabel {
-                    labels: class_labels.clone(),
-                }
+                columns.push(Column { name: PREDICTION_LABEL_COLUMN.into(), ty: ColumnType::String });
+                Derived::ArgmaxLabel { labels: class_labels.clone() }
             }
             ModelOutput::Ranking { .. } => {
-                columns.push(Column {
-                    name: RANK_COLUMN.into(),
-                    ty: ColumnType::Int64,
-                });
+                columns.push(Column { name: RANK_COLUMN.into(), ty: ColumnType::Int64 });
                 Derived::Rank
             }
             ModelOutput::Regression { .. } => Derived::None,
         };
         let arrow = Arc::new(Schema::new(
-            columns
-                .iter()
-                .map(|c| Field::new(&c.name, c.ty.arrow(), true))
-                .collect::<Vec<_>>(),
+            columns.iter().map(|c| Field::new(&c.name, c.ty.arrow(), true)).collect::<Vec<_>>(),
         ));
         TableLayout {
             n_features: schema.feature_types.len(),
@@ -227,12 +187,7 @@ pub fn table_id(project: &str, model: &str) -> String {
 
 /// The BigQuery REST `Table` resource for the model's table: reference, schema (all NULLABLE),
 /// DAY partitioning on `request_timestamp` with expiration from `ttl_days`.
-pub fn bigquery_table_resource(
-    layout: &TableLayout,
-    project: &str,
-    model: &str,
-    sink: &BigQuerySink,
-) -> Value {
+pub fn bigquery_table_resource(layout: &TableLayout, project: &str, model: &str, sink: &BigQuerySink) -> Value {
     let fields: Vec<Value> = layout
         .columns
         .iter()
@@ -259,9 +214,6 @@ mod tests {
 
     #[test]
     fn table_ids_follow_merlin() {
-        assert_eq!(
-            table_id("project-1", "model.1"),
-            "prediction_log_project_1_model_1"
-        );
+        assert_eq!(table_id("project-1", "model.1"), "prediction_log_project_1_model_1");
     }
 }

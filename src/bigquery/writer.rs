@@ -32,6 +32,7 @@ use bytes::Bytes;
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -146,6 +147,19 @@ impl Future for Pending {
     }
 }
 
+/// Counters of one writer, for tests and diagnostics.
+#[derive(Debug, Default)]
+pub struct WriterStats {
+    /// AppendRows connections opened.
+    pub connections: AtomicU64,
+    /// Requests sent (re-sends included).
+    pub requests_sent: AtomicU64,
+    /// Requests BigQuery accepted.
+    pub requests_accepted: AtomicU64,
+    /// Failed attempts (connection failures and retryable refusals).
+    pub failures: AtomicU64,
+}
+
 /// Handle on the writer task of one table. Cheap operations only; drop it to stop the task.
 #[derive(Debug)]
 pub struct AppendWriter {
@@ -155,6 +169,7 @@ pub struct AppendWriter {
     payload_budget: usize,
     schema: SchemaRef,
     health: watch::Receiver<bool>,
+    stats: Arc<WriterStats>,
     task: Option<JoinHandle<()>>,
 }
 
@@ -173,7 +188,9 @@ impl AppendWriter {
         let (health_tx, health) = watch::channel(true);
         metrics::gauge!(m::HEALTHY).set(1.0);
         let max_inflight = opts.max_inflight_bytes.clamp(1, u32::MAX as usize);
+        let stats = Arc::new(WriterStats::default());
         let driver = Driver {
+            stats: Arc::clone(&stats),
             client,
             write_stream,
             schema_bytes,
@@ -198,6 +215,7 @@ impl AppendWriter {
             payload_budget,
             schema,
             health,
+            stats,
             task: Some(tokio::spawn(driver.run())),
         })
     }
@@ -238,6 +256,7 @@ impl AppendWriter {
                 data: p.batch,
                 payload: p.payload,
                 sent_at: None,
+                with_schema: false,
             })
             .collect();
         let job = Job {
@@ -251,6 +270,11 @@ impl AppendWriter {
         let jobs = self.jobs.as_ref().ok_or(WriterError::Closed)?;
         jobs.send(job).map_err(|_| WriterError::Closed)?;
         Ok(Pending(rx))
+    }
+
+    /// Counters (connections, requests, failures).
+    pub fn stats(&self) -> &WriterStats {
+        &self.stats
     }
 
     /// True while BigQuery is reachable with the needed permissions (see [`Self::health`]).
@@ -323,6 +347,8 @@ struct Req {
     data: RecordBatch,
     payload: Bytes,
     sent_at: Option<Instant>,
+    /// Sent as the schema-carrying first request of its connection.
+    with_schema: bool,
 }
 
 impl Req {
@@ -340,6 +366,7 @@ impl Req {
             data,
             payload,
             sent_at: None,
+            with_schema: false,
         })
     }
 
@@ -366,6 +393,7 @@ impl Req {
             data,
             payload,
             sent_at: None,
+            with_schema: false,
         }))
     }
 }
@@ -403,7 +431,7 @@ struct BatchState {
 
 enum ConnState {
     Opening(JoinHandle<Result<Streaming<AppendRowsResponse>, Status>>),
-    Open(Streaming<AppendRowsResponse>),
+    Open(Box<Streaming<AppendRowsResponse>>),
 }
 
 struct Conn {
@@ -411,6 +439,8 @@ struct Conn {
     tx: Option<mpsc::UnboundedSender<AppendRowsRequest>>,
     state: ConnState,
     schema_sent: bool,
+    /// A request carrying the schema was accepted on this connection.
+    primed: bool,
     drain_deadline: Option<Instant>,
 }
 
@@ -445,6 +475,7 @@ async fn next_event(conn: &mut Conn) -> ConnEvent {
 }
 
 struct Driver {
+    stats: Arc<WriterStats>,
     client: StorageClient,
     write_stream: String,
     schema_bytes: Bytes,
@@ -528,24 +559,29 @@ impl Driver {
             return;
         };
         let Some(tx) = conn.tx.as_ref() else { return };
-        while let Some(mut req) = self.queue.pop_front() {
-            let msg = if conn.schema_sent {
-                append_request("", None, &req.payload, None)
-            } else {
-                conn.schema_sent = true;
-                append_request(
-                    &self.write_stream,
-                    Some(&self.schema_bytes),
-                    &req.payload,
-                    None,
-                )
+        loop {
+            // The first request of a connection carries the writer schema and is sent alone:
+            // if BigQuery refuses it, the schema may not be registered, so the next request
+            // must carry it again, and nothing may have been pipelined behind it without one.
+            if conn.schema_sent && !conn.primed {
+                break;
+            }
+            let Some(mut req) = self.queue.pop_front() else {
+                break;
             };
+            req.with_schema = !conn.schema_sent;
+            let schema = req.with_schema.then_some(&self.schema_bytes);
+            // The stream name goes on every request: BigQuery needs it only on the first, the
+            // emulator on all of them, and it is small next to the rows.
+            let msg = append_request(&self.write_stream, schema, &req.payload, None);
             req.sent_at = Some(Instant::now());
             if tx.send(msg).is_err() {
                 // The stream's sending side is gone; its end will show up as an event.
                 self.queue.push_front(req);
                 break;
             }
+            conn.schema_sent = true;
+            self.stats.requests_sent.fetch_add(1, Ordering::Relaxed);
             self.inflight.push_back(req);
         }
         metrics::gauge!(m::INFLIGHT_REQUESTS).set(self.inflight.len() as f64);
@@ -564,6 +600,7 @@ impl Driver {
                 .await
         });
         self.connections += 1;
+        self.stats.connections.fetch_add(1, Ordering::Relaxed);
         self.attempt_failed = false;
         if self.connections > 1 {
             metrics::counter!(m::RECONNECTS_TOTAL).increment(1);
@@ -573,6 +610,7 @@ impl Driver {
             tx: Some(tx),
             state: ConnState::Opening(h),
             schema_sent: false,
+            primed: false,
             drain_deadline: None,
         });
     }
@@ -645,6 +683,7 @@ impl Driver {
 
     /// A failed attempt: schedule the next one and update health.
     fn failed(&mut self, info: &ErrorInfo, action: Action) {
+        self.stats.failures.fetch_add(1, Ordering::Relaxed);
         if !self.attempt_failed {
             self.attempt_failed = true;
             self.failures = self.failures.saturating_add(1);
@@ -696,7 +735,7 @@ impl Driver {
         match ev {
             ConnEvent::Opened(Ok(stream)) => {
                 if let Some(c) = self.conn.as_mut() {
-                    c.state = ConnState::Open(stream);
+                    c.state = ConnState::Open(Box::new(stream));
                 }
             }
             ConnEvent::Opened(Err(status)) | ConnEvent::Message(Err(status)) => {
@@ -734,6 +773,18 @@ impl Driver {
         if let Some(t) = req.sent_at {
             metrics::histogram!(m::APPEND_LATENCY_SECONDS).record(t.elapsed().as_secs_f64());
         }
+        if req.with_schema {
+            let ok = resp.row_errors.is_empty()
+                && matches!(
+                    resp.response,
+                    Some(append_rows_response::Response::AppendResult(_))
+                );
+            if let Some(c) = self.conn.as_mut() {
+                // Accepted: the schema is registered; refused: the next request carries it.
+                c.primed = ok;
+                c.schema_sent = ok;
+            }
+        }
         if resp.updated_schema.is_some() {
             info!(stream = %self.write_stream, "BigQuery reports an updated table schema; reconnecting");
             self.begin_drain();
@@ -760,6 +811,7 @@ impl Driver {
     }
 
     fn accepted(&mut self, req: Req) {
+        self.stats.requests_accepted.fetch_add(1, Ordering::Relaxed);
         self.failures = 0;
         self.set_health(true);
         metrics::counter!(m::ROWS_APPENDED_TOTAL).increment(req.n() as u64);

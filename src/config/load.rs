@@ -55,26 +55,13 @@ pub fn load_value(
 }
 
 /// Applies `OBS_PUBLISHER__A__B=value` variables to the tree.
-pub fn apply_env(
-    root: &mut Value,
-    env: impl IntoIterator<Item = (String, String)>,
-    problems: &mut Problems,
-) {
-    let mut vars: Vec<(String, String)> = env
-        .into_iter()
-        .filter(|(k, _)| k.starts_with(ENV_PREFIX))
-        .collect();
+pub fn apply_env(root: &mut Value, env: impl IntoIterator<Item = (String, String)>, problems: &mut Problems) {
+    let mut vars: Vec<(String, String)> = env.into_iter().filter(|(k, _)| k.starts_with(ENV_PREFIX)).collect();
     vars.sort(); // deterministic order
     for (k, v) in vars {
-        let path: Vec<String> = k[ENV_PREFIX.len()..]
-            .split("__")
-            .map(|s| s.to_ascii_lowercase())
-            .collect();
+        let path: Vec<String> = k[ENV_PREFIX.len()..].split("__").map(|s| s.to_ascii_lowercase()).collect();
         if path.iter().any(String::is_empty) {
-            problems.push(
-                "",
-                format_args!("environment variable {k}: empty path segment"),
-            );
+            problems.push("", format_args!("environment variable {k}: empty path segment"));
             continue;
         }
         if let Err(e) = set_path(root, &path, scalar(&v)) {
@@ -118,9 +105,7 @@ fn set_path(node: &mut Value, path: &[String], v: Value) -> Result<(), String> {
             let i: usize = head
                 .parse()
                 .map_err(|_| format!("{head:?} indexes a list; use a number"))?;
-            let item = items
-                .get_mut(i)
-                .ok_or_else(|| format!("list index {i} is out of range"))?;
+            let item = items.get_mut(i).ok_or_else(|| format!("list index {i} is out of range"))?;
             if rest.is_empty() {
                 *item = v;
                 Ok(())
@@ -149,18 +134,9 @@ fn set_path(node: &mut Value, path: &[String], v: Value) -> Result<(), String> {
 /// Whether a key names a secret whose value must never be printed or logged.
 fn is_secret_key(key: &str) -> bool {
     let k = key.to_ascii_lowercase();
-    [
-        "password",
-        "secret",
-        "api_key",
-        "space_key",
-        "token",
-        "access_key_id",
-        "private_key",
-        "credentials",
-    ]
-    .iter()
-    .any(|s| k.contains(s))
+    ["password", "secret", "api_key", "space_key", "token", "access_key_id", "private_key", "credentials"]
+        .iter()
+        .any(|s| k.contains(s))
         || k.ends_with(".pem")
         || k.ends_with(".key")
         || k == "sasl.username"

@@ -30,15 +30,10 @@ pub struct KafkaSource {
 }
 
 /// librdkafka keys that would break the publisher's delivery guarantees if overridden.
-pub const FORBIDDEN_CONSUMER_KEYS: &[&str] =
-    &["enable.auto.commit", "enable.auto.offset.store", "group.id"];
+pub const FORBIDDEN_CONSUMER_KEYS: &[&str] = &["enable.auto.commit", "enable.auto.offset.store", "group.id"];
 
 impl KafkaSource {
-    pub(crate) fn read(
-        mut o: Obj<'_>,
-        problems: &mut Problems,
-        warnings: &mut Vec<String>,
-    ) -> Option<Self> {
+    pub(crate) fn read(mut o: Obj<'_>, problems: &mut Problems, warnings: &mut Vec<String>) -> Option<Self> {
         if o.is_absent() {
             problems.push(o.path(), "required");
             return None;
@@ -47,14 +42,11 @@ impl KafkaSource {
         if !ty.is_empty() && ty != "KAFKA" {
             problems.push(
                 &o.path_of("type"),
-                format_args!(
-                    "unsupported source type {ty:?}; the only source is KAFKA (upper case)"
-                ),
+                format_args!("unsupported source type {ty:?}; the only source is KAFKA (upper case)"),
             );
         }
         let buffer_capacity = o.u64("buffer_capacity", problems).unwrap_or(10);
-        let buffer_max_duration_seconds =
-            o.u64("buffer_max_duration_seconds", problems).unwrap_or(60);
+        let buffer_max_duration_seconds = o.u64("buffer_max_duration_seconds", problems).unwrap_or(60);
         let mut c = o.obj("config", problems);
         if c.is_absent() {
             problems.push(c.path(), "required");
@@ -64,9 +56,7 @@ impl KafkaSource {
         let group_id = c.req_string("group_id", problems);
         let batch_size = c.u64("batch_size", problems).unwrap_or(100);
         let poll_timeout_seconds = c.f64("poll_timeout_seconds", problems).unwrap_or(1.0);
-        let additional_consumer_config = c
-            .string_map("additional_consumer_config", problems)
-            .unwrap_or_default();
+        let additional_consumer_config = c.string_map("additional_consumer_config", problems).unwrap_or_default();
         for (k, _) in &additional_consumer_config {
             if FORBIDDEN_CONSUMER_KEYS.contains(&k.as_str()) {
                 problems.push(
@@ -216,10 +206,7 @@ pub(crate) fn read_sinks(
         None | Some(Value::Null) => return Vec::new(),
         Some(Value::Sequence(items)) => items,
         Some(other) => {
-            problems.push(
-                path,
-                format_args!("expected a list of sinks, found {}", kind(other)),
-            );
+            problems.push(path, format_args!("expected a list of sinks, found {}", kind(other)));
             return Vec::new();
         }
     };
@@ -277,22 +264,16 @@ pub(crate) fn read_sinks(
             })),
             "" => None,
             other => {
-                let hint = if ["bigquery", "arize", "maxcompute"]
-                    .contains(&other.to_ascii_lowercase().as_str())
+                let hint = if ["bigquery", "arize", "maxcompute"].contains(&other.to_ascii_lowercase().as_str())
                     && other != other.to_ascii_uppercase()
                 {
-                    format!(
-                        "; sink types are upper case ({})",
-                        other.to_ascii_uppercase()
-                    )
+                    format!("; sink types are upper case ({})", other.to_ascii_uppercase())
                 } else {
                     String::new()
                 };
                 problems.push(
                     &o.path_of("type"),
-                    format_args!(
-                        "unknown sink type {other:?}; expected BIGQUERY, ARIZE or MAXCOMPUTE{hint}"
-                    ),
+                    format_args!("unknown sink type {other:?}; expected BIGQUERY, ARIZE or MAXCOMPUTE{hint}"),
                 );
                 None
             }

@@ -29,13 +29,11 @@ mod value;
 
 pub use load::{apply_env, apply_sets, load_value, redact, ENV_PREFIX};
 pub use merlin::{
-    ArizeSink, BigQueryAuth, BigQuerySink, KafkaSource, MaxComputeSink, RetryConfig, SinkConfig,
-    DEFAULT_MAX_INFLIGHT_BYTES, DEFAULT_MAX_REQUEST_BYTES, DEFAULT_REST_BASE_URL,
-    DEFAULT_STORAGE_ENDPOINT, FORBIDDEN_CONSUMER_KEYS, MAX_APPEND_REQUEST_BYTES,
+    ArizeSink, BigQueryAuth, BigQuerySink, KafkaSource, MaxComputeSink, RetryConfig, SinkConfig, DEFAULT_MAX_INFLIGHT_BYTES,
+    DEFAULT_MAX_REQUEST_BYTES, DEFAULT_REST_BASE_URL, DEFAULT_STORAGE_ENDPOINT, FORBIDDEN_CONSUMER_KEYS,
+    MAX_APPEND_REQUEST_BYTES,
 };
-pub use ours::{
-    Batching, Consumer, DeadLetter, Delivery, LocalSink, LogFormat, Logging, Server, StartFrom,
-};
+pub use ours::{Batching, Consumer, DeadLetter, Delivery, LocalSink, LogFormat, Logging, Server, StartFrom};
 pub use schema::{FeatureType, InferenceSchema, ModelOutput, PREDICTION_LABEL_COLUMN, RANK_COLUMN};
 pub use value::{parse_bytes, parse_duration, Problems};
 
@@ -56,23 +54,11 @@ pub struct Needs {
 
 impl Needs {
     /// `convert` and `gen`: project, model, version and inference schema only.
-    pub const CONVERT: Needs = Needs {
-        source: false,
-        sinks: false,
-        bigquery: false,
-    };
+    pub const CONVERT: Needs = Needs { source: false, sinks: false, bigquery: false };
     /// `schema`: plus one BIGQUERY sink.
-    pub const SCHEMA: Needs = Needs {
-        source: false,
-        sinks: false,
-        bigquery: true,
-    };
+    pub const SCHEMA: Needs = Needs { source: false, sinks: false, bigquery: true };
     /// `run` and `check-config`: everything.
-    pub const RUN: Needs = Needs {
-        source: true,
-        sinks: true,
-        bigquery: false,
-    };
+    pub const RUN: Needs = Needs { source: true, sinks: true, bigquery: false };
 }
 
 /// The resolved configuration.
@@ -146,21 +132,12 @@ impl Config {
         let consumer = Consumer::read(o.obj("consumer", &mut problems), &mut problems);
         let dead_letter = DeadLetter::read(o.obj("dead_letter", &mut problems), &mut problems);
         let local_sink = LocalSink::read(o.obj("local_sink", &mut problems), &mut problems);
-        let server = Server::read(
-            o.obj("server", &mut problems),
-            prometheus_port,
-            &mut problems,
-        );
+        let server = Server::read(o.obj("server", &mut problems), prometheus_port, &mut problems);
         let logging = Logging::read(o.obj("logging", &mut problems), &mut problems);
         let delivery = match o.string("delivery", &mut problems) {
             None => Delivery::default(),
             Some(s) => Delivery::parse(&s).unwrap_or_else(|| {
-                problems.push(
-                    "delivery",
-                    format_args!(
-                        "unknown delivery mode {s:?}; expected at_least_once or exactly_once"
-                    ),
-                );
+                problems.push("delivery", format_args!("unknown delivery mode {s:?}; expected at_least_once or exactly_once"));
                 Delivery::default()
             }),
         };
@@ -185,15 +162,8 @@ impl Config {
                 }
             }
         }
-        if needs.bigquery
-            && !observation_sinks
-                .iter()
-                .any(|s| matches!(s, SinkConfig::BigQuery(_)))
-        {
-            problems.push(
-                "observation_sinks",
-                "no BIGQUERY sink configured (needed for the table schema)",
-            );
+        if needs.bigquery && !observation_sinks.iter().any(|s| matches!(s, SinkConfig::BigQuery(_))) {
+            problems.push("observation_sinks", "no BIGQUERY sink configured (needed for the table schema)");
         }
         if let Some(s) = &schema {
             validate_columns(s, &mut problems);
@@ -247,12 +217,7 @@ impl Config {
 
 /// Names of the fixed (non-feature) columns, in table order.
 pub fn fixed_columns(s: &InferenceSchema) -> [&str; 4] {
-    [
-        &s.session_id_column,
-        &s.row_id_column,
-        "request_timestamp",
-        "model_version",
-    ]
+    [&s.session_id_column, &s.row_id_column, "request_timestamp", "model_version"]
 }
 
 /// BigQuery column-name rule: letters, digits and underscores, not starting with a digit,
@@ -269,12 +234,7 @@ fn validate_columns(s: &InferenceSchema, problems: &mut Problems) {
     let out = &s.model_prediction_output;
     let mut all: Vec<(&str, String)> = Vec::new();
     for (i, name) in fixed.iter().enumerate() {
-        let key = [
-            "inference_schema.session_id_column",
-            "inference_schema.row_id_column",
-            "",
-            "",
-        ][i];
+        let key = ["inference_schema.session_id_column", "inference_schema.row_id_column", "", ""][i];
         if !key.is_empty() && !valid_column_name(name) {
             problems.push(key, format_args!("{name:?} is not a valid BigQuery column name (letters, digits, _; not starting with a digit)"));
         }
@@ -291,36 +251,23 @@ fn validate_columns(s: &InferenceSchema, problems: &mut Problems) {
     }
     for c in out.score_columns() {
         if !valid_column_name(c) {
-            problems.push(
-                "inference_schema.model_prediction_output",
-                format_args!("score column {c:?} is not a valid BigQuery column name"),
-            );
+            problems.push("inference_schema.model_prediction_output", format_args!("score column {c:?} is not a valid BigQuery column name"));
         }
         all.push((c, format!("prediction column {c:?}")));
     }
     match out {
-        ModelOutput::Binary { .. } | ModelOutput::Multiclass { .. } => all.push((
-            PREDICTION_LABEL_COLUMN,
-            format!("derived column {PREDICTION_LABEL_COLUMN:?}"),
-        )),
-        ModelOutput::Ranking { .. } => {
-            all.push((RANK_COLUMN, format!("derived column {RANK_COLUMN:?}")))
+        ModelOutput::Binary { .. } | ModelOutput::Multiclass { .. } => {
+            all.push((PREDICTION_LABEL_COLUMN, format!("derived column {PREDICTION_LABEL_COLUMN:?}")))
         }
+        ModelOutput::Ranking { .. } => all.push((RANK_COLUMN, format!("derived column {RANK_COLUMN:?}"))),
         ModelOutput::Regression { .. } => {}
     }
     // Columns must be unique, and BigQuery compares names case-insensitively.
     for i in 0..all.len() {
         for j in 0..i {
             if all[i].0.eq_ignore_ascii_case(all[j].0) {
-                let how = if all[i].0 == all[j].0 {
-                    "is named like"
-                } else {
-                    "differs only in case from"
-                };
-                problems.push(
-                    "inference_schema",
-                    format_args!("{} {how} {}", all[i].1, all[j].1),
-                );
+                let how = if all[i].0 == all[j].0 { "is named like" } else { "differs only in case from" };
+                problems.push("inference_schema", format_args!("{} {how} {}", all[i].1, all[j].1));
             }
         }
     }

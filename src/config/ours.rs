@@ -36,16 +36,10 @@ impl Batching {
     pub(crate) fn read(mut o: Obj<'_>, problems: &mut Problems) -> Self {
         let d = Self::default();
         let b = Batching {
-            max_rows: o
-                .u64("max_rows", problems)
-                .map_or(d.max_rows, |v| v as usize),
-            max_bytes: o
-                .bytes("max_bytes", problems)
-                .map_or(d.max_bytes, |v| v as usize),
+            max_rows: o.u64("max_rows", problems).map_or(d.max_rows, |v| v as usize),
+            max_bytes: o.bytes("max_bytes", problems).map_or(d.max_bytes, |v| v as usize),
             linger: o.duration("linger", problems).unwrap_or(d.linger),
-            max_inflight_bytes: o
-                .bytes("max_inflight_bytes", problems)
-                .map_or(d.max_inflight_bytes, |v| v as usize),
+            max_inflight_bytes: o.bytes("max_inflight_bytes", problems).map_or(d.max_inflight_bytes, |v| v as usize),
         };
         if b.max_rows == 0 {
             problems.push(&o.path_of("max_rows"), "must be at least 1");
@@ -91,9 +85,7 @@ impl Default for DeadLetter {
 
 impl DeadLetter {
     pub(crate) fn read(mut o: Obj<'_>, problems: &mut Problems) -> Self {
-        let target = o
-            .string("target", problems)
-            .unwrap_or_else(|| "kafka".into());
+        let target = o.string("target", problems).unwrap_or_else(|| "kafka".into());
         let topic = o.string("topic", problems);
         let path = o.string("path", problems);
         let out = match target.as_str() {
@@ -111,17 +103,12 @@ impl DeadLetter {
                     Some(p) if !p.is_empty() => DeadLetter::File { path: p.into() },
                     _ => {
                         problems.push(&o.path_of("path"), "required with target: file");
-                        DeadLetter::File {
-                            path: PathBuf::new(),
-                        }
+                        DeadLetter::File { path: PathBuf::new() }
                     }
                 }
             }
             other => {
-                problems.push(
-                    &o.path_of("target"),
-                    format_args!("unknown target {other:?}; expected kafka or file"),
-                );
+                problems.push(&o.path_of("target"), format_args!("unknown target {other:?}; expected kafka or file"));
                 DeadLetter::default()
             }
         };
@@ -151,9 +138,7 @@ impl LocalSink {
         let s = LocalSink {
             path: path.into(),
             rotate_bytes: o.bytes("rotate_bytes", problems).unwrap_or(128 << 20),
-            rotate_interval: o
-                .duration("rotate_interval", problems)
-                .unwrap_or(Duration::from_secs(300)),
+            rotate_interval: o.duration("rotate_interval", problems).unwrap_or(Duration::from_secs(300)),
         };
         o.deny_unknown(problems);
         Some(s)
@@ -195,10 +180,7 @@ impl Logging {
             None | Some("json") => LogFormat::Json,
             Some("pretty") => LogFormat::Pretty,
             Some(other) => {
-                problems.push(
-                    &o.path_of("format"),
-                    format_args!("unknown log format {other:?}; expected json or pretty"),
-                );
+                problems.push(&o.path_of("format"), format_args!("unknown log format {other:?}; expected json or pretty"));
                 LogFormat::Json
             }
         };
@@ -243,10 +225,7 @@ impl Server {
             .string("listen", problems)
             .unwrap_or_else(|| format!("0.0.0.0:{prometheus_port}"));
         if listen.parse::<std::net::SocketAddr>().is_err() {
-            problems.push(
-                &o.path_of("listen"),
-                format_args!("{listen:?} is not an address such as 0.0.0.0:8000"),
-            );
+            problems.push(&o.path_of("listen"), format_args!("{listen:?} is not an address such as 0.0.0.0:8000"));
         }
         o.deny_unknown(problems);
         Server { listen }
@@ -325,15 +304,9 @@ impl Consumer {
         });
         let c = Consumer {
             start_from,
-            drain_timeout: o
-                .duration("drain_timeout", problems)
-                .unwrap_or(d.drain_timeout),
-            commit_interval: o
-                .duration("commit_interval", problems)
-                .unwrap_or(d.commit_interval),
-            session_timeout: o
-                .duration("session_timeout", problems)
-                .unwrap_or(d.session_timeout),
+            drain_timeout: o.duration("drain_timeout", problems).unwrap_or(d.drain_timeout),
+            commit_interval: o.duration("commit_interval", problems).unwrap_or(d.commit_interval),
+            session_timeout: o.duration("session_timeout", problems).unwrap_or(d.session_timeout),
         };
         if c.commit_interval.is_zero() {
             problems.push(&o.path_of("commit_interval"), "must be greater than 0");

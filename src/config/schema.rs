@@ -89,24 +89,12 @@ impl ModelOutput {
     /// The prediction (score) columns, in table order.
     pub fn score_columns(&self) -> Vec<&str> {
         match self {
-            ModelOutput::Binary {
-                prediction_score_column,
-                ..
+            ModelOutput::Binary { prediction_score_column, .. }
+            | ModelOutput::Regression { prediction_score_column, .. } => vec![prediction_score_column],
+            ModelOutput::Ranking { rank_score_column, .. } => vec![rank_score_column],
+            ModelOutput::Multiclass { prediction_score_columns, .. } => {
+                prediction_score_columns.iter().map(String::as_str).collect()
             }
-            | ModelOutput::Regression {
-                prediction_score_column,
-                ..
-            } => vec![prediction_score_column],
-            ModelOutput::Ranking {
-                rank_score_column, ..
-            } => vec![rank_score_column],
-            ModelOutput::Multiclass {
-                prediction_score_columns,
-                ..
-            } => prediction_score_columns
-                .iter()
-                .map(String::as_str)
-                .collect(),
         }
     }
 }
@@ -135,24 +123,14 @@ pub struct InferenceSchema {
 
 impl InferenceSchema {
     /// Reads `inference_schema` from `o`, recording problems and warnings.
-    pub(crate) fn read(
-        mut o: Obj<'_>,
-        problems: &mut Problems,
-        warnings: &mut Vec<String>,
-    ) -> Option<Self> {
+    pub(crate) fn read(mut o: Obj<'_>, problems: &mut Problems, warnings: &mut Vec<String>) -> Option<Self> {
         if o.is_absent() {
             problems.push(o.path(), "required");
             return None;
         }
-        let session_id_column = o
-            .string("session_id_column", problems)
-            .unwrap_or_else(|| "session_id".into());
-        let row_id_column = o
-            .string("row_id_column", problems)
-            .unwrap_or_else(|| "row_id".into());
-        let feature_orders = o
-            .string_list("feature_orders", problems)
-            .unwrap_or_default();
+        let session_id_column = o.string("session_id_column", problems).unwrap_or_else(|| "session_id".into());
+        let row_id_column = o.string("row_id_column", problems).unwrap_or_else(|| "row_id".into());
+        let feature_orders = o.string_list("feature_orders", problems).unwrap_or_default();
         let _ = o.raw("tag_columns"); // parsed and ignored, as in Merlin
 
         let ft_path = o.path_of("feature_types");
@@ -164,13 +142,7 @@ impl InferenceSchema {
                     let name = match k {
                         Value::String(s) => s.clone(),
                         other => {
-                            problems.push(
-                                &ft_path,
-                                format_args!(
-                                    "feature names must be strings, found {}",
-                                    kind(other)
-                                ),
-                            );
+                            problems.push(&ft_path, format_args!("feature names must be strings, found {}", kind(other)));
                             continue;
                         }
                     };
@@ -187,10 +159,7 @@ impl InferenceSchema {
                     }
                 }
             }
-            Some(other) => problems.push(
-                &ft_path,
-                format_args!("expected a mapping, found {}", kind(other)),
-            ),
+            Some(other) => problems.push(&ft_path, format_args!("expected a mapping, found {}", kind(other))),
         }
 
         let mut out = o.obj("model_prediction_output", problems);
@@ -257,10 +226,7 @@ fn read_output(o: &mut Obj<'_>, problems: &mut Problems) -> Option<ModelOutput> 
                 }
             };
             if cols.is_empty() {
-                problems.push(
-                    &o.path_of("prediction_score_columns"),
-                    "must name at least one column",
-                );
+                problems.push(&o.path_of("prediction_score_columns"), "must name at least one column");
             }
             if cols.len() != labels.len() {
                 problems.push(

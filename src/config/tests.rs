@@ -16,44 +16,25 @@ fn merlin_yaml_parses_unchanged() {
     let (c, warnings) = parse(MERLIN, Needs::RUN).unwrap();
     assert_eq!(c.model_version, "3");
     assert_eq!(c.model_id, "credit-model");
-    let names: Vec<_> = c
-        .inference_schema
-        .feature_types
-        .iter()
-        .map(|(n, _)| n.as_str())
-        .collect();
-    assert_eq!(
-        names,
-        ["amount", "merchant_id", "num_txn_24h", "is_foreign"],
-        "feature order kept"
-    );
+    let names: Vec<_> = c.inference_schema.feature_types.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["amount", "merchant_id", "num_txn_24h", "is_foreign"], "feature order kept");
     match &c.inference_schema.model_prediction_output {
-        ModelOutput::Binary {
-            score_threshold, ..
-        } => assert_eq!(*score_threshold, 0.5, "null threshold means 0.5"),
+        ModelOutput::Binary { score_threshold, .. } => assert_eq!(*score_threshold, 0.5, "null threshold means 0.5"),
         other => panic!("unexpected {other:?}"),
     }
     assert!(
-        warnings
-            .iter()
-            .any(|w| w.contains("prediction_label_column")),
+        warnings.iter().any(|w| w.contains("prediction_label_column")),
         "unknown Merlin keys are warned about: {warnings:?}"
     );
     let src = c.observation_source.clone().unwrap();
-    assert_eq!(
-        src.additional_consumer_config[1],
-        ("fetch.min.bytes".into(), "1024000".into())
-    );
+    assert_eq!(src.additional_consumer_config[1], ("fetch.min.bytes".into(), "1024000".into()));
     assert_eq!(c.bigquery().unwrap().ttl_days, 14);
 }
 
 #[test]
 fn environment_wrapper_and_numeric_version() {
     let y = MERLIN.replace("model_version: \"3\"", "model_version: 3");
-    let wrapped = format!(
-        "environment:\n{}",
-        y.lines().map(|l| format!("  {l}\n")).collect::<String>()
-    );
+    let wrapped = format!("environment:\n{}", y.lines().map(|l| format!("  {l}\n")).collect::<String>());
     let (c, _) = parse(&wrapped, Needs::RUN).unwrap();
     assert_eq!(c.model_version, "3");
 }
@@ -149,11 +130,7 @@ inference_schema:
     class_labels: [a, b]
 "#;
     let err = parse(y, Needs::CONVERT).unwrap_err();
-    assert!(
-        err.to_string()
-            .contains("has 2 labels but prediction_score_columns has 3"),
-        "{err}"
-    );
+    assert!(err.to_string().contains("has 2 labels but prediction_score_columns has 3"), "{err}");
 }
 
 #[test]
@@ -162,17 +139,11 @@ fn env_and_set_layering() {
     let path = dir.path().join("c.yaml");
     std::fs::write(&path, MERLIN).unwrap();
     let env = vec![
-        (
-            "OBS_PUBLISHER__BATCHING__MAX_ROWS".to_string(),
-            "1234".to_string(),
-        ),
+        ("OBS_PUBLISHER__BATCHING__MAX_ROWS".to_string(), "1234".to_string()),
         ("OBS_PUBLISHER__MODEL_VERSION".to_string(), "7".to_string()),
         ("UNRELATED".to_string(), "x".to_string()),
     ];
-    let sets = vec![
-        "model_version=8".to_string(),
-        "observation_sinks.0.config.ttl_days=30".to_string(),
-    ];
+    let sets = vec!["model_version=8".to_string(), "observation_sinks.0.config.ttl_days=30".to_string()];
     let v = load_value(Some(&path), env, &sets).unwrap();
     let (c, _) = Config::from_value(&v, Needs::RUN).unwrap();
     assert_eq!(c.batching.max_rows, 1234, "env applies");

@@ -82,10 +82,7 @@ impl<'a> Obj<'a> {
             None | Some(Value::Null) => None,
             Some(Value::Mapping(m)) => Some(m),
             Some(other) => {
-                problems.push(
-                    path,
-                    format_args!("expected a mapping, found {}", kind(other)),
-                );
+                problems.push(path, format_args!("expected a mapping, found {}", kind(other)));
                 None
             }
         };
@@ -129,10 +126,7 @@ impl<'a> Obj<'a> {
             Value::Number(n) => Some(n.to_string()),
             Value::Bool(b) => Some(b.to_string()),
             other => {
-                problems.push(
-                    &path,
-                    format_args!("expected a string, found {}", kind(other)),
-                );
+                problems.push(&path, format_args!("expected a string, found {}", kind(other)));
                 None
             }
         }
@@ -140,10 +134,7 @@ impl<'a> Obj<'a> {
 
     /// A required string: absence is a problem.
     pub(crate) fn req_string(&mut self, key: &'static str, problems: &mut Problems) -> String {
-        let present = self
-            .map
-            .and_then(|m| m.get(key))
-            .is_some_and(|v| !v.is_null());
+        let present = self.map.and_then(|m| m.get(key)).is_some_and(|v| !v.is_null());
         let v = self.string(key, problems);
         if !present {
             problems.push(&self.path_of(key), "required");
@@ -158,28 +149,19 @@ impl<'a> Obj<'a> {
             Value::Number(n) => match n.as_u64() {
                 Some(v) => Some(v),
                 None => {
-                    problems.push(
-                        &path,
-                        format_args!("expected a non-negative integer, found {n}"),
-                    );
+                    problems.push(&path, format_args!("expected a non-negative integer, found {n}"));
                     None
                 }
             },
             Value::String(s) => match s.trim().parse::<u64>() {
                 Ok(v) => Some(v),
                 Err(_) => {
-                    problems.push(
-                        &path,
-                        format_args!("expected a non-negative integer, found {s:?}"),
-                    );
+                    problems.push(&path, format_args!("expected a non-negative integer, found {s:?}"));
                     None
                 }
             },
             other => {
-                problems.push(
-                    &path,
-                    format_args!("expected an integer, found {}", kind(other)),
-                );
+                problems.push(&path, format_args!("expected an integer, found {}", kind(other)));
                 None
             }
         }
@@ -198,10 +180,7 @@ impl<'a> Obj<'a> {
                 }
             },
             other => {
-                problems.push(
-                    &path,
-                    format_args!("expected a number, found {}", kind(other)),
-                );
+                problems.push(&path, format_args!("expected a number, found {}", kind(other)));
                 None
             }
         }
@@ -215,30 +194,20 @@ impl<'a> Obj<'a> {
             Value::String(s) if s.eq_ignore_ascii_case("true") => Some(true),
             Value::String(s) if s.eq_ignore_ascii_case("false") => Some(false),
             other => {
-                problems.push(
-                    &path,
-                    format_args!("expected true or false, found {}", kind(other)),
-                );
+                problems.push(&path, format_args!("expected true or false, found {}", kind(other)));
                 None
             }
         }
     }
 
     /// A duration: a number of seconds, or text such as `500ms`, `30s`, `10m`.
-    pub(crate) fn duration(
-        &mut self,
-        key: &'static str,
-        problems: &mut Problems,
-    ) -> Option<Duration> {
+    pub(crate) fn duration(&mut self, key: &'static str, problems: &mut Problems) -> Option<Duration> {
         let path = self.path_of(key);
         match self.raw(key)? {
             Value::Number(n) => match n.as_f64() {
                 Some(s) if s.is_finite() && s >= 0.0 => Some(Duration::from_secs_f64(s)),
                 _ => {
-                    problems.push(
-                        &path,
-                        format_args!("expected a non-negative duration, found {n}"),
-                    );
+                    problems.push(&path, format_args!("expected a non-negative duration, found {n}"));
                     None
                 }
             },
@@ -250,10 +219,7 @@ impl<'a> Obj<'a> {
                 }
             },
             other => {
-                problems.push(
-                    &path,
-                    format_args!("expected a duration such as 30s, found {}", kind(other)),
-                );
+                problems.push(&path, format_args!("expected a duration such as 30s, found {}", kind(other)));
                 None
             }
         }
@@ -273,29 +239,19 @@ impl<'a> Obj<'a> {
             Value::String(s) => match parse_bytes(s) {
                 Some(v) => Some(v),
                 None => {
-                    problems.push(
-                        &path,
-                        format_args!("expected a byte size such as 8MiB, found {s:?}"),
-                    );
+                    problems.push(&path, format_args!("expected a byte size such as 8MiB, found {s:?}"));
                     None
                 }
             },
             other => {
-                problems.push(
-                    &path,
-                    format_args!("expected a byte size, found {}", kind(other)),
-                );
+                problems.push(&path, format_args!("expected a byte size, found {}", kind(other)));
                 None
             }
         }
     }
 
     /// A list of strings.
-    pub(crate) fn string_list(
-        &mut self,
-        key: &'static str,
-        problems: &mut Problems,
-    ) -> Option<Vec<String>> {
+    pub(crate) fn string_list(&mut self, key: &'static str, problems: &mut Problems) -> Option<Vec<String>> {
         let path = self.path_of(key);
         match self.raw(key)? {
             Value::Sequence(items) => {
@@ -313,10 +269,7 @@ impl<'a> Obj<'a> {
                 Some(out)
             }
             other => {
-                problems.push(
-                    &path,
-                    format_args!("expected a list, found {}", kind(other)),
-                );
+                problems.push(&path, format_args!("expected a list, found {}", kind(other)));
                 None
             }
         }
@@ -337,10 +290,7 @@ impl<'a> Obj<'a> {
                         Value::String(s) => s.clone(),
                         Value::Number(n) => n.to_string(),
                         other => {
-                            problems.push(
-                                &path,
-                                format_args!("keys must be strings, found {}", kind(other)),
-                            );
+                            problems.push(&path, format_args!("keys must be strings, found {}", kind(other)));
                             continue;
                         }
                     };
@@ -349,10 +299,7 @@ impl<'a> Obj<'a> {
                         Value::Number(n) => n.to_string(),
                         Value::Bool(b) => b.to_string(),
                         other => {
-                            problems.push(
-                                &join(&path, &k),
-                                format_args!("expected a scalar, found {}", kind(other)),
-                            );
+                            problems.push(&join(&path, &k), format_args!("expected a scalar, found {}", kind(other)));
                             continue;
                         }
                     };
@@ -361,10 +308,7 @@ impl<'a> Obj<'a> {
                 Some(out)
             }
             other => {
-                problems.push(
-                    &path,
-                    format_args!("expected a mapping, found {}", kind(other)),
-                );
+                problems.push(&path, format_args!("expected a mapping, found {}", kind(other)));
                 None
             }
         }
@@ -379,9 +323,7 @@ impl<'a> Obj<'a> {
 
     /// Keys present in the mapping that were never read.
     pub(crate) fn unknown_keys(&self) -> Vec<String> {
-        let Some(map) = self.map else {
-            return Vec::new();
-        };
+        let Some(map) = self.map else { return Vec::new() };
         map.keys()
             .map(|k| match k {
                 Value::String(s) => s.clone(),
@@ -415,16 +357,13 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
             return Ok(Duration::from_secs_f64(secs));
         }
     }
-    humantime::parse_duration(t)
-        .map_err(|e| format!("invalid duration {s:?} ({e}); use e.g. 30s, 500ms, 10m"))
+    humantime::parse_duration(t).map_err(|e| format!("invalid duration {s:?} ({e}); use e.g. 30s, 500ms, 10m"))
 }
 
 /// Parses a byte size: `1024`, `512KiB`, `8MiB`, `1GiB`, `10MB`, `64KB`.
 pub fn parse_bytes(s: &str) -> Option<u64> {
     let t = s.trim();
-    let split = t
-        .find(|c: char| !c.is_ascii_digit() && c != '.')
-        .unwrap_or(t.len());
+    let split = t.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
     let num: f64 = num.parse().ok()?;
     let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {

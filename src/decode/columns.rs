@@ -4,12 +4,8 @@
 
 use super::error::{DecodeError, ErrorKind};
 use crate::table::ColumnType;
-use arrow_array::{
-    ArrayRef, BooleanArray, Float64Array, Int64Array, StringArray, TimestampMicrosecondArray,
-};
-use arrow_buffer::{
-    BooleanBufferBuilder, BufferBuilder, NullBufferBuilder, OffsetBuffer, ScalarBuffer,
-};
+use arrow_array::{ArrayRef, BooleanArray, Float64Array, Int64Array, StringArray, TimestampMicrosecondArray};
+use arrow_buffer::{BooleanBufferBuilder, BufferBuilder, NullBufferBuilder, OffsetBuffer, ScalarBuffer};
 use std::sync::Arc;
 
 /// A nullable fixed-width column.
@@ -20,10 +16,7 @@ pub(crate) struct Prim<T: arrow_buffer::ArrowNativeType> {
 
 impl<T: arrow_buffer::ArrowNativeType> Prim<T> {
     fn new(cap: usize) -> Self {
-        Prim {
-            values: BufferBuilder::new(cap),
-            nulls: NullBufferBuilder::new(cap),
-        }
+        Prim { values: BufferBuilder::new(cap), nulls: NullBufferBuilder::new(cap) }
     }
 
     #[inline]
@@ -55,23 +48,15 @@ impl Str {
     fn new(cap: usize) -> Self {
         let mut offsets = BufferBuilder::new(cap + 1);
         offsets.append(0);
-        Str {
-            offsets,
-            values: BufferBuilder::new(cap * 8),
-            nulls: NullBufferBuilder::new(cap),
-        }
+        Str { offsets, values: BufferBuilder::new(cap * 8), nulls: NullBufferBuilder::new(cap) }
     }
 
     /// Appends already-validated UTF-8.
     #[inline]
     pub(crate) fn push(&mut self, s: &[u8]) -> Result<(), DecodeError> {
         self.values.append_slice(s);
-        let end = i32::try_from(self.values.len()).map_err(|_| {
-            DecodeError::new(
-                ErrorKind::TooLarge,
-                "string data of one batch exceeds 2 GiB",
-            )
-        })?;
+        let end = i32::try_from(self.values.len())
+            .map_err(|_| DecodeError::new(ErrorKind::TooLarge, "string data of one batch exceeds 2 GiB"))?;
         self.offsets.append(end);
         self.nulls.append_non_null();
         Ok(())
@@ -79,11 +64,7 @@ impl Str {
 
     #[inline]
     pub(crate) fn push_null(&mut self) {
-        let end = *self
-            .offsets
-            .as_slice()
-            .last()
-            .expect("offsets start with 0");
+        let end = *self.offsets.as_slice().last().expect("offsets start with 0");
         self.offsets.append(end);
         self.nulls.append_null();
     }
@@ -136,10 +117,7 @@ impl Col {
             ColumnType::String => Col::Str(Str::new(cap)),
             ColumnType::Int64 => Col::I64(Prim::new(cap)),
             ColumnType::Float64 => Col::F64(Prim::new(cap)),
-            ColumnType::Boolean => Col::Bool(Bool {
-                values: BooleanBufferBuilder::new(cap),
-                nulls: NullBufferBuilder::new(cap),
-            }),
+            ColumnType::Boolean => Col::Bool(Bool { values: BooleanBufferBuilder::new(cap), nulls: NullBufferBuilder::new(cap) }),
             ColumnType::Timestamp => Col::Ts(Prim::new(cap)),
         }
     }
@@ -182,27 +160,14 @@ impl Col {
                 c.offsets.append(0);
                 // Every appended value was validated as UTF-8 when it was decoded; StringArray::new
                 // checks it again in bulk.
-                Arc::new(StringArray::new(
-                    offsets,
-                    c.values.finish(),
-                    c.nulls.finish(),
-                ))
+                Arc::new(StringArray::new(offsets, c.values.finish(), c.nulls.finish()))
             }
-            Col::I64(c) => Arc::new(Int64Array::new(
-                ScalarBuffer::from(c.values.finish()),
-                c.nulls.finish(),
-            )),
-            Col::F64(c) => Arc::new(Float64Array::new(
-                ScalarBuffer::from(c.values.finish()),
-                c.nulls.finish(),
-            )),
+            Col::I64(c) => Arc::new(Int64Array::new(ScalarBuffer::from(c.values.finish()), c.nulls.finish())),
+            Col::F64(c) => Arc::new(Float64Array::new(ScalarBuffer::from(c.values.finish()), c.nulls.finish())),
             Col::Bool(c) => Arc::new(BooleanArray::new(c.values.finish(), c.nulls.finish())),
             Col::Ts(c) => Arc::new(
-                TimestampMicrosecondArray::new(
-                    ScalarBuffer::from(c.values.finish()),
-                    c.nulls.finish(),
-                )
-                .with_timezone("UTC"),
+                TimestampMicrosecondArray::new(ScalarBuffer::from(c.values.finish()), c.nulls.finish())
+                    .with_timezone("UTC"),
             ),
         }
     }

@@ -68,10 +68,7 @@ pub struct DecodeError {
 
 impl DecodeError {
     pub(crate) fn new(kind: ErrorKind, reason: impl Into<String>) -> Self {
-        DecodeError {
-            kind,
-            reason: reason.into(),
-        }
+        DecodeError { kind, reason: reason.into() }
     }
 }
 

@@ -127,12 +127,7 @@ struct ColumnMap {
 
 impl ColumnMap {
     fn empty() -> Self {
-        ColumnMap {
-            key: Vec::new(),
-            valid: false,
-            pos: Vec::new(),
-            missing: Vec::new(),
-        }
+        ColumnMap { key: Vec::new(), valid: false, pos: Vec::new(), missing: Vec::new() }
     }
 
     /// Rebuilds the map from names; `n_targets` output columns, `index` name → target.
@@ -162,8 +157,7 @@ impl ColumnMap {
                 None => self.pos.push(DROP),
             }
         }
-        self.missing
-            .extend((0..n_targets as u32).filter(|t| !seen[*t as usize]));
+        self.missing.extend((0..n_targets as u32).filter(|t| !seen[*t as usize]));
         Ok(())
     }
 }
@@ -215,11 +209,7 @@ pub struct Decoder {
 impl Decoder {
     /// A decoder for `layout`.
     pub fn new(layout: Arc<TableLayout>) -> Self {
-        let cols = layout
-            .columns
-            .iter()
-            .map(|c| Col::new(c.ty, INITIAL_ROWS))
-            .collect();
+        let cols = layout.columns.iter().map(|c| Col::new(c.ty, INITIAL_ROWS)).collect();
         let fixed_row_bytes = layout
             .columns
             .iter()
@@ -229,42 +219,33 @@ impl Decoder {
                 _ => 8,
             })
             .sum();
-        let feature_index: HashMap<String, u32> = layout.columns
-            [FIRST_FEATURE..FIRST_FEATURE + layout.n_features]
+        let feature_index: HashMap<String, u32> = layout.columns[FIRST_FEATURE..FIRST_FEATURE + layout.n_features]
             .iter()
             .enumerate()
             .map(|(i, c)| (c.name.clone(), i as u32))
             .collect();
         let first_score = layout.first_score();
-        let score_index: HashMap<String, u32> = layout.columns
-            [first_score..first_score + layout.n_scores]
+        let score_index: HashMap<String, u32> = layout.columns[first_score..first_score + layout.n_scores]
             .iter()
             .enumerate()
             .map(|(i, c)| (c.name.clone(), i as u32))
             .collect();
         let ordered_features = (!layout.feature_orders.is_empty()).then(|| {
             let mut m = ColumnMap::empty();
-            m.build(
-                layout.feature_orders.iter().map(|s| Ok(s.as_str())),
-                &feature_index,
-                layout.n_features,
-                "feature_orders",
-            )
-            .unwrap_or_else(|_| {
-                // A feature named twice in feature_orders: keep the first occurrence.
-                let mut seen = vec![false; layout.n_features];
-                m.pos = layout
-                    .feature_orders
-                    .iter()
-                    .map(|n| match feature_index.get(n) {
-                        Some(&t) if !std::mem::replace(&mut seen[t as usize], true) => t,
-                        _ => DROP,
-                    })
-                    .collect();
-                m.missing = (0..layout.n_features as u32)
-                    .filter(|t| !seen[*t as usize])
-                    .collect();
-            });
+            m.build(layout.feature_orders.iter().map(|s| Ok(s.as_str())), &feature_index, layout.n_features, "feature_orders")
+                .unwrap_or_else(|_| {
+                    // A feature named twice in feature_orders: keep the first occurrence.
+                    let mut seen = vec![false; layout.n_features];
+                    m.pos = layout
+                        .feature_orders
+                        .iter()
+                        .map(|n| match feature_index.get(n) {
+                            Some(&t) if !std::mem::replace(&mut seen[t as usize], true) => t,
+                            _ => DROP,
+                        })
+                        .collect();
+                    m.missing = (0..layout.n_features as u32).filter(|t| !seen[*t as usize]).collect();
+                });
             m
         });
         let mut default_score_map = ColumnMap::empty();
@@ -305,10 +286,7 @@ impl Decoder {
     /// appended; on error nothing is appended.
     pub fn decode(&mut self, bytes: &[u8]) -> Result<usize, DecodeError> {
         if bytes.is_empty() {
-            return Err(DecodeError::new(
-                ErrorKind::EmptyMessage,
-                "zero-length message",
-            ));
+            return Err(DecodeError::new(ErrorKind::EmptyMessage, "zero-length message"));
         }
         let start = self.rows;
         match self.decode_log(bytes) {
@@ -329,48 +307,34 @@ impl Decoder {
     pub fn finish(&mut self) -> RecordBatch {
         let arrays = self.cols.iter_mut().map(Col::finish).collect();
         self.rows = 0;
-        RecordBatch::try_new(Arc::clone(&self.layout.arrow), arrays)
-            .expect("columns match the layout")
+        RecordBatch::try_new(Arc::clone(&self.layout.arrow), arrays).expect("columns match the layout")
     }
 
     fn decode_log(&mut self, bytes: &[u8]) -> Result<usize, DecodeError> {
         let parts = walk_log(bytes)?;
-        let (secs, nanos) = parts.timestamp.ok_or_else(|| {
-            DecodeError::new(ErrorKind::MissingField, "request_timestamp is not set")
-        })?;
+        let (secs, nanos) = parts
+            .timestamp
+            .ok_or_else(|| DecodeError::new(ErrorKind::MissingField, "request_timestamp is not set"))?;
         let micros = timestamp_micros(secs, nanos)?;
-        let features = parts.features.ok_or_else(|| {
-            DecodeError::new(ErrorKind::MissingField, "input.features_table is missing")
-        })?;
-        let predictions = parts.predictions.ok_or_else(|| {
-            DecodeError::new(
-                ErrorKind::MissingField,
-                "output.prediction_results_table is missing",
-            )
-        })?;
+        let features = parts
+            .features
+            .ok_or_else(|| DecodeError::new(ErrorKind::MissingField, "input.features_table is missing"))?;
+        let predictions = parts
+            .predictions
+            .ok_or_else(|| DecodeError::new(ErrorKind::MissingField, "output.prediction_results_table is missing"))?;
         let ft = walk_table(features, "input.features_table")?;
         let pt = walk_table(predictions, "output.prediction_results_table")?;
-        let f_data = ft.data.ok_or_else(|| {
-            DecodeError::new(
-                ErrorKind::MissingField,
-                "input.features_table.data is missing",
-            )
-        })?;
-        let p_data = pt.data.ok_or_else(|| {
-            DecodeError::new(
-                ErrorKind::MissingField,
-                "output.prediction_results_table.data is missing",
-            )
-        })?;
+        let f_data = ft
+            .data
+            .ok_or_else(|| DecodeError::new(ErrorKind::MissingField, "input.features_table.data is missing"))?;
+        let p_data = pt
+            .data
+            .ok_or_else(|| DecodeError::new(ErrorKind::MissingField, "output.prediction_results_table.data is missing"))?;
         let row_ids = pt.row_ids.ok_or_else(|| {
-            DecodeError::new(
-                ErrorKind::MissingField,
-                "output.prediction_results_table.row_ids is missing",
-            )
+            DecodeError::new(ErrorKind::MissingField, "output.prediction_results_table.row_ids is missing")
         })?;
-        let session = std::str::from_utf8(parts.prediction_id).map_err(|_| {
-            DecodeError::new(ErrorKind::InvalidValue, "prediction_id is not valid UTF-8")
-        })?;
+        let session = std::str::from_utf8(parts.prediction_id)
+            .map_err(|_| DecodeError::new(ErrorKind::InvalidValue, "prediction_id is not valid UTF-8"))?;
 
         // Resolve column lists (cached by their encoded bytes: logs of one model repeat them).
         let n_features = self.layout.n_features;
@@ -382,42 +346,17 @@ impl Decoder {
                     "input.features_table has no columns and the schema has no feature_orders",
                 )
             })?;
-            refresh(
-                &mut self.feature_map,
-                cols,
-                &self.feature_index,
-                n_features,
-                "input.features_table",
-            )?;
+            refresh(&mut self.feature_map, cols, &self.feature_index, n_features, "input.features_table")?;
         }
         if let Some(cols) = pt.columns {
-            refresh(
-                &mut self.score_map,
-                cols,
-                &self.score_index,
-                n_scores,
-                "output.prediction_results_table",
-            )?;
+            refresh(&mut self.score_map, cols, &self.score_index, n_scores, "output.prediction_results_table")?;
         }
 
         let Decoder {
-            layout,
-            cols,
-            ordered_features,
-            feature_map,
-            score_map,
-            default_score_map,
-            scores,
-            rank_scratch,
-            rank_out,
-            ..
+            layout, cols, ordered_features, feature_map, score_map, default_score_map, scores, rank_scratch, rank_out, ..
         } = self;
         let fmap: &ColumnMap = ordered_features.as_ref().unwrap_or(feature_map);
-        let smap: &ColumnMap = if pt.columns.is_some() {
-            score_map
-        } else {
-            default_score_map
-        };
+        let smap: &ColumnMap = if pt.columns.is_some() { score_map } else { default_score_map };
         let first_score = layout.first_score();
         let (fixed, rest) = cols.split_at_mut(FIRST_FEATURE);
         let (feat_cols, rest) = rest.split_at_mut(n_features);
@@ -443,20 +382,17 @@ impl Decoder {
                     let s = utf8(s).map_err(|_| {
                         DecodeError::new(
                             ErrorKind::InvalidValue,
-                            format!(
-                                "output.prediction_results_table.row_ids[{n}] is not valid UTF-8"
-                            ),
+                            format!("output.prediction_results_table.row_ids[{n}] is not valid UTF-8"),
                         )
                     })?;
                     push_str(&mut fixed[1], s.as_bytes())?;
                 }
-                other => return Err(DecodeError::new(
-                    ErrorKind::TypeMismatch,
-                    format!(
-                        "output.prediction_results_table.row_ids[{n}]: expected a string, found {}",
-                        other.name()
-                    ),
-                )),
+                other => {
+                    return Err(DecodeError::new(
+                        ErrorKind::TypeMismatch,
+                        format!("output.prediction_results_table.row_ids[{n}]: expected a string, found {}", other.name()),
+                    ))
+                }
             }
             push_str(&mut fixed[0], session.as_bytes())?;
             if let Col::Ts(c) = &mut fixed[2] {
@@ -470,29 +406,13 @@ impl Decoder {
             })?;
             // Scores.
             scores.iter_mut().for_each(|s| *s = None);
-            walk_row(
-                p,
-                smap,
-                score_cols,
-                Some(scores),
-                n,
-                "output.prediction_results_table",
-                |t| &layout.columns[first_score + t as usize],
-            )?;
+            walk_row(p, smap, score_cols, Some(scores), n, "output.prediction_results_table", |t| {
+                &layout.columns[first_score + t as usize]
+            })?;
             // Derived label (per row); ranks are appended per log below.
             match (&layout.derived, derived_cols.first_mut()) {
-                (
-                    Derived::BinaryLabel {
-                        positive,
-                        negative,
-                        threshold,
-                    },
-                    Some(col),
-                ) => match scores[0] {
-                    Some(s) if !s.is_nan() => push_str(
-                        col,
-                        if s >= *threshold { positive } else { negative }.as_bytes(),
-                    )?,
+                (Derived::BinaryLabel { positive, negative, threshold }, Some(col)) => match scores[0] {
+                    Some(s) if !s.is_nan() => push_str(col, if s >= *threshold { positive } else { negative }.as_bytes())?,
                     _ => col.push_null(),
                 },
                 (Derived::ArgmaxLabel { labels }, Some(col)) => {
@@ -579,17 +499,11 @@ fn refresh(
         i += 1;
         Some(match parse_value(item, "columns") {
             Ok(V::Str(s)) => utf8(s).map_err(|_| {
-                DecodeError::new(
-                    ErrorKind::InvalidValue,
-                    format!("{table}.columns[{idx}] is not valid UTF-8"),
-                )
+                DecodeError::new(ErrorKind::InvalidValue, format!("{table}.columns[{idx}] is not valid UTF-8"))
             }),
             Ok(other) => Err(DecodeError::new(
                 ErrorKind::TypeMismatch,
-                format!(
-                    "{table}.columns[{idx}]: expected a string, found {}",
-                    other.name()
-                ),
+                format!("{table}.columns[{idx}]: expected a string, found {}", other.name()),
             )),
             Err(e) => Err(e),
         })
@@ -616,9 +530,7 @@ fn walk_row<'c>(
     let what = "data";
     let mut count = 0usize;
     let mut put = |pos: usize, cell: &[u8], parsed: Option<V<'_>>| -> Result<(), DecodeError> {
-        let Some(&t) = map.pos.get(pos) else {
-            return Ok(());
-        };
+        let Some(&t) = map.pos.get(pos) else { return Ok(()) };
         if t == DROP {
             return Ok(());
         }
@@ -658,10 +570,7 @@ fn walk_row<'c>(
     if count != map.pos.len() {
         return Err(DecodeError::new(
             ErrorKind::ShapeMismatch,
-            format!(
-                "{table}.data[{row_no}] has {count} values but there are {} columns",
-                map.pos.len()
-            ),
+            format!("{table}.data[{row_no}] has {count} values but there are {} columns", map.pos.len()),
         ));
     }
     for &t in &map.missing {
@@ -670,37 +579,16 @@ fn walk_row<'c>(
     Ok(())
 }
 
-fn cell_error(
-    e: CellError,
-    table: &str,
-    row: usize,
-    pos: usize,
-    col: &crate::table::Column,
-) -> DecodeError {
-    let at = format!(
-        "{table}.data[{row}][{pos}] (column {:?}, {})",
-        col.name,
-        col.ty.bigquery_name()
-    );
+fn cell_error(e: CellError, table: &str, row: usize, pos: usize, col: &crate::table::Column) -> DecodeError {
+    let at = format!("{table}.data[{row}][{pos}] (column {:?}, {})", col.name, col.ty.bigquery_name());
     match e {
-        CellError::Type(found) => {
-            DecodeError::new(ErrorKind::TypeMismatch, format!("{at}: found {found}"))
+        CellError::Type(found) => DecodeError::new(ErrorKind::TypeMismatch, format!("{at}: found {found}")),
+        CellError::Nested(found) => {
+            DecodeError::new(ErrorKind::NestedValue, format!("{at}: found {found}; cells must be scalars"))
         }
-        CellError::Nested(found) => DecodeError::new(
-            ErrorKind::NestedValue,
-            format!("{at}: found {found}; cells must be scalars"),
-        ),
-        CellError::NonFinite => DecodeError::new(
-            ErrorKind::InvalidValue,
-            format!("{at}: NaN or infinity is not an integer"),
-        ),
-        CellError::Range(v) => DecodeError::new(
-            ErrorKind::InvalidValue,
-            format!("{at}: {v} is out of range for int64"),
-        ),
-        CellError::Utf8 => {
-            DecodeError::new(ErrorKind::InvalidValue, format!("{at}: not valid UTF-8"))
-        }
+        CellError::NonFinite => DecodeError::new(ErrorKind::InvalidValue, format!("{at}: NaN or infinity is not an integer")),
+        CellError::Range(v) => DecodeError::new(ErrorKind::InvalidValue, format!("{at}: {v} is out of range for int64")),
+        CellError::Utf8 => DecodeError::new(ErrorKind::InvalidValue, format!("{at}: not valid UTF-8")),
     }
 }
 
@@ -765,9 +653,7 @@ fn timestamp_micros(secs: i64, nanos: i32) -> Result<i64, DecodeError> {
     if !(MIN_SECONDS..=MAX_SECONDS).contains(&secs) {
         return Err(DecodeError::new(
             ErrorKind::InvalidValue,
-            format!(
-                "request_timestamp.seconds = {secs} is outside BigQuery's range (years 1 to 9999)"
-            ),
+            format!("request_timestamp.seconds = {secs} is outside BigQuery's range (years 1 to 9999)"),
         ));
     }
     Ok(secs * 1_000_000 + i64::from(nanos / 1_000))
@@ -801,9 +687,7 @@ struct ListIter<'a> {
 impl<'a> ListIter<'a> {
     #[inline]
     fn new(list: &'a [u8]) -> Self {
-        ListIter {
-            r: Reader::new(list),
-        }
+        ListIter { r: Reader::new(list) }
     }
 
     #[inline]
@@ -918,12 +802,7 @@ fn walk_table<'a>(b: &'a [u8], table: &str) -> Result<TableParts<'a>, DecodeErro
 fn walk_log(b: &[u8]) -> Result<LogParts<'_>, DecodeError> {
     const W: &str = "PredictionLog";
     let mut r = Reader::new(b);
-    let mut parts = LogParts {
-        prediction_id: b"",
-        features: None,
-        predictions: None,
-        timestamp: None,
-    };
+    let mut parts = LogParts { prediction_id: b"", features: None, predictions: None, timestamp: None };
     let mut seen_input = false;
     let mut seen_output = false;
     while !r.at_end() {
@@ -988,11 +867,7 @@ fn dup(what: &str) -> DecodeError {
 /// Reads ModelInput / ModelOutput: field 1 is the table Struct; `len_fields` are the other
 /// length-delimited fields (skipped after a wire-type check); anything else is a varint or
 /// unknown field.
-fn walk_sub<'a>(
-    b: &'a [u8],
-    what: &str,
-    len_fields: &[u32],
-) -> Result<Option<&'a [u8]>, DecodeError> {
+fn walk_sub<'a>(b: &'a [u8], what: &str, len_fields: &[u32]) -> Result<Option<&'a [u8]>, DecodeError> {
     let mut r = Reader::new(b);
     let mut table = None;
     while !r.at_end() {

@@ -52,15 +52,9 @@ pub fn batch_cells(batch: &RecordBatch) -> Vec<Vec<Cell>> {
                 Cell::Null
             } else {
                 match col.data_type() {
-                    arrow_schema::DataType::Utf8 => {
-                        Cell::Str(col.as_string::<i32>().value(i).to_string())
-                    }
-                    arrow_schema::DataType::Int64 => {
-                        Cell::Int(col.as_primitive::<Int64Type>().value(i))
-                    }
-                    arrow_schema::DataType::Float64 => {
-                        Cell::Float(col.as_primitive::<Float64Type>().value(i))
-                    }
+                    arrow_schema::DataType::Utf8 => Cell::Str(col.as_string::<i32>().value(i).to_string()),
+                    arrow_schema::DataType::Int64 => Cell::Int(col.as_primitive::<Int64Type>().value(i)),
+                    arrow_schema::DataType::Float64 => Cell::Float(col.as_primitive::<Float64Type>().value(i)),
                     arrow_schema::DataType::Boolean => Cell::Bool(col.as_boolean().value(i)),
                     arrow_schema::DataType::Timestamp(..) => {
                         Cell::Ts(col.as_primitive::<TimestampMicrosecondType>().value(i))
@@ -100,10 +94,7 @@ fn coerce(v: &Value, ty: ColumnType) -> Result<Cell, String> {
         (ColumnType::Float64, Kind::NumberValue(f)) => Cell::Float(*f),
         (ColumnType::Float64, Kind::BoolValue(b)) => Cell::Float(if *b { 1.0 } else { 0.0 }),
         (ColumnType::Int64, Kind::NumberValue(f)) => {
-            if !f.is_finite()
-                || f.trunc() >= 9.223_372_036_854_776e18
-                || f.trunc() < -9.223_372_036_854_776e18
-            {
+            if !f.is_finite() || f.trunc() >= 9.223_372_036_854_776e18 || f.trunc() < -9.223_372_036_854_776e18 {
                 return Err("int64 out of range".into());
             }
             Cell::Int(f.trunc() as i64)
@@ -122,20 +113,12 @@ pub fn convert(layout: &TableLayout, bytes: &[u8]) -> Result<Vec<Vec<Cell>>, Str
     }
     let log = PredictionLog::decode(bytes).map_err(|e| e.to_string())?;
     let ts = log.request_timestamp.ok_or("no timestamp")?;
-    if !(0..1_000_000_000).contains(&ts.nanos)
-        || !(-62_135_596_800..=253_402_300_799).contains(&ts.seconds)
-    {
+    if !(0..1_000_000_000).contains(&ts.nanos) || !(-62_135_596_800..=253_402_300_799).contains(&ts.seconds) {
         return Err("timestamp out of range".into());
     }
     let micros = ts.seconds * 1_000_000 + i64::from(ts.nanos / 1000);
-    let ft = log
-        .input
-        .and_then(|i| i.features_table)
-        .ok_or("no features table")?;
-    let pt = log
-        .output
-        .and_then(|o| o.prediction_results_table)
-        .ok_or("no predictions table")?;
+    let ft = log.input.and_then(|i| i.features_table).ok_or("no features table")?;
+    let pt = log.output.and_then(|o| o.prediction_results_table).ok_or("no predictions table")?;
     let f_data = list(&ft, "data")?.ok_or("no feature data")?;
     let p_data = list(&pt, "data")?.ok_or("no prediction data")?;
     let row_ids = list(&pt, "row_ids")?.ok_or("no row ids")?;
@@ -176,11 +159,7 @@ pub fn convert(layout: &TableLayout, bytes: &[u8]) -> Result<Vec<Vec<Cell>>, Str
         }
         Ok(out)
     };
-    let f_pos = positions(
-        &feature_names,
-        feature_cols,
-        !layout.feature_orders.is_empty(),
-    )?;
+    let f_pos = positions(&feature_names, feature_cols, !layout.feature_orders.is_empty())?;
     let s_pos = positions(&score_names, score_cols, false)?;
 
     if f_data.len() != p_data.len() || p_data.len() != row_ids.len() {
@@ -232,11 +211,7 @@ pub fn convert(layout: &TableLayout, bytes: &[u8]) -> Result<Vec<Vec<Cell>>, Str
             row.push(cell);
         }
         match &layout.derived {
-            Derived::BinaryLabel {
-                positive,
-                negative,
-                threshold,
-            } => row.push(match scores[0] {
+            Derived::BinaryLabel { positive, negative, threshold } => row.push(match scores[0] {
                 Some(s) if s >= *threshold => Cell::Str(positive.clone()),
                 Some(_) => Cell::Str(negative.clone()),
                 None => Cell::Null,
@@ -263,11 +238,7 @@ pub fn convert(layout: &TableLayout, bytes: &[u8]) -> Result<Vec<Vec<Cell>>, Str
                 None => Cell::Null,
                 Some(s) => {
                     let higher = scores_per_row.iter().flatten().filter(|o| **o > s).count();
-                    let equal_before = scores_per_row[..i]
-                        .iter()
-                        .flatten()
-                        .filter(|o| **o == s)
-                        .count();
+                    let equal_before = scores_per_row[..i].iter().flatten().filter(|o| **o == s).count();
                     Cell::Int((1 + higher + equal_before) as i64)
                 }
             });

@@ -5,10 +5,10 @@ use super::*;
 use crate::config::{FeatureType, InferenceSchema, ModelOutput};
 use crate::proto::{ModelInput, ModelOutput as PbOutput, PredictionLog};
 use crate::table::TableLayout;
-use proptest::prelude::*;
 use prost::Message;
 use prost_types::value::Kind;
 use prost_types::{ListValue, Struct, Timestamp, Value};
+use proptest::prelude::*;
 use std::collections::BTreeMap;
 
 fn schema(output: ModelOutput) -> InferenceSchema {
@@ -37,10 +37,7 @@ fn binary() -> ModelOutput {
 }
 
 fn ranking() -> ModelOutput {
-    ModelOutput::Ranking {
-        rank_score_column: "rank_score".into(),
-        relevance_score_column: None,
-    }
+    ModelOutput::Ranking { rank_score_column: "rank_score".into(), relevance_score_column: None }
 }
 
 fn multiclass() -> ModelOutput {
@@ -51,61 +48,33 @@ fn multiclass() -> ModelOutput {
 }
 
 fn regression() -> ModelOutput {
-    ModelOutput::Regression {
-        prediction_score_column: "y".into(),
-        actual_score_column: None,
-    }
+    ModelOutput::Regression { prediction_score_column: "y".into(), actual_score_column: None }
 }
 
 fn num(f: f64) -> Value {
-    Value {
-        kind: Some(Kind::NumberValue(f)),
-    }
+    Value { kind: Some(Kind::NumberValue(f)) }
 }
 fn st(s: &str) -> Value {
-    Value {
-        kind: Some(Kind::StringValue(s.into())),
-    }
+    Value { kind: Some(Kind::StringValue(s.into())) }
 }
 fn b(x: bool) -> Value {
-    Value {
-        kind: Some(Kind::BoolValue(x)),
-    }
+    Value { kind: Some(Kind::BoolValue(x)) }
 }
 fn null() -> Value {
-    Value {
-        kind: Some(Kind::NullValue(0)),
-    }
+    Value { kind: Some(Kind::NullValue(0)) }
 }
 fn lst(v: Vec<Value>) -> Value {
-    Value {
-        kind: Some(Kind::ListValue(ListValue { values: v })),
-    }
+    Value { kind: Some(Kind::ListValue(ListValue { values: v })) }
 }
 fn table(entries: Vec<(&str, Value)>) -> Struct {
-    Struct {
-        fields: entries
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v))
-            .collect::<BTreeMap<_, _>>(),
-    }
+    Struct { fields: entries.into_iter().map(|(k, v)| (k.to_string(), v)).collect::<BTreeMap<_, _>>() }
 }
 
-fn log(
-    features: Option<Struct>,
-    predictions: Option<Struct>,
-    ts: Option<(i64, i32)>,
-) -> PredictionLog {
+fn log(features: Option<Struct>, predictions: Option<Struct>, ts: Option<(i64, i32)>) -> PredictionLog {
     PredictionLog {
         prediction_id: "s1".into(),
-        input: Some(ModelInput {
-            features_table: features,
-            ..Default::default()
-        }),
-        output: Some(PbOutput {
-            prediction_results_table: predictions,
-            ..Default::default()
-        }),
+        input: Some(ModelInput { features_table: features, ..Default::default() }),
+        output: Some(PbOutput { prediction_results_table: predictions, ..Default::default() }),
         request_timestamp: ts.map(|(seconds, nanos)| Timestamp { seconds, nanos }),
         table_schema_version: 1,
         ..Default::default()
@@ -118,19 +87,12 @@ fn cols(names: &[&str]) -> Value {
 
 /// Features table with the standard four columns and the given rows.
 fn ftable(rows: Vec<Value>) -> Struct {
-    table(vec![
-        ("columns", cols(&["f_int", "f_float", "f_bool", "f_str"])),
-        ("data", lst(rows)),
-    ])
+    table(vec![("columns", cols(&["f_int", "f_float", "f_bool", "f_str"])), ("data", lst(rows))])
 }
 
 fn ptable(score_col: &str, scores: Vec<Value>) -> Struct {
     let ids = (0..scores.len()).map(|i| st(&format!("r{i}"))).collect();
-    table(vec![
-        ("columns", cols(&[score_col])),
-        ("data", lst(scores)),
-        ("row_ids", lst(ids)),
-    ])
+    table(vec![("columns", cols(&[score_col])), ("data", lst(scores)), ("row_ids", lst(ids))])
 }
 
 fn frow() -> Value {
@@ -150,11 +112,7 @@ fn err_of(out: ModelOutput, l: &PredictionLog) -> DecodeError {
 
 #[test]
 fn binary_row_matches_merlin_semantics() {
-    let l = log(
-        Some(ftable(vec![frow()])),
-        Some(ptable("score", vec![num(0.5)])),
-        Some((1_700_000_000, 123_456_789)),
-    );
+    let l = log(Some(ftable(vec![frow()])), Some(ptable("score", vec![num(0.5)])), Some((1_700_000_000, 123_456_789)));
     let rows = decode_one(binary(), &l).unwrap();
     assert_eq!(
         rows,
@@ -176,28 +134,12 @@ fn binary_row_matches_merlin_semantics() {
 #[test]
 fn coercions_nulls_and_dropped_columns() {
     let f = table(vec![
-        (
-            "columns",
-            cols(&["customer_id", "f_float", "f_int", "f_str"]),
-        ), // f_bool absent, customer_id undeclared
-        (
-            "data",
-            lst(vec![lst(vec![st("c-1"), b(true), num(-4.7), null()])]),
-        ),
+        ("columns", cols(&["customer_id", "f_float", "f_int", "f_str"])), // f_bool absent, customer_id undeclared
+        ("data", lst(vec![lst(vec![st("c-1"), b(true), num(-4.7), null()])])),
     ]);
     let l = log(Some(f), Some(ptable("score", vec![null()])), Some((0, 0)));
     let rows = decode_one(binary(), &l).unwrap();
-    assert_eq!(
-        rows[0][4..],
-        [
-            Cell::Int(-4),
-            Cell::Float(1.0),
-            Cell::Null,
-            Cell::Null,
-            Cell::Null,
-            Cell::Null
-        ]
-    );
+    assert_eq!(rows[0][4..], [Cell::Int(-4), Cell::Float(1.0), Cell::Null, Cell::Null, Cell::Null, Cell::Null]);
 }
 
 #[test]
@@ -207,16 +149,9 @@ fn bare_scalar_rows_and_feature_orders() {
     s.feature_orders = vec!["only".into()];
     let layout = Arc::new(TableLayout::new(&s, "1"));
     let f = table(vec![("data", lst(vec![num(3.0), num(4.0)]))]); // no columns: feature_orders
-    let p = table(vec![
-        ("data", lst(vec![num(1.0), num(2.0)])),
-        ("row_ids", lst(vec![st("a"), st("b")])),
-    ]);
+    let p = table(vec![("data", lst(vec![num(1.0), num(2.0)])), ("row_ids", lst(vec![st("a"), st("b")]))]);
     let mut d = Decoder::new(layout);
-    assert_eq!(
-        d.decode(&log(Some(f), Some(p), Some((5, 0))).encode_to_vec())
-            .unwrap(),
-        2
-    );
+    assert_eq!(d.decode(&log(Some(f), Some(p), Some((5, 0))).encode_to_vec()).unwrap(), 2);
     let rows = batch_cells(&d.finish());
     assert_eq!(rows[1][4..], [Cell::Float(4.0), Cell::Float(2.0)]);
 }
@@ -224,22 +159,12 @@ fn bare_scalar_rows_and_feature_orders() {
 #[test]
 fn ranking_is_per_log_with_ties_in_order() {
     let rows = vec![frow(), frow(), frow(), frow()];
-    let l = log(
-        Some(ftable(rows)),
-        Some(ptable(
-            "rank_score",
-            vec![num(0.2), num(0.9), null(), num(0.9)],
-        )),
-        Some((1, 0)),
-    );
+    let l = log(Some(ftable(rows)), Some(ptable("rank_score", vec![num(0.2), num(0.9), null(), num(0.9)])), Some((1, 0)));
     let layout = Arc::new(TableLayout::new(&schema(ranking()), "1"));
     let mut d = Decoder::new(layout);
     d.decode(&l.encode_to_vec()).unwrap();
     d.decode(&l.encode_to_vec()).unwrap(); // same session id again: ranked on its own
-    let ranks: Vec<Cell> = batch_cells(&d.finish())
-        .into_iter()
-        .map(|r| r.last().unwrap().clone())
-        .collect();
+    let ranks: Vec<Cell> = batch_cells(&d.finish()).into_iter().map(|r| r.last().unwrap().clone()).collect();
     let one = [Cell::Int(3), Cell::Int(1), Cell::Null, Cell::Int(2)];
     assert_eq!(ranks[..4], one);
     assert_eq!(ranks[4..], one);
@@ -259,20 +184,9 @@ fn multiclass_argmax_first_on_ties_null_when_all_null() {
         ),
         ("row_ids", lst(vec![st("0"), st("1"), st("2")])),
     ]);
-    let l = log(
-        Some(ftable(vec![frow(), frow(), frow()])),
-        Some(p),
-        Some((1, 0)),
-    );
-    let labels: Vec<Cell> = decode_one(multiclass(), &l)
-        .unwrap()
-        .into_iter()
-        .map(|r| r.last().unwrap().clone())
-        .collect();
-    assert_eq!(
-        labels,
-        [Cell::Str("b".into()), Cell::Null, Cell::Str("b".into())]
-    );
+    let l = log(Some(ftable(vec![frow(), frow(), frow()])), Some(p), Some((1, 0)));
+    let labels: Vec<Cell> = decode_one(multiclass(), &l).unwrap().into_iter().map(|r| r.last().unwrap().clone()).collect();
+    assert_eq!(labels, [Cell::Str("b".into()), Cell::Null, Cell::Str("b".into())]);
 }
 
 #[test]
@@ -281,21 +195,9 @@ fn malformed_logs_are_rejected_with_reasons() {
     let ok_p = || Some(ptable("score", vec![num(0.1)]));
     let ts = Some((1, 0));
     let cases: Vec<(PredictionLog, ErrorKind, &str)> = vec![
-        (
-            log(ok_f(), ok_p(), None),
-            ErrorKind::MissingField,
-            "request_timestamp",
-        ),
-        (
-            log(None, ok_p(), ts),
-            ErrorKind::MissingField,
-            "input.features_table",
-        ),
-        (
-            log(ok_f(), None, ts),
-            ErrorKind::MissingField,
-            "output.prediction_results_table",
-        ),
+        (log(ok_f(), ok_p(), None), ErrorKind::MissingField, "request_timestamp"),
+        (log(None, ok_p(), ts), ErrorKind::MissingField, "input.features_table"),
+        (log(ok_f(), None, ts), ErrorKind::MissingField, "output.prediction_results_table"),
         (
             log(ok_f(), Some(table(vec![("data", lst(vec![num(0.1)]))])), ts),
             ErrorKind::MissingField,
@@ -306,134 +208,59 @@ fn malformed_logs_are_rejected_with_reasons() {
             ErrorKind::MissingField,
             "no columns and the schema has no feature_orders",
         ),
+        (log(Some(ftable(vec![frow(), frow()])), ok_p(), ts), ErrorKind::ShapeMismatch, "2 feature rows, 1 prediction rows and 1 row ids"),
         (
-            log(Some(ftable(vec![frow(), frow()])), ok_p(), ts),
-            ErrorKind::ShapeMismatch,
-            "2 feature rows, 1 prediction rows and 1 row ids",
-        ),
-        (
-            log(
-                Some(ftable(vec![lst(vec![num(1.0), num(2.0)])])),
-                ok_p(),
-                ts,
-            ),
+            log(Some(ftable(vec![lst(vec![num(1.0), num(2.0)])])), ok_p(), ts),
             ErrorKind::ShapeMismatch,
             "has 2 values but there are 4 columns",
         ),
         (
-            log(
-                Some(ftable(vec![lst(vec![
-                    num(1.0),
-                    num(2.0),
-                    b(true),
-                    num(3.0),
-                ])])),
-                ok_p(),
-                ts,
-            ),
+            log(Some(ftable(vec![lst(vec![num(1.0), num(2.0), b(true), num(3.0)])])), ok_p(), ts),
             ErrorKind::TypeMismatch,
             "input.features_table.data[0][3] (column \"f_str\", STRING): found a number",
         ),
         (
-            log(
-                Some(ftable(vec![lst(vec![
-                    num(1.0),
-                    num(2.0),
-                    num(1.0),
-                    st("x"),
-                ])])),
-                ok_p(),
-                ts,
-            ),
+            log(Some(ftable(vec![lst(vec![num(1.0), num(2.0), num(1.0), st("x")])])), ok_p(), ts),
             ErrorKind::TypeMismatch,
             "column \"f_bool\", BOOLEAN): found a number",
         ),
         (
-            log(
-                Some(ftable(vec![lst(vec![
-                    num(f64::NAN),
-                    num(2.0),
-                    b(true),
-                    st("x"),
-                ])])),
-                ok_p(),
-                ts,
-            ),
+            log(Some(ftable(vec![lst(vec![num(f64::NAN), num(2.0), b(true), st("x")])])), ok_p(), ts),
             ErrorKind::InvalidValue,
             "NaN or infinity",
         ),
         (
-            log(
-                Some(ftable(vec![lst(vec![
-                    num(1e19),
-                    num(2.0),
-                    b(true),
-                    st("x"),
-                ])])),
-                ok_p(),
-                ts,
-            ),
+            log(Some(ftable(vec![lst(vec![num(1e19), num(2.0), b(true), st("x")])])), ok_p(), ts),
             ErrorKind::InvalidValue,
             "out of range for int64",
         ),
         (
-            log(
-                Some(ftable(vec![lst(vec![
-                    lst(vec![]),
-                    num(2.0),
-                    b(true),
-                    st("x"),
-                ])])),
-                ok_p(),
-                ts,
-            ),
+            log(Some(ftable(vec![lst(vec![lst(vec![]), num(2.0), b(true), st("x")])])), ok_p(), ts),
             ErrorKind::NestedValue,
             "found a list",
         ),
         (
-            log(
-                Some(ftable(vec![frow()])),
-                Some(ptable("score", vec![st("high")])),
-                ts,
-            ),
+            log(Some(ftable(vec![frow()])), Some(ptable("score", vec![st("high")])), ts),
             ErrorKind::TypeMismatch,
             "column \"score\", FLOAT): found a string",
         ),
         (
             log(
-                Some(table(vec![
-                    ("columns", cols(&["f_int", "f_int"])),
-                    ("data", lst(vec![lst(vec![num(1.0), num(2.0)])])),
-                ])),
+                Some(table(vec![("columns", cols(&["f_int", "f_int"])), ("data", lst(vec![lst(vec![num(1.0), num(2.0)])]))])),
                 ok_p(),
                 ts,
             ),
             ErrorKind::DuplicateColumn,
             "names \"f_int\" more than once",
         ),
-        (
-            log(ok_f(), ok_p(), Some((1, -5))),
-            ErrorKind::InvalidValue,
-            "nanos",
-        ),
-        (
-            log(ok_f(), ok_p(), Some((300_000_000_000, 0))),
-            ErrorKind::InvalidValue,
-            "years 1 to 9999",
-        ),
+        (log(ok_f(), ok_p(), Some((1, -5))), ErrorKind::InvalidValue, "nanos"),
+        (log(ok_f(), ok_p(), Some((300_000_000_000, 0))), ErrorKind::InvalidValue, "years 1 to 9999"),
     ];
     for (l, kind, text) in cases {
         let e = err_of(binary(), &l);
         assert_eq!(e.kind, kind, "{e}");
         assert!(e.to_string().contains(text), "expected {text:?} in {e}");
-        assert!(
-            convert(
-                &TableLayout::new(&schema(binary()), "7"),
-                &l.encode_to_vec()
-            )
-            .is_err(),
-            "reference agrees: {e}"
-        );
+        assert!(convert(&TableLayout::new(&schema(binary()), "7"), &l.encode_to_vec()).is_err(), "reference agrees: {e}");
     }
 }
 
@@ -442,16 +269,8 @@ fn undecodable_and_empty_bytes() {
     let layout = Arc::new(TableLayout::new(&schema(binary()), "7"));
     let mut d = Decoder::new(layout);
     assert_eq!(d.decode(&[]).unwrap_err().kind, ErrorKind::EmptyMessage);
-    assert_eq!(
-        d.decode(b"\xff\xff\xff\xff garbage").unwrap_err().kind,
-        ErrorKind::InvalidProtobuf
-    );
-    let good = log(
-        Some(ftable(vec![frow()])),
-        Some(ptable("score", vec![num(0.9)])),
-        Some((1, 0)),
-    )
-    .encode_to_vec();
+    assert_eq!(d.decode(b"\xff\xff\xff\xff garbage").unwrap_err().kind, ErrorKind::InvalidProtobuf);
+    let good = log(Some(ftable(vec![frow()])), Some(ptable("score", vec![num(0.9)])), Some((1, 0))).encode_to_vec();
     let e = d.decode(&good[..good.len() / 2]).unwrap_err();
     assert_eq!(e.kind, ErrorKind::InvalidProtobuf, "{e}");
 }
@@ -460,22 +279,10 @@ fn undecodable_and_empty_bytes() {
 fn a_rejected_log_leaves_no_rows_behind() {
     let layout = Arc::new(TableLayout::new(&schema(binary()), "7"));
     let mut d = Decoder::new(layout);
-    let good = log(
-        Some(ftable(vec![frow()])),
-        Some(ptable("score", vec![num(0.9)])),
-        Some((1, 0)),
-    );
+    let good = log(Some(ftable(vec![frow()])), Some(ptable("score", vec![num(0.9)])), Some((1, 0)));
     // Second row of three has a bad cell: the first row was already appended and must go.
-    let bad_rows = vec![
-        frow(),
-        lst(vec![num(1.0), num(2.0), b(true), num(9.0)]),
-        frow(),
-    ];
-    let bad = log(
-        Some(ftable(bad_rows)),
-        Some(ptable("score", vec![num(0.1), num(0.2), num(0.3)])),
-        Some((1, 0)),
-    );
+    let bad_rows = vec![frow(), lst(vec![num(1.0), num(2.0), b(true), num(9.0)]), frow()];
+    let bad = log(Some(ftable(bad_rows)), Some(ptable("score", vec![num(0.1), num(0.2), num(0.3)])), Some((1, 0)));
     d.decode(&good.encode_to_vec()).unwrap();
     let before = d.approx_bytes();
     assert!(d.decode(&bad.encode_to_vec()).is_err());
@@ -506,12 +313,8 @@ fn arb_scalar() -> impl Strategy<Value = Value> {
 /// Values that fit a column of the given type most of the time.
 fn arb_cell(ty: FeatureType) -> BoxedStrategy<Value> {
     let typed: BoxedStrategy<Value> = match ty {
-        FeatureType::Int64 => {
-            prop_oneof![(-1e9f64..1e9).prop_map(num), any::<bool>().prop_map(b)].boxed()
-        }
-        FeatureType::Float64 => {
-            prop_oneof![any::<f64>().prop_map(num), any::<bool>().prop_map(b)].boxed()
-        }
+        FeatureType::Int64 => prop_oneof![(-1e9f64..1e9).prop_map(num), any::<bool>().prop_map(b)].boxed(),
+        FeatureType::Float64 => prop_oneof![any::<f64>().prop_map(num), any::<bool>().prop_map(b)].boxed(),
         FeatureType::Boolean => any::<bool>().prop_map(b).boxed(),
         FeatureType::String => "[a-zA-Z0-9_ -]{0,12}".prop_map(|s| st(&s)).boxed(),
     };
@@ -564,8 +367,7 @@ prop_compose! {
 
 fn agree(out: ModelOutput, logs: &[PredictionLog]) -> Result<(), TestCaseError> {
     let mut s = schema(out);
-    s.feature_types
-        .push(("score_feature_like".into(), FeatureType::Float64));
+    s.feature_types.push(("score_feature_like".into(), FeatureType::Float64));
     let layout = Arc::new(TableLayout::new(&s, "3"));
     let mut d = Decoder::new(Arc::clone(&layout));
     let mut expected = Vec::new();
@@ -573,13 +375,7 @@ fn agree(out: ModelOutput, logs: &[PredictionLog]) -> Result<(), TestCaseError> 
         let bytes = l.encode_to_vec();
         let want = convert(&layout, &bytes);
         let got = d.decode(&bytes);
-        prop_assert_eq!(
-            want.is_ok(),
-            got.is_ok(),
-            "reference {:?} vs walker {:?}",
-            want,
-            got
-        );
+        prop_assert_eq!(want.is_ok(), got.is_ok(), "reference {:?} vs walker {:?}", want, got);
         if let Ok(rows) = want {
             prop_assert_eq!(got.unwrap(), rows.len());
             expected.extend(rows);
@@ -659,11 +455,7 @@ fn multiclass_matches_reference_on_generated_logs() {
         let gl = g.next_log();
         let want = convert(&layout, &gl.bytes);
         let got = d.decode(&gl.bytes);
-        assert_eq!(
-            got.is_err(),
-            gl.malformed,
-            "generator's malformed flag is honest: {got:?}"
-        );
+        assert_eq!(got.is_err(), gl.malformed, "generator's malformed flag is honest: {got:?}");
         assert_eq!(want.is_err(), gl.malformed);
         if let Ok(rows) = want {
             expected.extend(rows);

@@ -51,10 +51,7 @@ impl<'a> Reader<'a> {
 
     #[inline]
     fn err(&self, what: &str, msg: &str) -> DecodeError {
-        DecodeError::new(
-            ErrorKind::InvalidProtobuf,
-            format!("{what}: {msg} at byte {}", self.pos),
-        )
+        DecodeError::new(ErrorKind::InvalidProtobuf, format!("{what}: {msg} at byte {}", self.pos))
     }
 
     /// Reads a base-128 varint (at most 10 bytes).
@@ -113,10 +110,7 @@ impl<'a> Reader<'a> {
         let len = self.varint(what)?;
         let remaining = (self.buf.len() - self.pos) as u64;
         if len > remaining {
-            return Err(self.err(
-                what,
-                &format!("length {len} exceeds the {remaining} bytes left"),
-            ));
+            return Err(self.err(what, &format!("length {len} exceeds the {remaining} bytes left")));
         }
         let start = self.pos;
         self.pos += len as usize;
@@ -141,13 +135,7 @@ impl<'a> Reader<'a> {
         self.skip_depth(field, wt, what, 0)
     }
 
-    fn skip_depth(
-        &mut self,
-        field: u32,
-        wt: WireType,
-        what: &str,
-        depth: u32,
-    ) -> Result<(), DecodeError> {
+    fn skip_depth(&mut self, field: u32, wt: WireType, what: &str, depth: u32) -> Result<(), DecodeError> {
         match wt {
             WireType::Varint => {
                 self.varint(what)?;
@@ -189,22 +177,13 @@ impl<'a> Reader<'a> {
 
     /// Checks a known field's wire type.
     #[inline]
-    pub(crate) fn expect(
-        &self,
-        got: WireType,
-        want: WireType,
-        what: &str,
-    ) -> Result<(), DecodeError> {
+    pub(crate) fn expect(&self, got: WireType, want: WireType, what: &str) -> Result<(), DecodeError> {
         if got == want {
             Ok(())
         } else {
             Err(self.err(
                 what,
-                &format!(
-                    "wire type {} where {} was expected",
-                    got.name(),
-                    want.name()
-                ),
+                &format!("wire type {} where {} was expected", got.name(), want.name()),
             ))
         }
     }

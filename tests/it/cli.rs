@@ -13,21 +13,9 @@ use std::sync::Arc;
 fn gen(dir: &std::path::Path, n: u32, malformed: &str) -> std::path::PathBuf {
     let path = dir.join("logs.bin");
     let o = run(&[
-        "gen",
-        "-c",
-        repo_config("local.yaml").to_str().unwrap(),
-        "-n",
-        &n.to_string(),
-        "--seed",
-        "5",
-        "--rows-per-log",
-        "2",
-        "--malformed-ratio",
-        malformed,
-        "--start-time",
-        "2026-11-01T00:00:00Z",
-        "-o",
-        path.to_str().unwrap(),
+        "gen", "-c", repo_config("local.yaml").to_str().unwrap(), "-n", &n.to_string(), "--seed", "5",
+        "--rows-per-log", "2", "--malformed-ratio", malformed, "--start-time", "2026-11-01T00:00:00Z",
+        "-o", path.to_str().unwrap(),
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
     path
@@ -52,71 +40,26 @@ fn convert_jsonl_reports_bad_logs_and_writes_every_good_row() {
     let dir = tempfile::tempdir().unwrap();
     let input = gen(dir.path(), 500, "0.05");
     let out = dir.path().join("rows.jsonl");
-    let o = run(&[
-        "convert",
-        "-c",
-        repo_config("local.yaml").to_str().unwrap(),
-        "-i",
-        input.to_str().unwrap(),
-        "-o",
-        out.to_str().unwrap(),
-    ]);
-    assert!(
-        o.status.success(),
-        "bad logs are skipped, not fatal: {}",
-        stderr(&o)
-    );
+    let o = run(&["convert", "-c", repo_config("local.yaml").to_str().unwrap(), "-i", input.to_str().unwrap(), "-o", out.to_str().unwrap()]);
+    assert!(o.status.success(), "bad logs are skipped, not fatal: {}", stderr(&o));
     let (batches, bad) = decode_file(&input);
     assert!(bad > 5, "the generator made malformed logs");
     let err = stderr(&o);
-    let reported = err
-        .lines()
-        .filter(|l| l.starts_with("log ") && l.contains(" at byte "))
-        .count();
-    assert_eq!(
-        reported, bad,
-        "each bad log is reported with index and offset:\n{err}"
-    );
-    assert!(
-        err.contains(&format!(
-            "500 logs read, {} rows written, {bad} bad logs skipped",
-            batches[0].num_rows()
-        )),
-        "{err}"
-    );
+    let reported = err.lines().filter(|l| l.starts_with("log ") && l.contains(" at byte ")).count();
+    assert_eq!(reported, bad, "each bad log is reported with index and offset:\n{err}");
+    assert!(err.contains(&format!("500 logs read, {} rows written, {bad} bad logs skipped", batches[0].num_rows())), "{err}");
 
     let text = std::fs::read_to_string(&out).unwrap();
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines.len(), batches[0].num_rows());
     let first: serde_json::Value = serde_json::from_str(lines[0]).unwrap();
     let keys: Vec<&String> = first.as_object().unwrap().keys().collect();
-    let schema_keys: Vec<String> = batches[0]
-        .schema()
-        .fields()
-        .iter()
-        .map(|f| f.name().clone())
-        .collect();
-    assert_eq!(
-        keys,
-        schema_keys.iter().collect::<Vec<_>>(),
-        "keys in table column order, all present"
-    );
+    let schema_keys: Vec<String> = batches[0].schema().fields().iter().map(|f| f.name().clone()).collect();
+    assert_eq!(keys, schema_keys.iter().collect::<Vec<_>>(), "keys in table column order, all present");
     let ts = first["request_timestamp"].as_str().unwrap();
-    assert!(
-        ts.starts_with("2026-11-01T00:00:00.") && ts.ends_with('Z') && ts.len() == 27,
-        "{ts}"
-    );
+    assert!(ts.starts_with("2026-11-01T00:00:00.") && ts.ends_with('Z') && ts.len() == 27, "{ts}");
 
-    let strict = run(&[
-        "convert",
-        "-c",
-        repo_config("local.yaml").to_str().unwrap(),
-        "-i",
-        input.to_str().unwrap(),
-        "-o",
-        out.to_str().unwrap(),
-        "--strict",
-    ]);
+    let strict = run(&["convert", "-c", repo_config("local.yaml").to_str().unwrap(), "-i", input.to_str().unwrap(), "-o", out.to_str().unwrap(), "--strict"]);
     assert_eq!(strict.status.code(), Some(1), "--strict fails on bad logs");
 }
 
@@ -129,53 +72,27 @@ fn parquet_and_arrow_outputs_hold_the_decoded_rows() {
     let cfg = repo_config("local.yaml");
 
     let pq = dir.path().join("rows.parquet");
-    let o = run(&[
-        "convert",
-        "-c",
-        cfg.to_str().unwrap(),
-        "-i",
-        input.to_str().unwrap(),
-        "-f",
-        "parquet",
-        "-o",
-        pq.to_str().unwrap(),
-    ]);
+    let o = run(&["convert", "-c", cfg.to_str().unwrap(), "-i", input.to_str().unwrap(), "-f", "parquet", "-o", pq.to_str().unwrap()]);
     assert!(o.status.success(), "{}", stderr(&o));
-    let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
-        std::fs::File::open(&pq).unwrap(),
-    )
-    .unwrap()
-    .build()
-    .unwrap();
+    let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(&pq).unwrap())
+        .unwrap()
+        .build()
+        .unwrap();
     let mut got = Vec::new();
     for b in reader {
         let b = b.unwrap();
         assert_eq!(
             b.schema().field(2).data_type(),
-            &arrow_schema::DataType::Timestamp(
-                arrow_schema::TimeUnit::Microsecond,
-                Some("UTC".into())
-            )
+            &arrow_schema::DataType::Timestamp(arrow_schema::TimeUnit::Microsecond, Some("UTC".into()))
         );
         got.extend(batch_cells(&b));
     }
     assert_eq!(got, expected);
 
     let ipc = dir.path().join("rows.arrow");
-    let o = run(&[
-        "convert",
-        "-c",
-        cfg.to_str().unwrap(),
-        "-i",
-        input.to_str().unwrap(),
-        "-f",
-        "arrow",
-        "-o",
-        ipc.to_str().unwrap(),
-    ]);
+    let o = run(&["convert", "-c", cfg.to_str().unwrap(), "-i", input.to_str().unwrap(), "-f", "arrow", "-o", ipc.to_str().unwrap()]);
     assert!(o.status.success(), "{}", stderr(&o));
-    let reader =
-        arrow_ipc::reader::StreamReader::try_new(std::fs::File::open(&ipc).unwrap(), None).unwrap();
+    let reader = arrow_ipc::reader::StreamReader::try_new(std::fs::File::open(&ipc).unwrap(), None).unwrap();
     let mut got = Vec::new();
     for b in reader {
         got.extend(batch_cells(&b.unwrap()));
@@ -193,35 +110,13 @@ fn unrecoverable_frames_exit_1_without_allocating_the_claimed_length() {
     bytes.truncate(bytes.len() - 10);
     let truncated = dir.path().join("truncated.bin");
     std::fs::write(&truncated, &bytes).unwrap();
-    let o = run(&[
-        "convert",
-        "-c",
-        cfg.to_str().unwrap(),
-        "-i",
-        truncated.to_str().unwrap(),
-        "-o",
-        "/dev/null",
-    ]);
+    let o = run(&["convert", "-c", cfg.to_str().unwrap(), "-i", truncated.to_str().unwrap(), "-o", "/dev/null"]);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(stderr(&o).contains("unrecoverable input"), "{}", stderr(&o));
     // A length prefix claiming ~4 EiB.
     let huge = dir.path().join("huge.bin");
-    std::fs::write(
-        &huge,
-        [
-            0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x3f, 1, 2, 3,
-        ],
-    )
-    .unwrap();
-    let o = run(&[
-        "convert",
-        "-c",
-        cfg.to_str().unwrap(),
-        "-i",
-        huge.to_str().unwrap(),
-        "-o",
-        "/dev/null",
-    ]);
+    std::fs::write(&huge, [0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x3f, 1, 2, 3]).unwrap();
+    let o = run(&["convert", "-c", cfg.to_str().unwrap(), "-i", huge.to_str().unwrap(), "-o", "/dev/null"]);
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("declares"), "{}", stderr(&o));
 }
@@ -238,14 +133,7 @@ fn invalid_config_lists_every_problem_and_exits_2() {
     let o = run(&["check-config", "-c", cfg.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(2));
     let err = stderr(&o);
-    for needle in [
-        "model_version: required",
-        "row_id",
-        "int128",
-        "unknown output class",
-        "batching.linger",
-        "observation_source: required",
-    ] {
+    for needle in ["model_version: required", "row_id", "int128", "unknown output class", "batching.linger", "observation_source: required"] {
         assert!(err.contains(needle), "missing {needle:?}:\n{err}");
     }
     // convert needs no source or sinks, but still reports the schema problems.
@@ -260,10 +148,7 @@ fn check_config_redacts_secrets_and_schema_prints_the_table() {
     let cfg = dir.path().join("c.yaml");
     let text = std::fs::read_to_string(repo_config("merlin-binary.yaml"))
         .unwrap()
-        .replace(
-            "      fetch.min.bytes: \"1024000\"",
-            "      fetch.min.bytes: \"1024000\"\n      sasl.password: s3cr3t-value",
-        );
+        .replace("      fetch.min.bytes: \"1024000\"", "      fetch.min.bytes: \"1024000\"\n      sasl.password: s3cr3t-value");
     std::fs::write(&cfg, text).unwrap();
     let o = run(&["check-config", "-c", cfg.to_str().unwrap()]);
     assert!(o.status.success(), "{}", stderr(&o));
@@ -274,55 +159,17 @@ fn check_config_redacts_secrets_and_schema_prints_the_table() {
     let o = run(&["schema", "-c", cfg.to_str().unwrap()]);
     assert!(o.status.success(), "{}", stderr(&o));
     let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert_eq!(
-        doc["tableReference"]["tableId"],
-        "prediction_log_sample_credit_model"
-    );
+    assert_eq!(doc["tableReference"]["tableId"], "prediction_log_sample_credit_model");
     assert_eq!(doc["tableReference"]["projectId"], "gcp-project");
     assert_eq!(doc["timePartitioning"]["expirationMs"], "1209600000");
     assert_eq!(doc["timePartitioning"]["field"], "request_timestamp");
-    let names: Vec<&str> = doc["schema"]["fields"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|f| f["name"].as_str().unwrap())
-        .collect();
+    let names: Vec<&str> = doc["schema"]["fields"].as_array().unwrap().iter().map(|f| f["name"].as_str().unwrap()).collect();
     assert_eq!(
         names,
-        [
-            "session_id",
-            "row_id",
-            "request_timestamp",
-            "model_version",
-            "amount",
-            "merchant_id",
-            "num_txn_24h",
-            "is_foreign",
-            "prediction_score",
-            "_prediction_label"
-        ]
+        ["session_id", "row_id", "request_timestamp", "model_version", "amount", "merchant_id", "num_txn_24h", "is_foreign", "prediction_score", "_prediction_label"]
     );
-    let types: Vec<&str> = doc["schema"]["fields"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|f| f["type"].as_str().unwrap())
-        .collect();
-    assert_eq!(
-        types,
-        [
-            "STRING",
-            "STRING",
-            "TIMESTAMP",
-            "STRING",
-            "FLOAT",
-            "STRING",
-            "INTEGER",
-            "BOOLEAN",
-            "FLOAT",
-            "STRING"
-        ]
-    );
+    let types: Vec<&str> = doc["schema"]["fields"].as_array().unwrap().iter().map(|f| f["type"].as_str().unwrap()).collect();
+    assert_eq!(types, ["STRING", "STRING", "TIMESTAMP", "STRING", "FLOAT", "STRING", "INTEGER", "BOOLEAN", "FLOAT", "STRING"]);
 }
 
 #[test]

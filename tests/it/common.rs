@@ -10,18 +10,12 @@ pub fn bin() -> Command {
 
 /// Runs the binary with `args` and returns its output.
 pub fn run(args: &[&str]) -> Output {
-    bin()
-        .args(args)
-        .env_remove("OBS_PUBLISHER_CONFIG")
-        .output()
-        .expect("binary runs")
+    bin().args(args).env_remove("OBS_PUBLISHER_CONFIG").output().expect("binary runs")
 }
 
 /// A file under the repository's `config/` folder.
 pub fn repo_config(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("config")
-        .join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("config").join(name)
 }
 
 /// stderr as text.

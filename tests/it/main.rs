@@ -2,5 +2,6 @@
 //! Kafka broker and the BigQuery emulator started by `scripts/test`, a fake Kubernetes API
 //! server over real HTTP.
 
+mod bigquery;
 mod cli;
 mod common;
