@@ -25,6 +25,7 @@ use super::encode::{append_request, payload_budget, schema_bytes, split_to_fit};
 use super::error::{Action, ErrorInfo};
 use super::metrics as m;
 use super::proto::{append_rows_response, AppendRowsRequest, AppendRowsResponse};
+use super::table::{EnsureReport, TableError, TableManager, TableSpec};
 use super::TableRef;
 use arrow_array::{RecordBatch, UInt32Array};
 use arrow_schema::{ArrowError, SchemaRef};
@@ -181,6 +182,38 @@ impl AppendWriter {
         schema: SchemaRef,
         opts: WriterOptions,
     ) -> Result<Self, WriterError> {
+        Self::start_inner(client, table, schema, opts, None)
+    }
+
+    /// Like [`Self::start`], and when BigQuery reports that the table lacks columns of the
+    /// writer's schema (`SCHEMA_MISMATCH_EXTRA_FIELDS`) or sends an `updated_schema`, the writer
+    /// runs [`TableManager::ensure_table`] with `spec` (adding the columns) before it reconnects,
+    /// without a restart. A configuration error found there (a changed column type) keeps the
+    /// writer unhealthy and retrying slowly.
+    pub fn start_evolving(
+        client: StorageClient,
+        tables: TableManager,
+        spec: TableSpec,
+        schema: SchemaRef,
+        opts: WriterOptions,
+    ) -> Result<Self, WriterError> {
+        let table = spec.table.clone();
+        Self::start_inner(
+            client,
+            &table,
+            schema,
+            opts,
+            Some(Evolution { tables, spec }),
+        )
+    }
+
+    fn start_inner(
+        client: StorageClient,
+        table: &TableRef,
+        schema: SchemaRef,
+        opts: WriterOptions,
+        evolution: Option<Evolution>,
+    ) -> Result<Self, WriterError> {
         let write_stream = table.default_stream();
         let schema_bytes = schema_bytes(&schema)?;
         let payload_budget = payload_budget(opts.max_request_bytes, &write_stream, &schema_bytes);
@@ -207,6 +240,8 @@ impl AppendWriter {
             connections: 0,
             attempt_failed: false,
             health: health_tx,
+            evolution,
+            evolving: None,
         };
         Ok(AppendWriter {
             jobs: Some(jobs_tx),
@@ -453,6 +488,7 @@ impl Drop for Conn {
 }
 
 enum Wake {
+    Evolved(Result<Result<EnsureReport, TableError>, tokio::task::JoinError>),
     Conn(ConnEvent),
     Job(Option<Job>),
     Retry,
@@ -474,7 +510,18 @@ async fn next_event(conn: &mut Conn) -> ConnEvent {
     }
 }
 
+/// What the writer needs to add columns itself.
+struct Evolution {
+    tables: TableManager,
+    spec: TableSpec,
+}
+
+type Evolving = JoinHandle<Result<EnsureReport, TableError>>;
+
 struct Driver {
+    evolution: Option<Evolution>,
+    /// A running `ensure_table`; no connection is opened until it is done.
+    evolving: Option<Evolving>,
     stats: Arc<WriterStats>,
     client: StorageClient,
     write_stream: String,
@@ -511,11 +558,19 @@ impl Driver {
             let retry_at = self.retry_at.unwrap_or_else(Instant::now);
             let drain_at = self.conn.as_ref().and_then(|c| c.drain_deadline);
             let has_conn = self.conn.is_some();
+            let evolving = self.evolving.is_some();
             let wake = {
                 let conn = &mut self.conn;
                 let jobs = &mut self.jobs;
+                let ev_task = &mut self.evolving;
                 tokio::select! {
                     biased;
+                    r = async {
+                        match ev_task.as_mut() {
+                            Some(h) => h.await,
+                            None => std::future::pending().await,
+                        }
+                    }, if evolving => Wake::Evolved(r),
                     ev = async {
                         match conn.as_mut() {
                             Some(c) => next_event(c).await,
@@ -528,6 +583,7 @@ impl Driver {
                 }
             };
             match wake {
+                Wake::Evolved(r) => self.evolved(r),
                 Wake::Conn(ev) => self.on_event(ev),
                 Wake::Job(Some(job)) => self.admit(job),
                 Wake::Job(None) => self.jobs_open = false,
@@ -549,7 +605,7 @@ impl Driver {
             return;
         }
         if self.conn.is_none() {
-            if self.retry_at.is_some_and(|t| t > Instant::now()) {
+            if self.evolving.is_some() || self.retry_at.is_some_and(|t| t > Instant::now()) {
                 return;
             }
             self.retry_at = None;
@@ -703,7 +759,8 @@ impl Driver {
                 self.set_health(false);
             }
             if action == Action::SchemaMismatch {
-                warn!(stream = %self.write_stream, error = %info, "table lacks columns of the writer's schema; retrying on a new connection");
+                warn!(stream = %self.write_stream, error = %info, "table lacks columns of the writer's schema; adding them, then reconnecting");
+                self.evolve();
             } else {
                 warn!(stream = %self.write_stream, error = %info, attempt = self.failures, "AppendRows failed; retrying");
             }
@@ -711,6 +768,46 @@ impl Driver {
         };
         let at = Instant::now() + delay;
         self.retry_at = Some(self.retry_at.map_or(at, |t| t.max(at)));
+    }
+
+    /// Starts bringing the table up to the writer's schema (once at a time).
+    fn evolve(&mut self) {
+        if self.evolving.is_some() {
+            return;
+        }
+        if let Some(e) = &self.evolution {
+            let tables = e.tables.clone();
+            let spec = e.spec.clone();
+            self.evolving = Some(tokio::spawn(
+                async move { tables.ensure_table(&spec).await },
+            ));
+        }
+    }
+
+    fn evolved(&mut self, r: Result<Result<EnsureReport, TableError>, tokio::task::JoinError>) {
+        self.evolving = None;
+        match r {
+            Ok(Ok(report)) => {
+                info!(stream = %self.write_stream, added = ?report.added_columns, "table schema updated; reconnecting");
+                // Columns were just added: reconnect without waiting out the backoff. Nothing was
+                // missing: BigQuery still serves an older schema (it can for minutes after a
+                // change); keep backing off.
+                if !report.added_columns.is_empty() {
+                    self.retry_at = None;
+                }
+            }
+            Ok(Err(e)) if e.is_config_error() => {
+                warn!(stream = %self.write_stream, error = %e, "cannot bring the table up to the writer's schema; unhealthy, retrying slowly");
+                metrics::counter!(m::FATAL_ERRORS_TOTAL, "code" => "SCHEMA").increment(1);
+                self.set_health(false);
+                let at = Instant::now() + jitter(self.opts.fatal_retry_interval);
+                self.retry_at = Some(self.retry_at.map_or(at, |t| t.max(at)));
+            }
+            Ok(Err(e)) => {
+                warn!(stream = %self.write_stream, error = %e, "adding columns failed; will retry")
+            }
+            Err(e) => warn!(error = %e, "schema update task failed; will retry"),
+        }
     }
 
     /// Stop sending on this connection; collect the answers to what was sent, then reconnect.
@@ -787,6 +884,7 @@ impl Driver {
         }
         if resp.updated_schema.is_some() {
             info!(stream = %self.write_stream, "BigQuery reports an updated table schema; reconnecting");
+            self.evolve();
             self.begin_drain();
         }
         if !resp.row_errors.is_empty() {

@@ -217,3 +217,61 @@ async fn in_band_invalid_argument_bisects_instead_of_dropping() {
     assert!(w.close(Duration::from_secs(30)).await);
     assert_eq!(f.counts().await, (16, 16));
 }
+
+#[tokio::test]
+async fn a_schema_mismatch_adds_the_columns_and_reconnects_without_restart() {
+    // The table has the old model's columns; the writer already writes the new model's batches.
+    let f = Fixture::new("mismatch").await;
+    let features = format!("{FEATURES}\n    country: string");
+    let (config2, sink2) = super::config(&f.spec.table.dataset, &features, "");
+    let spec2 = TableSpec::from_config(&config2, &sink2).expect("spec");
+    let layout2 = Arc::new(TableLayout::from_config(&config2));
+    // The emulator silently drops unknown columns; the proxy answers like BigQuery instead.
+    let mut script = Script::default();
+    script.at.insert(1, Fault::SchemaMismatch);
+    let proxy = Proxy::start(any_port(), &grpc_url(), script).await;
+    let w = AppendWriter::start_evolving(
+        storage(&proxy.url()),
+        manager(),
+        spec2,
+        Arc::clone(&layout2.arrow),
+        test_writer_options(),
+    )
+    .expect("writer");
+    let out = w
+        .append(batch_for(&layout2, &config2, 600, 10, 2))
+        .await
+        .expect("append")
+        .await
+        .expect("acknowledged");
+    assert_eq!((out.appended, out.rejected.len()), (20, 0));
+    assert_eq!(proxy.unused_faults(), 0);
+    assert!(w.close(Duration::from_secs(30)).await);
+
+    let t = f
+        .tables
+        .get_table(f.table())
+        .await
+        .expect("get")
+        .expect("exists");
+    let names: Vec<&str> = t["schema"]["fields"]
+        .as_array()
+        .expect("fields")
+        .iter()
+        .filter_map(|c| c["name"].as_str())
+        .collect();
+    assert!(names.contains(&"country"), "{names:?}");
+    let q = f
+        .query("SELECT COUNT(*), COUNTIF(country IS NOT NULL) FROM {t}")
+        .await;
+    assert_eq!(q.rows[0][0].as_deref(), Some("20"));
+    let with_country: u64 = q.rows[0][1]
+        .as_deref()
+        .unwrap_or("0")
+        .parse()
+        .expect("count");
+    assert!(
+        with_country >= 17,
+        "the new column is written after the reconnect ({with_country})"
+    );
+}

@@ -34,6 +34,9 @@ pub(crate) enum Fault {
     RowErrors(Vec<i64>),
     /// Answer with an in-band error status (not forwarded); the stream stays open.
     InBand(Code),
+    /// Answer with INVALID_ARGUMENT carrying the StorageError SCHEMA_MISMATCH_EXTRA_FIELDS, as
+    /// BigQuery does when the writer has columns the table lacks (not forwarded).
+    SchemaMismatch,
 }
 
 /// Faults by request number, and RPC-open refusals (consumed one per AppendRows call).
@@ -198,6 +201,28 @@ fn in_band(code: Code) -> AppendRowsResponse {
     }
 }
 
+fn schema_mismatch() -> AppendRowsResponse {
+    use observation_publisher::bigquery::proto::{storage_error::StorageErrorCode, StorageError};
+    use prost::Message;
+    let detail = StorageError {
+        code: StorageErrorCode::SchemaMismatchExtraFields as i32,
+        entity: String::new(),
+        error_message: "Input schema has more fields than BigQuery schema".into(),
+    };
+    AppendRowsResponse {
+        response: Some(append_rows_response::Response::Error(rpc::Status {
+            code: Code::InvalidArgument as i32,
+            message: "injected: Input schema has more fields than BigQuery schema".into(),
+            details: vec![prost_types::Any {
+                type_url: "type.googleapis.com/google.cloud.bigquery.storage.v1.StorageError"
+                    .into(),
+                value: detail.encode_to_vec(),
+            }],
+        })),
+        ..Default::default()
+    }
+}
+
 /// One downstream connection: lockstep forwarding with faults.
 async fn relay(
     inner: Arc<Inner>,
@@ -249,6 +274,7 @@ async fn relay(
                 ..Default::default()
             },
             Some(Fault::InBand(code)) => in_band(code),
+            Some(Fault::SchemaMismatch) => schema_mismatch(),
             None => {
                 let stream = match upstream.as_mut() {
                     Some((utx, s)) => {
