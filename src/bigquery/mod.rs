@@ -7,6 +7,7 @@
 //! - [`encode`]: record batches → `arrow_rows` AppendRows requests under the size cap (pure).
 //! - [`writer`]: one persistent AppendRows stream per table, pipelined, byte-bounded, re-sending.
 //! - [`error`]: gRPC code classification (retry / split / bisect / fatal).
+//! - [`exactly_once`]: COMMITTED stream per partition, checkpoints in Kafka commit metadata, resume.
 //! - [`table`]: create the table, add columns, partition expiration, clustering, queries.
 //! - [`metrics`]: metric names.
 //!
@@ -18,6 +19,7 @@ pub mod auth;
 pub mod client;
 pub mod encode;
 pub mod error;
+pub mod exactly_once;
 pub mod metrics;
 pub mod table;
 pub mod writer;

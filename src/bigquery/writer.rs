@@ -119,6 +119,9 @@ pub struct AppendOutcome {
     pub appended: usize,
     /// Rows BigQuery refused, by index, sorted.
     pub rejected: Vec<RejectedRow>,
+    /// Committed streams: the stream offsets `[start, end)` the batch's rows occupy; `end` is
+    /// the `next_row` to persist with the Kafka offset after this batch.
+    pub stream_offsets: Option<std::ops::Range<i64>>,
 }
 
 /// Errors of the writer's API.
@@ -133,18 +136,28 @@ pub enum WriterError {
     /// The writer stopped before the batch was resolved: its rows are not written.
     #[error("the BigQuery writer stopped before the batch was acknowledged")]
     Closed,
+    /// Committed streams: the partition's writer stopped (a gap, a fenced or finalized stream,
+    /// rows BigQuery refused); the batch is not acknowledged and the partition must restart
+    /// from its last committed Kafka offset.
+    #[error("exactly-once writer stopped: {0}")]
+    Stopped(String),
+    /// Committed streams: a row alone exceeds `max_request_bytes` (dead-letter it before).
+    #[error("row {0} alone exceeds max_request_bytes")]
+    RowTooLarge(usize),
 }
 
 /// The caller's handle on one appended batch; resolves as described in the module docs.
 #[derive(Debug)]
-pub struct Pending(oneshot::Receiver<AppendOutcome>);
+pub struct Pending(oneshot::Receiver<Result<AppendOutcome, String>>);
 
 impl Future for Pending {
     type Output = Result<AppendOutcome, WriterError>;
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        Pin::new(&mut self.0)
-            .poll(cx)
-            .map(|r| r.map_err(|_| WriterError::Closed))
+        Pin::new(&mut self.0).poll(cx).map(|r| match r {
+            Ok(Ok(outcome)) => Ok(outcome),
+            Ok(Err(reason)) => Err(WriterError::Stopped(reason)),
+            Err(_) => Err(WriterError::Closed),
+        })
     }
 }
 
@@ -171,6 +184,7 @@ pub struct AppendWriter {
     schema: SchemaRef,
     health: watch::Receiver<bool>,
     stats: Arc<WriterStats>,
+    exactly_once: bool,
     task: Option<JoinHandle<()>>,
 }
 
@@ -182,7 +196,27 @@ impl AppendWriter {
         schema: SchemaRef,
         opts: WriterOptions,
     ) -> Result<Self, WriterError> {
-        Self::start_inner(client, table, schema, opts, None)
+        let stream = table.default_stream();
+        Self::start_inner(client, stream, Mode::Default, schema, opts, None)
+    }
+
+    /// Starts a writer on an existing COMMITTED stream `stream` (see
+    /// [`super::exactly_once`]), appending at explicit offsets from `next_offset` on. Batches
+    /// must be appended in row order (one task per partition). `partition` labels the offset
+    /// metric.
+    pub fn start_committed(
+        client: StorageClient,
+        stream: String,
+        next_offset: i64,
+        partition: i32,
+        schema: SchemaRef,
+        opts: WriterOptions,
+    ) -> Result<Self, WriterError> {
+        let mode = Mode::Committed {
+            partition,
+            next_offset,
+        };
+        Self::start_inner(client, stream, mode, schema, opts, None)
     }
 
     /// Like [`Self::start`], and when BigQuery reports that the table lacks columns of the
@@ -197,24 +231,20 @@ impl AppendWriter {
         schema: SchemaRef,
         opts: WriterOptions,
     ) -> Result<Self, WriterError> {
-        let table = spec.table.clone();
-        Self::start_inner(
-            client,
-            &table,
-            schema,
-            opts,
-            Some(Evolution { tables, spec }),
-        )
+        let stream = spec.table.default_stream();
+        let evolution = Some(Evolution { tables, spec });
+        Self::start_inner(client, stream, Mode::Default, schema, opts, evolution)
     }
 
     fn start_inner(
         client: StorageClient,
-        table: &TableRef,
+        write_stream: String,
+        mode: Mode,
         schema: SchemaRef,
         opts: WriterOptions,
         evolution: Option<Evolution>,
     ) -> Result<Self, WriterError> {
-        let write_stream = table.default_stream();
+        let exactly_once = matches!(mode, Mode::Committed { .. });
         let schema_bytes = schema_bytes(&schema)?;
         let payload_budget = payload_budget(opts.max_request_bytes, &write_stream, &schema_bytes);
         let (jobs_tx, jobs_rx) = mpsc::unbounded_channel();
@@ -242,6 +272,9 @@ impl AppendWriter {
             health: health_tx,
             evolution,
             evolving: None,
+            mode,
+            next_order: 0,
+            stopped: None,
         };
         Ok(AppendWriter {
             jobs: Some(jobs_tx),
@@ -251,6 +284,7 @@ impl AppendWriter {
             schema,
             health,
             stats,
+            exactly_once,
             task: Some(tokio::spawn(driver.run())),
         })
     }
@@ -269,6 +303,12 @@ impl AppendWriter {
             .acquire_many_owned(permits)
             .await
             .map_err(|_| WriterError::Closed)?;
+        if self.exactly_once {
+            // Skipping a row here would break the row ↔ message mapping resume relies on.
+            if let Some(&i) = split.oversized.first() {
+                return Err(WriterError::RowTooLarge(i));
+            }
+        }
         let (done, rx) = oneshot::channel();
         let rejected = split
             .oversized
@@ -292,6 +332,9 @@ impl AppendWriter {
                 payload: p.payload,
                 sent_at: None,
                 with_schema: false,
+                offset: None,
+                order: 0,
+                attempts: 0,
             })
             .collect();
         let job = Job {
@@ -384,6 +427,12 @@ struct Req {
     sent_at: Option<Instant>,
     /// Sent as the schema-carrying first request of its connection.
     with_schema: bool,
+    /// Committed streams: the stream offset of the first row.
+    offset: Option<i64>,
+    /// Position in send order (the offset on committed streams, admission order otherwise).
+    order: i64,
+    /// Times sent.
+    attempts: u32,
 }
 
 impl Req {
@@ -402,6 +451,9 @@ impl Req {
             payload,
             sent_at: None,
             with_schema: false,
+            offset: self.offset.map(|o| o + off as i64),
+            order: self.order + if self.offset.is_some() { off as i64 } else { 0 },
+            attempts: 0,
         })
     }
 
@@ -429,6 +481,9 @@ impl Req {
             payload,
             sent_at: None,
             with_schema: false,
+            offset: self.offset,
+            order: self.order,
+            attempts: 0,
         }))
     }
 }
@@ -440,7 +495,7 @@ struct Job {
     reqs: Vec<Req>,
     rejected: Vec<RejectedRow>,
     permit: OwnedSemaphorePermit,
-    done: oneshot::Sender<AppendOutcome>,
+    done: oneshot::Sender<Result<AppendOutcome, String>>,
 }
 
 impl std::fmt::Debug for Job {
@@ -460,7 +515,8 @@ struct BatchState {
     /// Requests of this batch not yet resolved.
     open: usize,
     rejected: Vec<RejectedRow>,
-    done: Option<oneshot::Sender<AppendOutcome>>,
+    stream_offsets: Option<std::ops::Range<i64>>,
+    done: Option<oneshot::Sender<Result<AppendOutcome, String>>>,
     _permit: OwnedSemaphorePermit,
 }
 
@@ -476,6 +532,9 @@ struct Conn {
     schema_sent: bool,
     /// A request carrying the schema was accepted on this connection.
     primed: bool,
+    /// Committed streams: a request of this connection was refused, so later ones may be
+    /// refused with OUT_OF_RANGE (a gap of our own making) and are re-sent in order.
+    gap: bool,
     drain_deadline: Option<Instant>,
 }
 
@@ -510,6 +569,20 @@ async fn next_event(conn: &mut Conn) -> ConnEvent {
     }
 }
 
+/// Which kind of stream the driver writes.
+#[derive(Debug, Clone, Copy)]
+enum Mode {
+    /// `_default`: at-least-once, no offsets.
+    Default,
+    /// A COMMITTED stream with explicit offsets (exactly-once).
+    Committed {
+        /// Kafka partition (metric label).
+        partition: i32,
+        /// Offset of the next row admitted.
+        next_offset: i64,
+    },
+}
+
 /// What the writer needs to add columns itself.
 struct Evolution {
     tables: TableManager,
@@ -519,6 +592,11 @@ struct Evolution {
 type Evolving = JoinHandle<Result<EnsureReport, TableError>>;
 
 struct Driver {
+    mode: Mode,
+    /// Admission counter for `Req::order` on the default stream.
+    next_order: i64,
+    /// Committed streams: why the writer stopped (it then resolves nothing more).
+    stopped: Option<String>,
     evolution: Option<Evolution>,
     /// A running `ensure_table`; no connection is opened until it is done.
     evolving: Option<Evolving>,
@@ -549,6 +627,9 @@ struct Driver {
 impl Driver {
     async fn run(mut self) {
         loop {
+            if self.stopped.is_some() {
+                return;
+            }
             self.pump();
             if !self.jobs_open && self.batches.is_empty() {
                 debug!("BigQuery writer drained");
@@ -629,8 +710,9 @@ impl Driver {
             let schema = req.with_schema.then_some(&self.schema_bytes);
             // The stream name goes on every request: BigQuery needs it only on the first, the
             // emulator on all of them, and it is small next to the rows.
-            let msg = append_request(&self.write_stream, schema, &req.payload, None);
+            let msg = append_request(&self.write_stream, schema, &req.payload, req.offset);
             req.sent_at = Some(Instant::now());
+            req.attempts += 1;
             if tx.send(msg).is_err() {
                 // The stream's sending side is gone; its end will show up as an event.
                 self.queue.push_front(req);
@@ -667,6 +749,7 @@ impl Driver {
             state: ConnState::Opening(h),
             schema_sent: false,
             primed: false,
+            gap: false,
             drain_deadline: None,
         });
     }
@@ -675,6 +758,14 @@ impl Driver {
         let id = self.next_id;
         self.next_id += 1;
         metrics::gauge!(m::INFLIGHT_BYTES).increment(job.bytes as f64);
+        let stream_offsets = match &mut self.mode {
+            Mode::Committed { next_offset, .. } => {
+                let start = *next_offset;
+                *next_offset += job.rows as i64;
+                Some(start..*next_offset)
+            }
+            Mode::Default => None,
+        };
         self.batches.insert(
             id,
             BatchState {
@@ -683,12 +774,26 @@ impl Driver {
                 appended: 0,
                 open: job.reqs.len(),
                 rejected: job.rejected,
+                stream_offsets: stream_offsets.clone(),
                 done: Some(job.done),
                 _permit: job.permit,
             },
         );
         for mut r in job.reqs {
             r.batch = id;
+            match &stream_offsets {
+                Some(range) => {
+                    let RowMap::Range(first) = r.rows else {
+                        continue;
+                    };
+                    r.offset = Some(range.start + first as i64);
+                    r.order = range.start + first as i64;
+                }
+                None => {
+                    r.order = self.next_order;
+                    self.next_order += 1;
+                }
+            }
             self.queue.push_back(r);
         }
         self.finish_if_done(id);
@@ -705,14 +810,19 @@ impl Driver {
             for r in &b.rejected {
                 metrics::counter!(m::ROW_ERRORS_TOTAL, "kind" => r.reason.as_str()).increment(1);
             }
+            if let (Some(r), Mode::Committed { partition, .. }) = (&b.stream_offsets, self.mode) {
+                metrics::gauge!(m::STREAM_OFFSET, "partition" => partition.to_string())
+                    .set(r.end as f64);
+            }
             let outcome = AppendOutcome {
                 rows: b.rows,
                 appended: b.appended,
                 rejected: b.rejected,
+                stream_offsets: b.stream_offsets,
             };
             if let Some(done) = b.done.take() {
                 // The caller may have stopped waiting; the rows are written either way.
-                let _ = done.send(outcome);
+                let _ = done.send(Ok(outcome));
             }
         }
     }
@@ -823,7 +933,7 @@ impl Driver {
     fn lose_connection(&mut self) {
         self.conn = None;
         while let Some(r) = self.inflight.pop_back() {
-            self.queue.push_front(r);
+            self.requeue(r);
         }
         metrics::gauge!(m::INFLIGHT_REQUESTS).set(0.0);
     }
@@ -838,10 +948,14 @@ impl Driver {
             ConnEvent::Opened(Err(status)) | ConnEvent::Message(Err(status)) => {
                 let info = ErrorInfo::from_status(&status);
                 let action = info.action();
-                if action == Action::Split {
+                if action == Action::Split && matches!(self.mode, Mode::Default) {
                     self.split_largest_inflight();
                 }
                 self.lose_connection();
+                if matches!(self.mode, Mode::Committed { .. }) && committed_stops(&info, false) {
+                    self.stop(format!("{info}"));
+                    return;
+                }
                 self.failed(&info, action);
             }
             ConnEvent::Message(Ok(None)) => {
@@ -886,6 +1000,10 @@ impl Driver {
             info!(stream = %self.write_stream, "BigQuery reports an updated table schema; reconnecting");
             self.evolve();
             self.begin_drain();
+        }
+        if matches!(self.mode, Mode::Committed { .. }) {
+            self.on_committed_response(req, resp);
+            return;
         }
         if !resp.row_errors.is_empty() {
             self.on_row_errors(req, &resp);
@@ -938,8 +1056,8 @@ impl Driver {
         if let Some(b) = self.batches.get_mut(&req.batch) {
             b.open = b.open + parts.len() - 1;
         }
-        for p in parts.into_iter().rev() {
-            self.queue.push_front(p);
+        for p in parts {
+            self.requeue(p);
         }
         self.finish_if_done(req.batch);
     }
@@ -970,7 +1088,7 @@ impl Driver {
         if bad.is_empty() {
             // Nothing usable: the whole request was refused; send it again as is.
             warn!("row_errors without a usable index; re-sending the request");
-            self.queue.push_front(req);
+            self.requeue(req);
             return;
         }
         self.reject(&req, rows);
@@ -1007,7 +1125,7 @@ impl Driver {
             }
             _ => {
                 // Retry (or wait out a fatal condition) on a new connection, after backoff.
-                self.queue.push_front(req);
+                self.requeue(req);
                 self.failed(&info, action);
                 self.begin_drain();
             }
@@ -1018,7 +1136,101 @@ impl Driver {
     /// request goes back unchanged (never acknowledged).
     fn encode_failure(&mut self, req: Req, e: ArrowError) {
         warn!(error = %e, "re-encoding a refused request failed; re-sending it unchanged");
-        self.queue.push_front(req);
+        self.requeue(req);
+    }
+
+    /// Puts a request back in send order (after any queued request of the same order).
+    fn requeue(&mut self, req: Req) {
+        let at = self.queue.partition_point(|q| q.order <= req.order);
+        self.queue.insert(at, req);
+    }
+
+    /// Committed streams: the answer to one request.
+    ///
+    /// Rows are never dropped here: the stream's row count must stay a function of the
+    /// messages. An ALREADY_EXISTS counts as success only for a re-send of the identical request
+    /// (its first attempt landed and the answer was lost); OUT_OF_RANGE is expected only behind a
+    /// request of the same connection that was refused (re-sent in order), otherwise it is a gap
+    /// and stops the writer.
+    fn on_committed_response(&mut self, req: Req, resp: AppendRowsResponse) {
+        if !resp.row_errors.is_empty() {
+            let first = &resp.row_errors[0];
+            self.stop(format!(
+                "BigQuery refused {} row(s) of an exactly-once stream (first: row {}: {}); rows must be validated before they are sent",
+                resp.row_errors.len(),
+                req.offset.unwrap_or(0) + first.index,
+                first.message
+            ));
+            return;
+        }
+        let status = match resp.response {
+            Some(append_rows_response::Response::AppendResult(_)) => return self.accepted(req),
+            Some(append_rows_response::Response::Error(status)) => status,
+            None => super::proto::rpc::Status {
+                code: tonic::Code::Unknown as i32,
+                message: "AppendRows response with neither a result nor an error".into(),
+                details: Vec::new(),
+            },
+        };
+        let info = ErrorInfo::from_rpc(&status);
+        let gap = self.conn.as_ref().is_some_and(|c| c.gap);
+        match info.action() {
+            Action::AlreadyExists if req.attempts > 1 => {
+                debug!(offset = ?req.offset, "re-sent request already written; counting it as accepted");
+                return self.accepted(req);
+            }
+            Action::OutOfRange if gap => {
+                // Behind a refused request of this connection: re-send in order.
+                self.requeue(req);
+                return;
+            }
+            _ => {}
+        }
+        if committed_stops(&info, req.attempts > 1) {
+            self.stop(format!("offset {}: {info}", req.offset.unwrap_or(-1)));
+            return;
+        }
+        if let Some(c) = self.conn.as_mut() {
+            c.gap = true;
+        }
+        match info.action() {
+            Action::Split if req.n() > 1 => {
+                metrics::counter!(m::SPLITS_TOTAL).increment(1);
+                match self.halves(&req) {
+                    Ok(parts) => self.replace(&req, parts),
+                    Err(e) => self.encode_failure(req, e),
+                }
+                // Later requests of this connection will meet a gap: reconnect and re-send.
+                self.begin_drain();
+            }
+            Action::Split => self.stop(format!(
+                "offset {}: a single row exceeds the request size cap: {info}",
+                req.offset.unwrap_or(-1)
+            )),
+            action => {
+                self.requeue(req);
+                self.failed(&info, action);
+                self.begin_drain();
+            }
+        }
+    }
+
+    /// Committed streams: fails every unresolved batch with `reason` and stops the writer.
+    fn stop(&mut self, reason: String) {
+        warn!(stream = %self.write_stream, %reason, "exactly-once writer stopped; nothing more is acknowledged");
+        metrics::counter!(m::FATAL_ERRORS_TOTAL, "code" => "STOPPED").increment(1);
+        self.set_health(false);
+        for (_, mut b) in self.batches.drain() {
+            metrics::gauge!(m::INFLIGHT_BYTES).decrement(b.bytes as f64);
+            if let Some(done) = b.done.take() {
+                let _ = done.send(Err(reason.clone()));
+            }
+        }
+        self.queue.clear();
+        self.inflight.clear();
+        self.conn = None;
+        self.jobs.close();
+        self.stopped = Some(reason);
     }
 
     fn split_largest_inflight(&mut self) {
@@ -1049,6 +1261,33 @@ impl Driver {
             Ok(parts) => self.replace(&req, parts),
             Err(e) => self.encode_failure(req, e),
         }
+    }
+}
+
+/// Committed streams: errors after which the writer must stop rather than retry. `resent`:
+/// the request was sent before (only then may ALREADY_EXISTS be a lost answer).
+fn committed_stops(info: &ErrorInfo, resent: bool) -> bool {
+    use super::proto::storage_error::StorageErrorCode as S;
+    if matches!(
+        info.storage_code,
+        Some(
+            S::StreamFinalized
+                | S::StreamNotFound
+                | S::InvalidStreamState
+                | S::StreamAlreadyCommitted
+        )
+    ) {
+        return true;
+    }
+    match info.action() {
+        Action::BadRows | Action::OutOfRange => true,
+        Action::AlreadyExists => !resent,
+        // A finalized (fenced) or missing stream: a newer owner has taken the partition over.
+        Action::Fatal => matches!(
+            info.code,
+            tonic::Code::FailedPrecondition | tonic::Code::NotFound
+        ),
+        Action::Retry | Action::Split | Action::SchemaMismatch => false,
     }
 }
 

@@ -34,6 +34,9 @@ pub(crate) enum Fault {
     RowErrors(Vec<i64>),
     /// Answer with an in-band error status (not forwarded); the stream stays open.
     InBand(Code),
+    /// Forward the request, wait for the emulator's answer, then end the RPC (OK) without
+    /// relaying it: the request landed but its answer is lost.
+    ForwardThenDrop,
     /// Answer with INVALID_ARGUMENT carrying the StorageError SCHEMA_MISMATCH_EXTRA_FIELDS, as
     /// BigQuery does when the writer has columns the table lacks (not forwarded).
     SchemaMismatch,
@@ -254,6 +257,7 @@ async fn relay(
             eprintln!("proxy: request {n}, {len} payload bytes");
         }
         let fault = inner.script.lock().expect("script").at.remove(&n);
+        let drop_answer = matches!(fault, Some(Fault::ForwardThenDrop));
         let answer = match fault {
             Some(Fault::Unavailable) => {
                 let _ = tx
@@ -275,7 +279,7 @@ async fn relay(
             },
             Some(Fault::InBand(code)) => in_band(code),
             Some(Fault::SchemaMismatch) => schema_mismatch(),
-            None => {
+            None | Some(Fault::ForwardThenDrop) => {
                 let stream = match upstream.as_mut() {
                     Some((utx, s)) => {
                         if utx.send(msg).is_err() {
@@ -330,6 +334,9 @@ async fn relay(
                 "proxy: answer {n}: {:?} {:?}",
                 answer.response, answer.row_errors
             );
+        }
+        if drop_answer {
+            return;
         }
         if tx.send(Ok(answer)).await.is_err() {
             return;
