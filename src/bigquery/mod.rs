@@ -9,6 +9,7 @@
 //! - [`error`]: gRPC code classification (retry / split / bisect / fatal).
 //! - [`exactly_once`]: COMMITTED stream per partition, checkpoints in Kafka commit metadata, resume.
 //! - [`table`]: create the table, add columns, partition expiration, clustering, queries.
+//! - [`validate`]: rows BigQuery would refuse (partition range), found before sending.
 //! - [`metrics`]: metric names.
 //!
 //! # Building from the configuration
@@ -22,6 +23,7 @@ pub mod error;
 pub mod exactly_once;
 pub mod metrics;
 pub mod table;
+pub mod validate;
 pub mod writer;
 
 pub use auth::Credentials;
@@ -113,6 +115,8 @@ pub fn writer_options(sink: &BigQuerySink) -> WriterOptions {
     WriterOptions {
         max_request_bytes: sink.max_request_bytes as usize,
         max_inflight_bytes: sink.max_inflight_bytes as usize,
+        // `request_timestamp` is the third column of every table layout.
+        partition_window: Some(validate::PartitionWindow::for_ttl_days(2, sink.ttl_days)),
         ..WriterOptions::default()
     }
 }

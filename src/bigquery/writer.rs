@@ -26,6 +26,7 @@ use super::error::{Action, ErrorInfo};
 use super::metrics as m;
 use super::proto::{append_rows_response, AppendRowsRequest, AppendRowsResponse};
 use super::table::{EnsureReport, TableError, TableManager, TableSpec};
+use super::validate::{now_micros, PartitionWindow};
 use super::TableRef;
 use arrow_array::{RecordBatch, UInt32Array};
 use arrow_schema::{ArrowError, SchemaRef};
@@ -61,6 +62,9 @@ pub struct WriterOptions {
     pub unhealthy_after: u32,
     /// How long to wait for the answers to requests already sent after a half-close.
     pub drain_timeout: Duration,
+    /// Rows outside this range of the partitioning column are reported rejected and not sent
+    /// (None: no check).
+    pub partition_window: Option<PartitionWindow>,
 }
 
 impl Default for WriterOptions {
@@ -73,6 +77,7 @@ impl Default for WriterOptions {
             fatal_retry_interval: Duration::from_secs(30),
             unhealthy_after: 3,
             drain_timeout: Duration::from_secs(30),
+            partition_window: None,
         }
     }
 }
@@ -86,6 +91,8 @@ pub enum RejectReason {
     Invalid,
     /// The row alone exceeds `max_request_bytes`.
     TooLarge,
+    /// The partitioning timestamp is older than the partition expiration or too far ahead.
+    OutsidePartitionRange,
 }
 
 impl RejectReason {
@@ -95,6 +102,7 @@ impl RejectReason {
             RejectReason::RowError => "row_error",
             RejectReason::Invalid => "invalid",
             RejectReason::TooLarge => "too_large",
+            RejectReason::OutsidePartitionRange => "outside_partition_range",
         }
     }
 }
@@ -185,6 +193,7 @@ pub struct AppendWriter {
     health: watch::Receiver<bool>,
     stats: Arc<WriterStats>,
     exactly_once: bool,
+    partition_window: Option<PartitionWindow>,
     task: Option<JoinHandle<()>>,
 }
 
@@ -245,6 +254,7 @@ impl AppendWriter {
         evolution: Option<Evolution>,
     ) -> Result<Self, WriterError> {
         let exactly_once = matches!(mode, Mode::Committed { .. });
+        let partition_window = opts.partition_window;
         let schema_bytes = schema_bytes(&schema)?;
         let payload_budget = payload_budget(opts.max_request_bytes, &write_stream, &schema_bytes);
         let (jobs_tx, jobs_rx) = mpsc::unbounded_channel();
@@ -285,6 +295,7 @@ impl AppendWriter {
             health,
             stats,
             exactly_once,
+            partition_window,
             task: Some(tokio::spawn(driver.run())),
         })
     }
@@ -296,7 +307,34 @@ impl AppendWriter {
             return Err(WriterError::SchemaMismatch);
         }
         let rows = batch.num_rows();
-        let split = split_to_fit(&batch, self.payload_budget)?;
+        let mut rejected = Vec::new();
+        // Rows BigQuery would refuse are reported now and never sent; `map` takes the rows
+        // that remain back to their index in `batch`.
+        let outside = match &self.partition_window {
+            Some(w) => w.outside(&batch, now_micros()),
+            None => Vec::new(),
+        };
+        let (work, map): (RecordBatch, Option<Arc<[u32]>>) = if outside.is_empty() {
+            (batch, None)
+        } else {
+            for &index in &outside {
+                rejected.push(RejectedRow {
+                    index,
+                    reason: RejectReason::OutsidePartitionRange,
+                    message: "request_timestamp is outside the table's partition range (older than the partition expiration, or more than a year ahead)".into(),
+                });
+            }
+            let keep: Vec<u32> = (0..rows)
+                .filter(|i| !outside.contains(i))
+                .map(|i| i as u32)
+                .collect();
+            let work =
+                arrow_select::take::take_record_batch(&batch, &UInt32Array::from(keep.clone()))?;
+            (work, Some(keep.into()))
+        };
+        let original = |i: usize| map.as_ref().map_or(i, |m| m[i] as usize);
+        let written = work.num_rows();
+        let split = split_to_fit(&work, self.payload_budget)?;
         let bytes: usize = split.pieces.iter().map(|p| p.payload.len()).sum();
         let permits = bytes.clamp(1, self.max_inflight) as u32;
         let permit = Arc::clone(&self.budget)
@@ -306,28 +344,28 @@ impl AppendWriter {
         if self.exactly_once {
             // Skipping a row here would break the row ↔ message mapping resume relies on.
             if let Some(&i) = split.oversized.first() {
-                return Err(WriterError::RowTooLarge(i));
+                return Err(WriterError::RowTooLarge(original(i)));
             }
         }
         let (done, rx) = oneshot::channel();
-        let rejected = split
-            .oversized
-            .iter()
-            .map(|&index| RejectedRow {
-                index,
-                reason: RejectReason::TooLarge,
-                message: format!(
-                    "the row alone exceeds max_request_bytes ({} payload bytes)",
-                    self.payload_budget
-                ),
-            })
-            .collect();
+        rejected.extend(split.oversized.iter().map(|&i| RejectedRow {
+            index: original(i),
+            reason: RejectReason::TooLarge,
+            message: format!(
+                "the row alone exceeds max_request_bytes ({} payload bytes)",
+                self.payload_budget
+            ),
+        }));
         let reqs = split
             .pieces
             .into_iter()
             .map(|p| Req {
                 batch: 0,
-                rows: RowMap::Range(p.offset),
+                pos: p.offset,
+                rows: match &map {
+                    None => RowMap::Range(p.offset),
+                    Some(m) => RowMap::Indexed(m[p.offset..p.offset + p.batch.num_rows()].into()),
+                },
                 data: p.batch,
                 payload: p.payload,
                 sent_at: None,
@@ -339,6 +377,7 @@ impl AppendWriter {
             .collect();
         let job = Job {
             rows,
+            written,
             bytes,
             reqs,
             rejected,
@@ -421,6 +460,8 @@ impl RowMap {
 #[derive(Debug)]
 struct Req {
     batch: u64,
+    /// Position of the first row among the rows of its batch that are sent.
+    pos: usize,
     rows: RowMap,
     data: RecordBatch,
     payload: Bytes,
@@ -446,6 +487,7 @@ impl Req {
         let payload = super::encode::batch_bytes(&data)?;
         Ok(Req {
             batch: self.batch,
+            pos: self.pos + off,
             rows: self.rows.slice(off, len),
             data,
             payload,
@@ -476,6 +518,7 @@ impl Req {
         );
         Ok(Some(Req {
             batch: self.batch,
+            pos: self.pos,
             rows,
             data,
             payload,
@@ -491,6 +534,8 @@ impl Req {
 /// A batch as handed to the driver.
 struct Job {
     rows: usize,
+    /// Rows to be sent (committed streams: the offsets they take).
+    written: usize,
     bytes: usize,
     reqs: Vec<Req>,
     rejected: Vec<RejectedRow>,
@@ -761,7 +806,7 @@ impl Driver {
         let stream_offsets = match &mut self.mode {
             Mode::Committed { next_offset, .. } => {
                 let start = *next_offset;
-                *next_offset += job.rows as i64;
+                *next_offset += job.written as i64;
                 Some(start..*next_offset)
             }
             Mode::Default => None,
@@ -783,11 +828,8 @@ impl Driver {
             r.batch = id;
             match &stream_offsets {
                 Some(range) => {
-                    let RowMap::Range(first) = r.rows else {
-                        continue;
-                    };
-                    r.offset = Some(range.start + first as i64);
-                    r.order = range.start + first as i64;
+                    r.offset = Some(range.start + r.pos as i64);
+                    r.order = range.start + r.pos as i64;
                 }
                 None => {
                     r.order = self.next_order;

@@ -249,3 +249,77 @@ async fn a_missing_table_makes_the_writer_unhealthy_until_it_exists() {
         .await;
     assert_eq!(q.scalar(), Some("10"));
 }
+
+/// Rows whose `request_timestamp` is in an expired partition or too far ahead are reported
+/// rejected with that reason and never sent; on a committed stream the offsets cover only the
+/// rows sent.
+#[tokio::test]
+async fn rows_outside_the_partition_range_are_rejected_before_sending() {
+    use arrow_array::TimestampMicrosecondArray;
+    use observation_publisher::bigquery::exactly_once::resume_partition;
+    use observation_publisher::bigquery::validate::{now_micros, PartitionWindow};
+    use observation_publisher::bigquery::RejectReason;
+
+    let f = Fixture::new("window").await;
+    let base = f.batch(11, 10, 1);
+    let now = now_micros();
+    const DAY: i64 = 86_400_000_000;
+    let ts: TimestampMicrosecondArray = (0..10i64)
+        .map(|i| {
+            Some(match i {
+                2 => now - 30 * DAY,  // expired (ttl 14 days)
+                7 => now + 800 * DAY, // too far ahead
+                _ => now - i * 1_000,
+            })
+        })
+        .collect::<TimestampMicrosecondArray>()
+        .with_timezone("UTC");
+    let mut cols = base.columns().to_vec();
+    cols[2] = Arc::new(ts);
+    let batch = RecordBatch::try_new(base.schema(), cols).expect("batch");
+    let opts = WriterOptions {
+        partition_window: Some(PartitionWindow::for_ttl_days(2, 14)),
+        ..test_writer_options()
+    };
+
+    let w = writer(&f, opts.clone());
+    let out = w
+        .append(batch.clone())
+        .await
+        .expect("append")
+        .await
+        .expect("acked");
+    let rejected: Vec<(usize, RejectReason)> =
+        out.rejected.iter().map(|r| (r.index, r.reason)).collect();
+    assert_eq!(
+        rejected,
+        [
+            (2, RejectReason::OutsidePartitionRange),
+            (7, RejectReason::OutsidePartitionRange)
+        ]
+    );
+    assert_eq!(out.appended, 8);
+    assert!(w.close(Duration::from_secs(30)).await);
+
+    let client = storage(&grpc_url());
+    let stream = resume_partition(&client, f.table(), None)
+        .await
+        .expect("stream")
+        .stream;
+    let eo = AppendWriter::start_committed(client, stream, 0, 0, Arc::clone(&f.layout.arrow), opts)
+        .expect("writer");
+    let out = eo
+        .append(batch)
+        .await
+        .expect("append")
+        .await
+        .expect("acked");
+    assert_eq!((out.appended, out.rejected.len()), (8, 2));
+    assert_eq!(out.stream_offsets, Some(0..8));
+    assert!(eo.close(Duration::from_secs(30)).await);
+    assert_eq!(
+        f.counts().await,
+        (16, 8),
+        "8 rows per writer, none of the out-of-range ones"
+    );
+}
