@@ -65,7 +65,7 @@ fn micros(d: Duration) -> i64 {
 pub fn now_micros() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| micros(d))
+        .map_or(0, micros)
 }
 
 #[cfg(test)]
