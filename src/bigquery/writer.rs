@@ -1,24 +1,31 @@
-//! The at-least-once writer: one persistent bidirectional AppendRows stream per table on the
-//! `_default` stream, fed from a channel, many requests in flight, bounded by bytes.
+//! The writer: one persistent bidirectional AppendRows stream per table (the `_default`
+//! stream, at-least-once) or per partition (a COMMITTED stream with explicit offsets,
+//! exactly-once: see [`super::exactly_once`]), fed from a channel, many requests in flight,
+//! bounded by bytes.
 //!
 //! # Guarantee
 //! A caller's [`Pending`] resolves only when **every** row of its batch is either accepted by
 //! BigQuery (a response with an append result for the request carrying it) or reported in
-//! [`AppendOutcome::rejected`] because BigQuery refused that row (`row_errors`, a data error
-//! isolated to that single row, or a row larger than a request may be). Nothing else resolves it:
-//! transient errors are retried forever with jittered, capped backoff; permission and
-//! missing-table errors mark the writer unhealthy and are retried slowly; if the writer is dropped
-//! or closed first, the `Pending` fails with [`WriterError::Closed`] and the rows count as not
-//! written. A request whose response was lost with its connection is re-sent, so a row can land
-//! twice (at-least-once); never zero times.
+//! [`AppendOutcome::rejected`] because BigQuery refused it or would refuse it (`row_errors`, a
+//! data error isolated to that single row, a row larger than a request may be, a timestamp
+//! outside the partition range). Nothing else resolves it: transient errors are retried forever
+//! with jittered, capped backoff; permission and missing-table errors mark the writer unhealthy
+//! and are retried slowly; if the writer is dropped or closed first, the `Pending` fails with
+//! [`WriterError::Closed`] and the rows count as not written. On the default stream a request
+//! whose response was lost with its connection is re-sent, so a row can land twice
+//! (at-least-once), never zero times. On a committed stream the re-send is identical (same
+//! offset), so it cannot land twice; what cannot be resolved safely there (a gap, a fenced
+//! stream, rows BigQuery refuses) stops the writer with [`WriterError::Stopped`].
 //!
 //! # Mechanics
 //! Responses arrive in request order, so the driver keeps the requests sent on the current
-//! connection in a FIFO and matches each response to its front. On a retryable in-band error it
-//! stops sending (half-close), collects the answers to what was already sent, backs off and
-//! reconnects; when a connection ends or fails, every un-answered request is re-sent in order on
-//! the next one. A request over the size cap is split in two; a request refused for its data
-//! without `row_errors` is bisected until the refused rows are alone.
+//! connection in a FIFO and matches each response to its front. The first request of a
+//! connection carries the writer schema and is sent alone; once it is accepted the rest are
+//! pipelined. On a retryable in-band error the driver stops sending (half-close), collects the
+//! answers to what was already sent, backs off and reconnects; when a connection ends or fails,
+//! every un-answered request is re-sent in order on the next one. A request over the size cap is
+//! split in two; on the default stream a request refused for its data without `row_errors` is
+//! bisected until the refused rows are alone.
 
 use super::client::StorageClient;
 use super::encode::{append_request, payload_budget, schema_bytes, split_to_fit};
@@ -62,6 +69,9 @@ pub struct WriterOptions {
     pub unhealthy_after: u32,
     /// How long to wait for the answers to requests already sent after a half-close.
     pub drain_timeout: Duration,
+    /// How long the oldest request may wait for its answer before the connection is given up
+    /// (and its requests re-sent on a new one).
+    pub response_timeout: Duration,
     /// Rows outside this range of the partitioning column are reported rejected and not sent
     /// (None: no check).
     pub partition_window: Option<PartitionWindow>,
@@ -77,6 +87,7 @@ impl Default for WriterOptions {
             fatal_retry_interval: Duration::from_secs(30),
             unhealthy_after: 3,
             drain_timeout: Duration::from_secs(30),
+            response_timeout: Duration::from_secs(300),
             partition_window: None,
         }
     }
@@ -597,6 +608,7 @@ enum Wake {
     Job(Option<Job>),
     Retry,
     DrainTimeout,
+    AnswerTimeout,
 }
 
 enum ConnEvent {
@@ -683,6 +695,11 @@ impl Driver {
             let waiting = self.conn.is_none() && !self.queue.is_empty() && self.retry_at.is_some();
             let retry_at = self.retry_at.unwrap_or_else(Instant::now);
             let drain_at = self.conn.as_ref().and_then(|c| c.drain_deadline);
+            let answer_due = self
+                .inflight
+                .front()
+                .and_then(|r| r.sent_at)
+                .map(|t| t + self.opts.response_timeout);
             let has_conn = self.conn.is_some();
             let evolving = self.evolving.is_some();
             let wake = {
@@ -706,6 +723,7 @@ impl Driver {
                     job = jobs.recv(), if self.jobs_open => Wake::Job(job),
                     _ = tokio::time::sleep_until(retry_at), if waiting => Wake::Retry,
                     _ = tokio::time::sleep_until(drain_at.unwrap_or(retry_at)), if drain_at.is_some() => Wake::DrainTimeout,
+                    _ = tokio::time::sleep_until(answer_due.unwrap_or(retry_at)), if answer_due.is_some() => Wake::AnswerTimeout,
                 }
             };
             match wake {
@@ -720,6 +738,18 @@ impl Driver {
                         "BigQuery did not answer after half-close; dropping the connection and re-sending"
                     );
                     self.lose_connection();
+                }
+                Wake::AnswerTimeout => {
+                    let info = ErrorInfo {
+                        code: tonic::Code::DeadlineExceeded,
+                        message: format!(
+                            "no answer to an AppendRows request within {:?}",
+                            self.opts.response_timeout
+                        ),
+                        storage_code: None,
+                    };
+                    self.lose_connection();
+                    self.failed(&info, Action::Retry);
                 }
             }
         }

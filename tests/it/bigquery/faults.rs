@@ -275,3 +275,37 @@ async fn a_schema_mismatch_adds_the_columns_and_reconnects_without_restart() {
         "the new column is written after the reconnect ({with_country})"
     );
 }
+
+#[tokio::test]
+async fn a_stalled_connection_is_abandoned_and_its_requests_resent() {
+    let f = Fixture::new("stall").await;
+    let mut script = Script::default();
+    script.at.insert(2, Fault::Stall);
+    let proxy = Proxy::start(any_port(), &grpc_url(), script).await;
+    let opts = WriterOptions {
+        response_timeout: Duration::from_millis(500),
+        ..test_writer_options()
+    };
+    let w = AppendWriter::start(
+        storage(&proxy.url()),
+        f.table(),
+        Arc::clone(&f.layout.arrow),
+        opts,
+    )
+    .expect("writer");
+    let mut pending = Vec::new();
+    for s in 0..4u64 {
+        pending.push(w.append(f.batch(1_000 + s, 5, 2)).await.expect("append"));
+    }
+    for p in pending {
+        let out = tokio::time::timeout(Duration::from_secs(60), p)
+            .await
+            .expect("resolves")
+            .expect("acked");
+        assert_eq!(out.appended, 10);
+    }
+    assert_eq!(proxy.unused_faults(), 0);
+    assert!(proxy.opens() >= 2, "the stalled connection was replaced");
+    assert!(w.close(Duration::from_secs(30)).await);
+    assert_eq!(f.counts().await, (40, 40));
+}

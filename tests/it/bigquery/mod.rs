@@ -127,6 +127,7 @@ pub(crate) fn test_writer_options() -> WriterOptions {
         fatal_retry_interval: Duration::from_millis(200),
         unhealthy_after: 2,
         drain_timeout: Duration::from_secs(10),
+        response_timeout: Duration::from_secs(60),
         partition_window: None,
     }
 }

@@ -34,6 +34,8 @@ pub(crate) enum Fault {
     RowErrors(Vec<i64>),
     /// Answer with an in-band error status (not forwarded); the stream stays open.
     InBand(Code),
+    /// Never answer (the connection stays open): the writer must give up on it.
+    Stall,
     /// Forward the request, wait for the emulator's answer, then end the RPC (OK) without
     /// relaying it: the request landed but its answer is lost.
     ForwardThenDrop,
@@ -266,6 +268,11 @@ async fn relay(
                 return;
             }
             Some(Fault::DropStream) => return,
+            Some(Fault::Stall) => {
+                // Hold the connection until the writer abandons it.
+                tx.closed().await;
+                return;
+            }
             Some(Fault::RowErrors(ix)) => AppendRowsResponse {
                 row_errors: ix
                     .into_iter()
