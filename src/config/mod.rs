@@ -273,9 +273,6 @@ fn validate_columns(s: &InferenceSchema, problems: &mut Problems) {
     }
 }
 
-#[cfg(test)]
-mod tests;
-
 /// Clustering columns must be columns of the table and of a type BigQuery can cluster on.
 fn validate_clustering(s: &InferenceSchema, sinks: &[SinkConfig], problems: &mut Problems) {
     let layout = crate::table::TableLayout::new(s, "");
@@ -302,3 +299,6 @@ fn validate_clustering(s: &InferenceSchema, sinks: &[SinkConfig], problems: &mut
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
