@@ -309,3 +309,53 @@ async fn a_stalled_connection_is_abandoned_and_its_requests_resent() {
     assert!(w.close(Duration::from_secs(30)).await);
     assert_eq!(f.counts().await, (40, 40));
 }
+
+#[tokio::test]
+async fn in_flight_bytes_bound_appends_while_bigquery_is_down() {
+    let f = Fixture::new("budget").await;
+    let addr = std::net::TcpListener::bind(any_port())
+        .and_then(|l| l.local_addr())
+        .expect("free port");
+    let first = f.batch(1_100, 10, 2);
+    let size = observation_publisher::bigquery::encode::batch_bytes(&first)
+        .expect("ipc")
+        .len();
+    // Room for one batch only.
+    let opts = WriterOptions {
+        max_inflight_bytes: size + size / 2,
+        ..test_writer_options()
+    };
+    let w = AppendWriter::start(
+        storage(&format!("http://{addr}")),
+        f.table(),
+        Arc::clone(&f.layout.arrow),
+        opts,
+    )
+    .expect("writer");
+    let p1 = w.append(first).await.expect("admitted");
+    let (p2, _proxy) = {
+        let second = w.append(f.batch(1_101, 10, 2));
+        tokio::pin!(second);
+        assert!(
+            tokio::time::timeout(Duration::from_millis(300), &mut second)
+                .await
+                .is_err(),
+            "a second batch waits for room while the first is unacknowledged"
+        );
+        let proxy = Proxy::start(addr, &grpc_url(), Script::default()).await;
+        let p2 = tokio::time::timeout(Duration::from_secs(60), second)
+            .await
+            .expect("room again")
+            .expect("admitted");
+        (p2, proxy)
+    };
+    for p in [p1, p2] {
+        let out = tokio::time::timeout(Duration::from_secs(60), p)
+            .await
+            .expect("resolves")
+            .expect("acked");
+        assert_eq!(out.appended, 20);
+    }
+    assert!(w.close(Duration::from_secs(30)).await);
+    assert_eq!(f.counts().await, (40, 40));
+}
