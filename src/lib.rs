@@ -24,9 +24,11 @@
 //! - [`source`]: Kafka consumer settings and context (rebalances, statistics).
 //! - [`pipeline`]: `run`: wires source → decode → batch → sinks → commit.
 //! - [`metrics`], [`server`], [`telemetry`], [`shutdown`]: operating the daemon.
+//! - [`bigquery`]: the BigQuery sink's writer (Storage Write API, Arrow rows) and table management.
 //! - [`bootstrap`]: one publisher Deployment per model version on Kubernetes.
 
 pub mod batch;
+pub mod bigquery;
 pub mod bootstrap;
 pub mod cli;
 pub mod commands;

@@ -112,6 +112,46 @@ pub struct BigQuerySink {
     pub ttl_days: u64,
     /// Merlin's retry block.
     pub retry: RetryConfig,
+    /// Ours: Storage Write API gRPC endpoint (`storage_endpoint`). `https://…` uses TLS (rustls
+    /// with ring) and, with `auth: adc`, an OAuth bearer token; `http://…` is plain (emulator).
+    pub storage_endpoint: String,
+    /// Ours: BigQuery REST base URL up to and including `/bigquery/v2` (`rest_base_url`).
+    pub rest_base_url: String,
+    /// Ours: how requests are authenticated (`auth: adc | none`).
+    pub auth: BigQueryAuth,
+    /// Ours: upper bound of one serialized AppendRows request (`max_request_bytes`, default 9 MB,
+    /// at most [`MAX_APPEND_REQUEST_BYTES`]).
+    pub max_request_bytes: u64,
+    /// Ours: upper bound of the bytes sent but not yet acknowledged (`max_inflight_bytes`).
+    pub max_inflight_bytes: u64,
+    /// Ours: clustering columns used when the table is created (at most 4, not FLOAT).
+    pub clustering: Vec<String>,
+    /// Ours: `emulator_compat: true` also alters the emulator's physical table with DDL when
+    /// columns are added (the local emulator needs both `tables.patch` and `ALTER TABLE`).
+    pub emulator_compat: bool,
+}
+
+/// BigQuery's own cap on one serialized AppendRows request (10 MiB).
+pub const MAX_APPEND_REQUEST_BYTES: u64 = 10 << 20;
+/// Default `max_request_bytes`: 9 MB leaves room under the cap.
+pub const DEFAULT_MAX_REQUEST_BYTES: u64 = 9_000_000;
+/// Default `max_inflight_bytes`.
+pub const DEFAULT_MAX_INFLIGHT_BYTES: u64 = 64 << 20;
+/// Default Storage Write API endpoint.
+pub const DEFAULT_STORAGE_ENDPOINT: &str = "https://bigquerystorage.googleapis.com";
+/// Default REST base URL.
+pub const DEFAULT_REST_BASE_URL: &str = "https://bigquery.googleapis.com/bigquery/v2";
+
+/// How the BigQuery sink authenticates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum BigQueryAuth {
+    /// Application Default Credentials: `GOOGLE_APPLICATION_CREDENTIALS` (service-account key)
+    /// or the GCE/GKE metadata server (workload identity).
+    #[default]
+    Adc,
+    /// No credentials (the local emulator).
+    None,
 }
 
 /// An ARIZE sink (parsed so configs validate; not supported by `run` yet).
@@ -208,11 +248,19 @@ pub(crate) fn read_sinks(
                     retry_interval_seconds: r.u64("retry_interval_seconds", problems).unwrap_or(30),
                 };
                 r.warn_unknown(warnings);
+                let ours = read_bigquery_options(&mut c, problems);
                 Some(SinkConfig::BigQuery(BigQuerySink {
                     project,
                     dataset,
                     ttl_days: ttl_days.unwrap_or(0),
                     retry,
+                    storage_endpoint: ours.storage_endpoint,
+                    rest_base_url: ours.rest_base_url,
+                    auth: ours.auth,
+                    max_request_bytes: ours.max_request_bytes,
+                    max_inflight_bytes: ours.max_inflight_bytes,
+                    clustering: ours.clustering,
+                    emulator_compat: ours.emulator_compat,
                 }))
             }
             "ARIZE" => Some(SinkConfig::Arize(ArizeSink {
@@ -256,4 +304,98 @@ pub(crate) fn read_sinks(
         out.extend(sink);
     }
     out
+}
+
+/// Our additions to a BIGQUERY sink's `config` (all optional).
+struct BigQueryOptions {
+    storage_endpoint: String,
+    rest_base_url: String,
+    auth: BigQueryAuth,
+    max_request_bytes: u64,
+    max_inflight_bytes: u64,
+    clustering: Vec<String>,
+    emulator_compat: bool,
+}
+
+fn url_option(
+    c: &mut Obj<'_>,
+    key: &'static str,
+    default: &str,
+    problems: &mut Problems,
+) -> String {
+    let v = c
+        .string(key, problems)
+        .unwrap_or_else(|| default.to_string());
+    let v = v.trim_end_matches('/').to_string();
+    if !(v.starts_with("http://") || v.starts_with("https://")) || v.len() <= "https://".len() {
+        problems.push(
+            &c.path_of(key),
+            format_args!("expected an http:// or https:// URL, found {v:?}"),
+        );
+    }
+    v
+}
+
+fn read_bigquery_options(c: &mut Obj<'_>, problems: &mut Problems) -> BigQueryOptions {
+    let storage_endpoint = url_option(c, "storage_endpoint", DEFAULT_STORAGE_ENDPOINT, problems);
+    let rest_base_url = url_option(c, "rest_base_url", DEFAULT_REST_BASE_URL, problems);
+    let auth = match c.string("auth", problems).as_deref() {
+        None | Some("adc") => BigQueryAuth::Adc,
+        Some("none") => BigQueryAuth::None,
+        Some(other) => {
+            problems.push(
+                &c.path_of("auth"),
+                format_args!("unknown auth mode {other:?}; expected adc or none"),
+            );
+            BigQueryAuth::Adc
+        }
+    };
+    let max_request_bytes = c
+        .bytes("max_request_bytes", problems)
+        .unwrap_or(DEFAULT_MAX_REQUEST_BYTES);
+    if max_request_bytes > MAX_APPEND_REQUEST_BYTES {
+        problems.push(
+            &c.path_of("max_request_bytes"),
+            format_args!("{max_request_bytes} exceeds BigQuery's AppendRows cap of {MAX_APPEND_REQUEST_BYTES} bytes (10MiB)"),
+        );
+    } else if max_request_bytes < 64 << 10 {
+        problems.push(&c.path_of("max_request_bytes"), "must be at least 64KiB");
+    }
+    let max_inflight_bytes = c
+        .bytes("max_inflight_bytes", problems)
+        .unwrap_or(DEFAULT_MAX_INFLIGHT_BYTES);
+    if max_inflight_bytes < max_request_bytes {
+        problems.push(
+            &c.path_of("max_inflight_bytes"),
+            format_args!("must be at least max_request_bytes ({max_request_bytes})"),
+        );
+    }
+    let clustering = c.string_list("clustering", problems).unwrap_or_default();
+    if clustering.len() > 4 {
+        problems.push(
+            &c.path_of("clustering"),
+            format_args!(
+                "BigQuery allows at most 4 clustering columns, found {}",
+                clustering.len()
+            ),
+        );
+    }
+    for (i, a) in clustering.iter().enumerate() {
+        if clustering[..i].iter().any(|b| b.eq_ignore_ascii_case(a)) {
+            problems.push(
+                &c.path_of("clustering"),
+                format_args!("column {a:?} is listed twice"),
+            );
+        }
+    }
+    let emulator_compat = c.bool("emulator_compat", problems).unwrap_or(false);
+    BigQueryOptions {
+        storage_endpoint,
+        rest_base_url,
+        auth,
+        max_request_bytes,
+        max_inflight_bytes,
+        clustering,
+        emulator_compat,
+    }
 }

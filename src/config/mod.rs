@@ -29,8 +29,9 @@ mod value;
 
 pub use load::{apply_env, apply_sets, load_value, redact, ENV_PREFIX};
 pub use merlin::{
-    ArizeSink, BigQuerySink, KafkaSource, MaxComputeSink, RetryConfig, SinkConfig,
-    FORBIDDEN_CONSUMER_KEYS,
+    ArizeSink, BigQueryAuth, BigQuerySink, KafkaSource, MaxComputeSink, RetryConfig, SinkConfig,
+    DEFAULT_MAX_INFLIGHT_BYTES, DEFAULT_MAX_REQUEST_BYTES, DEFAULT_REST_BASE_URL,
+    DEFAULT_STORAGE_ENDPOINT, FORBIDDEN_CONSUMER_KEYS, MAX_APPEND_REQUEST_BYTES,
 };
 pub use ours::{
     Batching, Consumer, DeadLetter, Delivery, LocalSink, LogFormat, Logging, Server, StartFrom,
@@ -194,6 +195,9 @@ impl Config {
                 "no BIGQUERY sink configured (needed for the table schema)",
             );
         }
+        if let Some(s) = &schema {
+            validate_clustering(s, &observation_sinks, &mut problems);
+        }
         for (key, v) in [("project", &project), ("model_id", &model_id)] {
             if v.chars().any(|c| c.is_control()) {
                 problems.push(key, "must not contain control characters");
@@ -335,6 +339,33 @@ fn check_unique(all: &[(&str, String)], problems: &mut Problems) {
                     "inference_schema",
                     format_args!("{} {how} {}", all[i].1, all[j].1),
                 );
+            }
+        }
+    }
+}
+
+/// Clustering columns must be columns of the table and of a type BigQuery can cluster on.
+fn validate_clustering(s: &InferenceSchema, sinks: &[SinkConfig], problems: &mut Problems) {
+    let layout = crate::table::TableLayout::new(s, "");
+    for (i, sink) in sinks.iter().enumerate() {
+        let SinkConfig::BigQuery(b) = sink else {
+            continue;
+        };
+        for name in &b.clustering {
+            match layout
+                .columns
+                .iter()
+                .find(|c| c.name.eq_ignore_ascii_case(name))
+            {
+                None => problems.push(
+                    &format!("observation_sinks[{i}].config.clustering"),
+                    format_args!("{name:?} is not a column of the table"),
+                ),
+                Some(c) if c.ty == crate::table::ColumnType::Float64 => problems.push(
+                    &format!("observation_sinks[{i}].config.clustering"),
+                    format_args!("{name:?} is a FLOAT column; BigQuery cannot cluster on FLOAT"),
+                ),
+                Some(_) => {}
             }
         }
     }

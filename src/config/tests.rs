@@ -191,3 +191,55 @@ fn secrets_are_redacted() {
     assert!(!out.contains("hunter2"), "{out}");
     assert!(out.contains("sasl.password: <redacted>"), "{out}");
 }
+
+#[test]
+fn bigquery_options_are_known_and_validated() {
+    let (c, warnings) = parse(MERLIN, Needs::RUN).unwrap();
+    let b = c.bigquery().unwrap();
+    assert_eq!(b.max_request_bytes, DEFAULT_MAX_REQUEST_BYTES);
+    assert_eq!(b.storage_endpoint, DEFAULT_STORAGE_ENDPOINT);
+    assert_eq!(b.auth, BigQueryAuth::Adc);
+    assert!(
+        !warnings.iter().any(|w| w.contains("storage_endpoint")),
+        "{warnings:?}"
+    );
+
+    let y = MERLIN.replace(
+        "ttl_days: 14",
+        "ttl_days: 14\n    storage_endpoint: http://127.0.0.1:19060\n    rest_base_url: http://127.0.0.1:19050/bigquery/v2/\n    auth: none\n    max_request_bytes: 4MiB\n    max_inflight_bytes: 16MiB\n    clustering: [merchant_id]\n    emulator_compat: true",
+    );
+    let (c, warnings) = parse(&y, Needs::RUN).unwrap();
+    let b = c.bigquery().unwrap();
+    assert_eq!(
+        b.rest_base_url, "http://127.0.0.1:19050/bigquery/v2",
+        "trailing slash dropped"
+    );
+    assert_eq!(b.auth, BigQueryAuth::None);
+    assert_eq!(
+        (b.max_request_bytes, b.max_inflight_bytes),
+        (4 << 20, 16 << 20)
+    );
+    assert_eq!(b.clustering, ["merchant_id"]);
+    assert!(b.emulator_compat);
+    assert!(
+        !warnings.iter().any(|w| w.contains("emulator_compat")),
+        "{warnings:?}"
+    );
+
+    let y = MERLIN.replace(
+        "ttl_days: 14",
+        "ttl_days: 14\n    storage_endpoint: grpc.example\n    auth: oauth\n    max_request_bytes: 11MiB\n    max_inflight_bytes: 1MiB\n    clustering: [amount, nope, a, b, c]",
+    );
+    let text = parse(&y, Needs::RUN).unwrap_err().to_string();
+    for expected in [
+        "storage_endpoint: expected an http:// or https:// URL",
+        "auth: unknown auth mode \"oauth\"",
+        "max_request_bytes: 11534336 exceeds BigQuery's AppendRows cap",
+        "max_inflight_bytes: must be at least max_request_bytes",
+        "at most 4 clustering columns",
+        "\"amount\" is a FLOAT column",
+        "\"nope\" is not a column of the table",
+    ] {
+        assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
+    }
+}

@@ -1,0 +1,235 @@
+//! Record batches → AppendRows requests carrying `arrow_rows` (pure; no I/O).
+//!
+//! Arrow IPC encapsulated messages: the schema message goes on the first request of a
+//! connection, record-batch messages on every request (`row_count` 0, deprecated). A batch
+//! whose request would exceed `max_request_bytes` is cut into row slices that each fit; a single
+//! row that cannot fit is reported, not sent (BigQuery would refuse it whatever we do).
+
+use super::proto::{append_rows_request, AppendRowsRequest, ArrowRecordBatch, ArrowSchema};
+use arrow_array::RecordBatch;
+use arrow_ipc::writer::{
+    write_message, DictionaryTracker, IpcDataGenerator, IpcWriteContext, IpcWriteOptions,
+};
+use arrow_schema::{ArrowError, Schema};
+use bytes::Bytes;
+use prost::Message;
+
+/// Serialized Arrow IPC schema message.
+pub fn schema_bytes(schema: &Schema) -> Result<Bytes, ArrowError> {
+    let gen = IpcDataGenerator::default();
+    let opts = IpcWriteOptions::default();
+    let mut tracker = DictionaryTracker::new(false);
+    let enc = gen.schema_to_bytes_with_dictionary_tracker(schema, &mut tracker, &opts);
+    let mut buf = Vec::new();
+    write_message(&mut buf, enc, &opts)?;
+    Ok(buf.into())
+}
+
+/// Serialized Arrow IPC record-batch message (slices are written truncated).
+pub fn batch_bytes(batch: &RecordBatch) -> Result<Bytes, ArrowError> {
+    let gen = IpcDataGenerator::default();
+    let opts = IpcWriteOptions::default();
+    let mut tracker = DictionaryTracker::new(false);
+    let (dicts, enc) = gen.encode(batch, &mut tracker, &opts, &mut IpcWriteContext::default())?;
+    if !dicts.is_empty() {
+        return Err(ArrowError::InvalidArgumentError(
+            "dictionary-encoded columns are not supported by the BigQuery writer".into(),
+        ));
+    }
+    let mut buf = Vec::with_capacity(enc.arrow_data.len() + enc.ipc_message.len() + 16);
+    write_message(&mut buf, enc, &opts)?;
+    Ok(buf.into())
+}
+
+/// One AppendRows request. `schema` is set on the first request of a connection.
+pub fn append_request(
+    write_stream: &str,
+    schema: Option<&Bytes>,
+    payload: &Bytes,
+    offset: Option<i64>,
+) -> AppendRowsRequest {
+    AppendRowsRequest {
+        write_stream: write_stream.to_string(),
+        offset,
+        rows: Some(append_rows_request::Rows::ArrowRows(
+            append_rows_request::ArrowData {
+                writer_schema: schema.map(|s| ArrowSchema {
+                    serialized_schema: s.clone(),
+                }),
+                // `row_count` is deprecated: left 0.
+                rows: Some(ArrowRecordBatch {
+                    serialized_record_batch: payload.clone(),
+                    ..Default::default()
+                }),
+            },
+        )),
+        ..Default::default()
+    }
+}
+
+/// The largest record-batch payload that keeps a request carrying the schema, the stream name
+/// and an offset within `max_request_bytes`.
+pub fn payload_budget(max_request_bytes: usize, write_stream: &str, schema: &Bytes) -> usize {
+    let frame =
+        append_request(write_stream, Some(schema), &Bytes::new(), Some(i64::MAX)).encoded_len();
+    // Length prefixes of the three nested messages grow by up to 4 bytes each with the payload.
+    max_request_bytes.saturating_sub(frame + 16)
+}
+
+/// A contiguous row slice of a batch, encoded.
+#[derive(Debug, Clone)]
+pub struct Piece {
+    /// Index of the slice's first row in the batch it was cut from.
+    pub offset: usize,
+    /// The rows (a zero-copy slice).
+    pub batch: RecordBatch,
+    /// Its IPC record-batch message.
+    pub payload: Bytes,
+}
+
+/// A batch cut to fit.
+#[derive(Debug, Clone, Default)]
+pub struct Split {
+    /// Slices that fit, in row order.
+    pub pieces: Vec<Piece>,
+    /// Rows (indexes in the input) that alone exceed the budget.
+    pub oversized: Vec<usize>,
+}
+
+/// Encodes `batch` into slices whose payload is at most `budget` bytes each.
+///
+/// The whole batch is tried first; a batch that is too large is cut into as many equal row
+/// slices as its size suggests, and any slice still too large is halved until it fits.
+pub fn split_to_fit(batch: &RecordBatch, budget: usize) -> Result<Split, ArrowError> {
+    let mut out = Split::default();
+    if batch.num_rows() == 0 {
+        return Ok(out);
+    }
+    let whole = batch_bytes(batch)?;
+    if whole.len() <= budget {
+        out.pieces.push(Piece {
+            offset: 0,
+            batch: batch.clone(),
+            payload: whole,
+        });
+        return Ok(out);
+    }
+    // First guess from the average row size, with 10% slack; halving fixes the rest.
+    let n = batch.num_rows();
+    let parts = (whole.len() as f64 * 1.1 / budget.max(1) as f64)
+        .ceil()
+        .max(2.0) as usize;
+    let step = n.div_ceil(parts.min(n));
+    let mut start = 0;
+    while start < n {
+        let len = step.min(n - start);
+        fit(batch, start, len, budget, &mut out)?;
+        start += len;
+    }
+    Ok(out)
+}
+
+fn fit(
+    batch: &RecordBatch,
+    start: usize,
+    len: usize,
+    budget: usize,
+    out: &mut Split,
+) -> Result<(), ArrowError> {
+    let slice = batch.slice(start, len);
+    let payload = batch_bytes(&slice)?;
+    if payload.len() <= budget {
+        out.pieces.push(Piece {
+            offset: start,
+            batch: slice,
+            payload,
+        });
+    } else if len == 1 {
+        out.oversized.push(start);
+    } else {
+        let half = len / 2;
+        fit(batch, start, half, budget, out)?;
+        fit(batch, start + half, len - half, budget, out)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow_array::{Int64Array, StringArray};
+    use arrow_schema::{DataType, Field};
+    use std::sync::Arc;
+
+    fn batch(rows: usize, text: usize) -> RecordBatch {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, true),
+            Field::new("s", DataType::Utf8, true),
+        ]));
+        let ids = Int64Array::from_iter_values(0..rows as i64);
+        let s = StringArray::from_iter_values((0..rows).map(|i| format!("{i:0>text$}")));
+        RecordBatch::try_new(schema, vec![Arc::new(ids), Arc::new(s)]).unwrap()
+    }
+
+    #[test]
+    fn a_small_batch_is_one_piece() {
+        let b = batch(10, 8);
+        let s = split_to_fit(&b, 1 << 20).unwrap();
+        assert_eq!(s.pieces.len(), 1);
+        assert_eq!(s.pieces[0].batch.num_rows(), 10);
+        assert!(s.oversized.is_empty());
+    }
+
+    #[test]
+    fn slices_are_encoded_truncated() {
+        let b = batch(10_000, 100);
+        let whole = batch_bytes(&b).unwrap().len();
+        let tenth = batch_bytes(&b.slice(5_000, 1_000)).unwrap().len();
+        assert!(
+            tenth * 8 < whole,
+            "a slice must not carry the parent's buffers: {tenth} vs {whole}"
+        );
+    }
+
+    #[test]
+    fn large_batches_are_cut_into_fitting_slices_covering_every_row_once() {
+        let b = batch(20_000, 50);
+        let budget = 100_000;
+        let s = split_to_fit(&b, budget).unwrap();
+        assert!(s.pieces.len() > 10);
+        let mut next = 0;
+        for p in &s.pieces {
+            assert!(p.payload.len() <= budget, "{} > {budget}", p.payload.len());
+            assert_eq!(p.offset, next, "pieces in row order, no gap or overlap");
+            next += p.batch.num_rows();
+        }
+        assert_eq!(next, 20_000);
+    }
+
+    #[test]
+    fn rows_that_cannot_fit_are_reported() {
+        let b = batch(4, 5_000);
+        let s = split_to_fit(&b, 3_000).unwrap();
+        assert!(s.pieces.is_empty());
+        assert_eq!(s.oversized, [0, 1, 2, 3]);
+    }
+
+    #[test]
+    fn requests_stay_under_the_cap() {
+        let b = batch(30_000, 40);
+        let schema = schema_bytes(b.schema().as_ref()).unwrap();
+        let stream = "projects/p/datasets/d/tables/t/streams/_default";
+        let max = 200_000;
+        let s = split_to_fit(&b, payload_budget(max, stream, &schema)).unwrap();
+        for p in &s.pieces {
+            let req = append_request(stream, Some(&schema), &p.payload, Some(1 << 40));
+            assert!(req.encoded_len() <= max, "{} > {max}", req.encoded_len());
+        }
+    }
+
+    #[test]
+    fn empty_batches_need_no_request() {
+        let s = split_to_fit(&batch(0, 1), 10).unwrap();
+        assert!(s.pieces.is_empty() && s.oversized.is_empty());
+    }
+}
