@@ -71,6 +71,30 @@ impl<W: Write> BatchWriter for JsonlWriter<W> {
     }
 }
 
+/// One row of a batch as a JSON object (keys in column order), as the `jsonl` format writes it.
+pub fn row_json(batch: &RecordBatch, row: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(512);
+    out.push(b'{');
+    for (i, (field, col)) in batch
+        .schema()
+        .fields()
+        .iter()
+        .zip(batch.columns())
+        .enumerate()
+    {
+        if i > 0 {
+            out.push(b',');
+        }
+        let _ = serde_json::to_writer(&mut out, field.name());
+        out.push(b':');
+        if write_cell(&mut out, col.as_ref(), row).is_err() {
+            out.extend_from_slice(b"null");
+        }
+    }
+    out.push(b'}');
+    out
+}
+
 fn write_cell(out: &mut Vec<u8>, col: &dyn Array, row: usize) -> io::Result<()> {
     if col.is_null(row) {
         out.extend_from_slice(b"null");

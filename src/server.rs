@@ -23,6 +23,8 @@ pub struct Health {
     pub sinks_ok: AtomicBool,
     /// The dead-letter target is usable.
     pub dead_letter_ok: AtomicBool,
+    /// Every sink's connection reports itself healthy (BigQuery writer health).
+    pub sink_streams_ok: AtomicBool,
 }
 
 impl Health {
@@ -31,6 +33,7 @@ impl Health {
         let h = Health::default();
         h.sinks_ok.store(true, Ordering::Relaxed);
         h.dead_letter_ok.store(true, Ordering::Relaxed);
+        h.sink_streams_ok.store(true, Ordering::Relaxed);
         Arc::new(h)
     }
 
@@ -45,6 +48,9 @@ impl Health {
         }
         if !self.sinks_ok.load(Ordering::Relaxed) {
             v.push("a sink is failing");
+        }
+        if !self.sink_streams_ok.load(Ordering::Relaxed) {
+            v.push("a sink cannot reach its destination");
         }
         if !self.dead_letter_ok.load(Ordering::Relaxed) {
             v.push("dead-letter target is not usable");

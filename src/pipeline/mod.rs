@@ -29,10 +29,11 @@ mod sinks;
 mod state;
 
 use crate::batch::Batcher;
-use crate::config::{Config, DeadLetter as DeadLetterCfg};
+use crate::config::{Config, DeadLetter as DeadLetterCfg, Delivery, SinkConfig};
 use crate::deadletter::{self, OutcomeFn};
 use crate::metrics::names;
 use crate::server::{self, Health};
+use crate::sink::bigquery::{BigQueryTableSink, StartError};
 use crate::sink::parquet::ParquetSink;
 use crate::sink::Sink;
 use crate::source::{self, SourceContext};
@@ -49,16 +50,59 @@ use tokio_util::sync::CancellationToken;
 
 /// Exit code of a run that could not start (port in use, sink or dead-letter target unusable).
 const EXIT_FAILURE: u8 = 1;
+/// Exit code of a configuration the sinks refuse (e.g. a changed column type).
+const EXIT_USAGE: u8 = 2;
 
-fn build_sinks(cfg: &Config) -> Result<Vec<Box<dyn Sink>>, String> {
+/// Builds the configured sinks. BigQuery start-up (table creation or migration) is retried
+/// while BigQuery is unreachable; a configuration problem (a changed column type, a missing
+/// dataset) ends the process with exit code 2.
+fn build_sinks(
+    cfg: &Config,
+    rt: &tokio::runtime::Runtime,
+    health: &Health,
+    shutdown: &CancellationToken,
+) -> Result<Vec<Box<dyn Sink>>, (u8, String)> {
     let mut sinks: Vec<Box<dyn Sink>> = Vec::new();
     if let Some(local) = &cfg.local_sink {
-        std::fs::create_dir_all(&local.path)
-            .map_err(|e| format!("local_sink.path {}: {e}", local.path.display()))?;
+        std::fs::create_dir_all(&local.path).map_err(|e| {
+            (
+                EXIT_FAILURE,
+                format!("local_sink.path {}: {e}", local.path.display()),
+            )
+        })?;
         sinks.push(Box::new(ParquetSink::new(local.clone())));
     }
-    if cfg.bigquery().is_some() {
-        return Err("the BIGQUERY sink is not available in this build yet; use local_sink".into());
+    for sink in &cfg.observation_sinks {
+        let SinkConfig::BigQuery(bq) = sink else {
+            continue;
+        };
+        let mut wait = Duration::from_secs(1);
+        loop {
+            match rt.block_on(BigQueryTableSink::start(cfg, bq)) {
+                Ok(s) => {
+                    sinks.push(Box::new(s));
+                    health.sinks_ok.store(true, Ordering::Relaxed);
+                    break;
+                }
+                Err(StartError::Config(m)) => {
+                    return Err((EXIT_USAGE, format!("BIGQUERY sink: {m}")))
+                }
+                Err(StartError::Unavailable(m)) => {
+                    health.sinks_ok.store(false, Ordering::Relaxed);
+                    tracing::warn!(error = %m, retry_in_s = wait.as_secs(), "BigQuery not available at start-up; retrying");
+                    let stopped = rt.block_on(async {
+                        tokio::select! {
+                            () = shutdown.cancelled() => true,
+                            () = tokio::time::sleep(wait) => false,
+                        }
+                    });
+                    if stopped {
+                        return Err((0, "stopped while waiting for BigQuery".into()));
+                    }
+                    wait = (wait * 2).min(Duration::from_secs(60));
+                }
+            }
+        }
     }
     Ok(sinks)
 }
@@ -117,13 +161,34 @@ pub fn run(cfg: Config, replay: Option<PathBuf>) -> ExitCode {
     });
 
     // Sinks.
-    let sinks = match build_sinks(&cfg) {
+    if cfg.delivery == Delivery::ExactlyOnce {
+        tracing::error!("delivery: exactly_once is not wired into run yet (the BigQuery primitives exist); use at_least_once");
+        return ExitCode::from(EXIT_USAGE);
+    }
+    let sinks = match build_sinks(&cfg, &rt, &health, &shutdown) {
         Ok(s) => s,
-        Err(e) => {
+        Err((code, e)) => {
             tracing::error!(error = %e, "cannot start the sinks");
-            return ExitCode::from(EXIT_FAILURE);
+            eprintln!("{e}");
+            return ExitCode::from(code);
         }
     };
+    // Readiness follows the sinks' own connection health (they retry inside a write).
+    let watches: Vec<_> = sinks.iter().filter_map(|s| s.health()).collect();
+    if !watches.is_empty() {
+        let h = Arc::clone(&health);
+        let stop = hard_stop.clone();
+        rt.spawn(async move {
+            loop {
+                let ok = watches.iter().all(|w| *w.borrow());
+                h.sink_streams_ok.store(ok, Ordering::Relaxed);
+                tokio::select! {
+                    () = stop.cancelled() => break,
+                    () = tokio::time::sleep(Duration::from_millis(500)) => {}
+                }
+            }
+        });
+    }
     let (sink_tx, sink_rx) = tokio::sync::mpsc::channel(2);
     let (ev_tx, ev_rx) = mpsc::channel::<Event>();
     let labels = sinks::ModelLabels {
@@ -138,6 +203,9 @@ pub fn run(cfg: Config, replay: Option<PathBuf>) -> ExitCode {
         Arc::clone(&health),
         hard_stop.clone(),
         labels,
+        cfg.observation_source
+            .as_ref()
+            .map_or_else(|| "replay".to_string(), |s| s.topic.clone()),
     ));
 
     // Dead letters.

@@ -1,8 +1,11 @@
 //! The sink task: takes batches from the pipeline, writes each to every sink in turn (retrying
 //! retryable errors with jittered, capped backoff, never giving up), and reports the batch as
-//! acknowledged only when all sinks have it. Merlin's metrics are updated here, on success.
+//! acknowledged only when all sinks have it, together with the rows a sink refused for good
+//! (rendered as JSON with their source coordinates, to be dead-lettered before their offsets
+//! count as acknowledged). Merlin's metrics are updated here, on success.
 
 use super::state::{Event, SinkJob};
+use crate::deadletter::{DeadLetter, Kind};
 use crate::metrics::names;
 use crate::server::Health;
 use crate::sink::retry::{write_with_retry, Backoff, RetryError};
@@ -34,11 +37,13 @@ pub(crate) async fn run(
     health: Arc<Health>,
     hard_stop: CancellationToken,
     labels: ModelLabels,
+    topic: String,
 ) {
     while let Some(job) = tokio::select! {
         j = rx.recv() => j,
         () = hard_stop.cancelled() => None,
     } {
+        let mut dead = Vec::new();
         for sink in sinks.iter_mut() {
             let name = sink.name();
             loop {
@@ -51,12 +56,32 @@ pub(crate) async fn run(
                 })
                 .await;
                 match r {
-                    Ok(()) => {
+                    Ok(report) => {
                         health.sinks_ok.store(true, Ordering::Relaxed);
                         metrics::histogram!(names::SINK_LATENCY, names::SINK => name)
                             .record(started.elapsed().as_secs_f64());
+                        let written = job.batch.rows().saturating_sub(report.rejected.len());
                         metrics::counter!(names::ROWS_WRITTEN, names::SINK => name)
-                            .increment(job.batch.rows() as u64);
+                            .increment(written as u64);
+                        for r in report.rejected {
+                            let Some((partition, offset)) = job.batch.source_of_row(r.row) else {
+                                continue;
+                            };
+                            metrics::counter!(names::DEAD_LETTERS, names::KIND => "row", names::REASON => r.code)
+                                .increment(1);
+                            tracing::warn!(sink = name, partition, offset, row = r.row, code = r.code,
+                                reason = %r.message, "row rejected by the sink; dead-lettered");
+                            dead.push(DeadLetter {
+                                topic: topic.clone(),
+                                partition,
+                                offset,
+                                key: None,
+                                payload: crate::output::row_json(&job.batch.records, r.row),
+                                kind: Kind::Row,
+                                code: r.code,
+                                message: format!("{name}: {}", r.message),
+                            });
+                        }
                         break;
                     }
                     Err(RetryError::Cancelled(_)) => return,
@@ -83,7 +108,7 @@ pub(crate) async fn run(
                 names::MODEL_VERSION => l.model_version.clone(), names::MERLIN_PROJECT => l.project.clone())
             .set(ts);
         }
-        if events.send(Event::Acked(job.id)).is_err() {
+        if events.send(Event::Acked { id: job.id, dead }).is_err() {
             return;
         }
     }

@@ -29,8 +29,8 @@ pub(crate) struct SinkJob {
 
 /// What other threads report back to the pipeline.
 pub(crate) enum Event {
-    /// Every sink acknowledged the batch.
-    Acked(u64),
+    /// Every sink acknowledged the batch; `dead` are rows a sink refused (to dead-letter).
+    Acked { id: u64, dead: Vec<DeadLetter> },
     /// A dead-letter write finished.
     DeadLetter(Outcome),
 }
@@ -109,6 +109,8 @@ pub(crate) struct State {
     queue: VecDeque<SinkJob>,
     epochs: HashMap<Partition, u64>,
     dlq_pending: usize,
+    /// Dead letters not yet written, per source offset (its ack waits for all of them).
+    dlq_waiting: HashMap<(Partition, i64), u32>,
     dlq_retry: VecDeque<(Instant, DeadLetter)>,
     inflight_bytes: usize,
     budget: usize,
@@ -142,6 +144,7 @@ impl State {
             queue: VecDeque::new(),
             epochs: HashMap::new(),
             dlq_pending: 0,
+            dlq_waiting: HashMap::new(),
             dlq_retry: VecDeque::new(),
             inflight_bytes: 0,
             budget,
@@ -218,16 +221,19 @@ impl State {
                         "log rejected; dead-lettered"
                     );
                 }
-                self.send_dead_letter(DeadLetter {
-                    topic: self.topic.clone(),
-                    partition,
-                    offset,
-                    key: key.map(<[u8]>::to_vec),
-                    payload: payload.to_vec(),
-                    kind: deadletter::Kind::Decode,
-                    code,
-                    message: failure.error.reason,
-                });
+                self.send_dead_letter(
+                    true,
+                    DeadLetter {
+                        topic: self.topic.clone(),
+                        partition,
+                        offset,
+                        key: key.map(<[u8]>::to_vec),
+                        payload: payload.to_vec(),
+                        kind: deadletter::Kind::Decode,
+                        code,
+                        message: failure.error.reason,
+                    },
+                );
             }
         }
         for b in ready {
@@ -235,7 +241,15 @@ impl State {
         }
     }
 
-    fn send_dead_letter(&mut self, letter: DeadLetter) {
+    /// Sends a dead letter; `fresh` (not a re-send) adds it to the letters its source offset
+    /// waits for.
+    fn send_dead_letter(&mut self, fresh: bool, letter: DeadLetter) {
+        if fresh {
+            *self
+                .dlq_waiting
+                .entry((letter.partition, letter.offset))
+                .or_insert(0) += 1;
+        }
         self.dlq_pending += 1;
         self.dead_letters.send(letter);
     }
@@ -322,16 +336,40 @@ impl State {
 
     fn apply(&mut self, e: Event) {
         match e {
-            Event::Acked(id) => {
+            Event::Acked { id, dead } => {
                 if let Some(b) = self.inflight.remove(&id) {
                     self.inflight_bytes -= b.bytes;
                     metrics::gauge!(names::INFLIGHT_BYTES).set(self.inflight_bytes as f64);
+                    // Offsets with refused rows wait for their dead-letter writes.
+                    let mut held: Vec<(Partition, i64)> =
+                        dead.iter().map(|d| (d.partition, d.offset)).collect();
+                    held.sort_unstable();
+                    held.dedup();
+                    self.totals.dead_letters += dead.len() as u64;
+                    for letter in dead {
+                        self.send_dead_letter(true, letter);
+                    }
                     for (po, epoch) in b.offsets {
                         // Acks for a partition revoked (and perhaps re-assigned) since are
                         // stale: the rows were written, but the offsets are no longer ours.
-                        if self.epochs.get(&po.partition).copied().unwrap_or(0) == epoch {
-                            for r in po.ranges {
-                                self.tracker.ack(po.partition, r);
+                        if self.epochs.get(&po.partition).copied().unwrap_or(0) != epoch {
+                            continue;
+                        }
+                        for r in po.ranges {
+                            let mut first = r.first;
+                            for &(_, o) in held
+                                .iter()
+                                .filter(|(p, o)| *p == po.partition && r.contains(*o))
+                            {
+                                if o > first {
+                                    self.tracker
+                                        .ack(po.partition, OffsetRange::new(first, o - 1));
+                                }
+                                first = o + 1;
+                            }
+                            if first <= r.last {
+                                self.tracker
+                                    .ack(po.partition, OffsetRange::new(first, r.last));
                             }
                         }
                     }
@@ -340,7 +378,15 @@ impl State {
             Event::DeadLetter(Outcome::Written { partition, offset }) => {
                 self.dlq_pending = self.dlq_pending.saturating_sub(1);
                 self.health.dead_letter_ok.store(true, Ordering::Relaxed);
-                self.tracker.ack(partition, OffsetRange::single(offset));
+                let key = (partition, offset);
+                let left = self.dlq_waiting.get_mut(&key).map(|n| {
+                    *n = n.saturating_sub(1);
+                    *n
+                });
+                if left.unwrap_or(0) == 0 {
+                    self.dlq_waiting.remove(&key);
+                    self.tracker.ack(partition, OffsetRange::single(offset));
+                }
             }
             Event::DeadLetter(Outcome::Failed { letter, error }) => {
                 self.dlq_pending = self.dlq_pending.saturating_sub(1);
@@ -357,7 +403,7 @@ impl State {
     pub(crate) fn retry_dead_letters(&mut self, now: Instant) {
         while self.dlq_retry.front().is_some_and(|(t, _)| *t <= now) {
             if let Some((_, l)) = self.dlq_retry.pop_front() {
-                self.send_dead_letter(l);
+                self.send_dead_letter(false, l);
             }
         }
     }

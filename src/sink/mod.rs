@@ -1,15 +1,19 @@
 //! The sink seam: batches in, acknowledgement (or a classified error) out.
 //!
 //! Input: shared [`Batch`]es (`Arc`, so several sinks can take the same batch without copying).
-//! Output: `Ok(())` from [`Sink::write`] means the batch's rows are durable in that sink; only
-//! then may the runtime acknowledge the batch's offsets (after *every* sink has acknowledged).
+//! Output: `Ok(report)` from [`Sink::write`] means the batch's rows are durable in that sink,
+//! except the rows the report lists as rejected (which the runtime dead-letters); only then may
+//! the runtime acknowledge the batch's offsets (after *every* sink has acknowledged, and after
+//! the rejected rows' dead-letter writes).
 //! An error says whether retrying the same batch can succeed ([`SinkError::is_retryable`]);
 //! [`retry::write_with_retry`] retries retryable errors with capped, jittered exponential
 //! backoff until they succeed or the runtime cancels.
 //!
 //! Sinks:
 //! - [`parquet::ParquetSink`]: the embedded default, local Parquet files under `dt=YYYY-MM-DD/`.
+//! - [`bigquery::BigQueryTableSink`]: BigQuery through the Storage Write API.
 
+pub mod bigquery;
 pub mod parquet;
 pub mod retry;
 
@@ -19,8 +23,27 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
+/// A row the sink refused for good (it is dead-lettered; the rest of the batch is written).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RejectedRow {
+    /// Row index in the batch.
+    pub row: usize,
+    /// Bounded reason code.
+    pub code: &'static str,
+    /// The sink's message.
+    pub message: String,
+}
+
+/// What a successful write reports.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WriteReport {
+    /// Rows the sink refused; every other row is durable.
+    pub rejected: Vec<RejectedRow>,
+}
+
 /// The future a [`Sink::write`] returns.
-pub type WriteFuture<'a> = Pin<Box<dyn Future<Output = Result<(), SinkError>> + Send + 'a>>;
+pub type WriteFuture<'a> =
+    Pin<Box<dyn Future<Output = Result<WriteReport, SinkError>> + Send + 'a>>;
 
 /// A destination for batches. Object-safe, so the runtime can fan out over `Vec<Box<dyn Sink>>`.
 pub trait Sink: Send {
@@ -31,6 +54,12 @@ pub trait Sink: Send {
     /// of the batch may be considered written (the batch is retried or given up whole, so a
     /// sink that can fail half-way must make a retry safe, e.g. by writing atomically).
     fn write(&mut self, batch: Arc<Batch>) -> WriteFuture<'_>;
+
+    /// A live view of the sink's connection health (for readiness), if it has one. A sink that
+    /// retries internally stays inside `write` during an outage; this is how readiness learns.
+    fn health(&self) -> Option<tokio::sync::watch::Receiver<bool>> {
+        None
+    }
 }
 
 /// Bounded classification of a sink failure (metric label `error_code`).
@@ -179,7 +208,7 @@ mod tests {
                 "nop"
             }
             fn write(&mut self, _batch: Arc<Batch>) -> WriteFuture<'_> {
-                Box::pin(async { Ok(()) })
+                Box::pin(async { Ok(WriteReport::default()) })
             }
         }
         let sinks: Vec<Box<dyn Sink>> = vec![Box::new(Nop)];

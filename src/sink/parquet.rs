@@ -92,7 +92,7 @@ impl Sink for ParquetSink {
         let inner = Arc::clone(&self.inner);
         Box::pin(async move {
             match tokio::task::spawn_blocking(move || inner.write_batch(&batch)).await {
-                Ok(result) => result.map(drop),
+                Ok(result) => result.map(|_| super::WriteReport::default()),
                 Err(join) => Err(SinkError::new(
                     SinkErrorKind::Internal,
                     false,

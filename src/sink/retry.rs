@@ -10,7 +10,7 @@
 //! `min(max, initial × 2ⁿ)`, so replicas that failed together do not retry in lockstep, yet the
 //! wait still grows.
 
-use super::{Sink, SinkError};
+use super::{Sink, SinkError, WriteReport};
 use crate::batch::Batch;
 use std::fmt;
 use std::sync::Arc;
@@ -86,7 +86,7 @@ pub async fn write_with_retry(
     backoff: Backoff,
     cancel: &CancellationToken,
     mut on_retry: impl FnMut(&SinkError, u32, Duration),
-) -> Result<(), RetryError> {
+) -> Result<WriteReport, RetryError> {
     let mut last = None;
     let mut attempt: u32 = 0;
     loop {
@@ -94,7 +94,7 @@ pub async fn write_with_retry(
             return Err(RetryError::Cancelled(last));
         }
         match sink.write(Arc::clone(batch)).await {
-            Ok(()) => return Ok(()),
+            Ok(report) => return Ok(report),
             Err(e) if !e.is_retryable() => return Err(RetryError::Permanent(e)),
             Err(e) => {
                 let wait = backoff.delay(attempt, fastrand::f64());
@@ -167,7 +167,7 @@ mod tests {
             } else {
                 Some(self.errors.remove(0))
             };
-            Box::pin(async move { next.map_or(Ok(()), Err) })
+            Box::pin(async move { next.map_or(Ok(WriteReport::default()), Err) })
         }
     }
 

@@ -1,0 +1,226 @@
+//! The whole daemon into the emulator: real Kafka (tansu) → `run` → Storage Write → a query.
+
+use super::*;
+use crate::runtime::{
+    committed_total, create_topic, free_port, http_get, signal, stop, unique, wait_for,
+};
+use prost::Message;
+use std::process::{Child, Stdio};
+
+const LIMIT: Duration = Duration::from_secs(120);
+
+/// Logs timestamped within the table's partition range (now minus an hour); `bad` of them
+/// malformed, and `old` of them dated a year back (outside the 14-day partition expiration).
+fn logs(n: usize, seed: u64, bad: &[usize], old: &[usize]) -> Vec<Vec<u8>> {
+    let v = observation_publisher::config::load_value(
+        Some(&crate::common::repo_config("local.yaml")),
+        Vec::new(),
+        &[],
+    )
+    .unwrap();
+    let (cfg, _) = Config::from_value(&v, Needs::CONVERT).unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_micros() as i64;
+    let mut g = Generator::new(
+        &cfg.inference_schema,
+        GenOptions {
+            rows_per_log: 1,
+            seed,
+            malformed_ratio: 0.0,
+            start_micros: now - 3_600_000_000,
+            model: ("demo".into(), "fraud-detector".into(), "1".into()),
+        },
+    );
+    (0..n)
+        .map(|i| {
+            let mut l = g.valid_log(i as u64);
+            if old.contains(&i) {
+                if let Some(ts) = l.request_timestamp.as_mut() {
+                    ts.seconds -= 365 * 86_400;
+                }
+            }
+            if bad.contains(&i) {
+                b"\x0a\x02hi\x52\x01".to_vec()
+            } else {
+                l.encode_to_vec()
+            }
+        })
+        .collect()
+}
+
+fn produce(topic: &str, logs: &[Vec<u8>]) {
+    let framed: Vec<(Vec<u8>, bool)> = logs.iter().map(|l| (l.clone(), false)).collect();
+    crate::runtime::produce(topic, &framed);
+}
+
+struct Run {
+    dir: std::path::PathBuf,
+    config: std::path::PathBuf,
+    port: u16,
+    group: String,
+}
+
+impl Run {
+    fn new(dir: &std::path::Path, topic: &str, dataset: &str) -> Run {
+        let base = std::fs::read_to_string(crate::common::repo_config("local.yaml")).unwrap();
+        let base: String = base
+            .lines()
+            .take_while(|l| !l.starts_with("observation_source:"))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let port = free_port();
+        let group = unique("g");
+        let yaml = format!(
+            "{base}observation_source:\n  type: KAFKA\n  config:\n    topic: {topic}\n    bootstrap_servers: {}\n    group_id: {group}\n\
+             observation_sinks:\n- type: BIGQUERY\n  config:\n    project: {PROJECT}\n    dataset: {dataset}\n    ttl_days: 14\n\
+             \x20   storage_endpoint: {}\n    rest_base_url: {}\n    auth: none\n    emulator_compat: true\n\
+             dead_letter:\n  target: file\n  path: {}\nbatching:\n  linger: 300ms\n  max_rows: 400\n\
+             consumer:\n  session_timeout: 2s\n  commit_interval: 200ms\n  drain_timeout: 20s\nlogging:\n  format: json\n\
+             server:\n  listen: 127.0.0.1:{port}\n",
+            crate::runtime::brokers(),
+            grpc_url(),
+            rest_url(),
+            dir.join("dead.bin").display(),
+        );
+        let config = dir.join("config.yaml");
+        std::fs::write(&config, yaml).unwrap();
+        Run {
+            dir: dir.to_path_buf(),
+            config,
+            port,
+            group,
+        }
+    }
+
+    fn start(&self) -> Child {
+        crate::common::bin()
+            .args(["run", "-c", self.config.to_str().unwrap()])
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(self.dir.join(format!("{}.log", unique("run")))).unwrap())
+            .spawn()
+            .unwrap()
+    }
+
+    fn dead_letter_reasons(&self) -> Vec<serde_json::Value> {
+        std::fs::read_to_string(self.dir.join("dead.bin.reasons.jsonl"))
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+}
+
+/// `(COUNT(*), COUNT(DISTINCT session_id, row_id))` of the model's table (0, 0 before it exists).
+async fn counts(dataset: &str) -> (u64, u64) {
+    let sql = format!(
+        "SELECT COUNT(*), COUNT(DISTINCT CONCAT(session_id, '/', row_id)) FROM `{PROJECT}.{dataset}.prediction_log_demo_fraud_detector`"
+    );
+    match manager().query(PROJECT, &sql).await {
+        Ok(q) => {
+            let n = |i: usize| {
+                q.rows[0][i]
+                    .as_deref()
+                    .unwrap_or("0")
+                    .parse::<u64>()
+                    .unwrap_or(0)
+            };
+            (n(0), n(1))
+        }
+        Err(_) => (0, 0),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_to_bigquery_lands_every_valid_row_and_dead_letters_the_rest_across_a_sigkill() {
+    let _serial = serial().await;
+    let dataset = fresh_name("e2e");
+    manager()
+        .create_dataset(PROJECT, &dataset)
+        .await
+        .expect("emulator reachable");
+    let dir = tempfile::tempdir().unwrap();
+    let topic = unique("bq-e2e");
+    tokio::task::block_in_place(|| create_topic(&topic, 2));
+    let all = logs(1200, 61, &[7, 500], &[100, 900]);
+    let run = Run::new(dir.path(), &topic, &dataset);
+
+    let child = run.start();
+    tokio::task::block_in_place(|| produce(&topic, &all[..600]));
+    // SIGKILL once rows have landed, then restart: at-least-once, so nothing may be missing.
+    let mut seen = 0;
+    for _ in 0..600 {
+        seen = counts(&dataset).await.0;
+        if seen > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(seen > 0, "rows reached BigQuery");
+    signal(&child, "-KILL");
+    let _ = { child }.wait();
+    let child = run.start();
+    tokio::task::block_in_place(|| produce(&topic, &all[600..]));
+    let (group, t, port) = (run.group.clone(), topic.clone(), run.port);
+    let done = tokio::task::spawn_blocking(move || {
+        wait_for(LIMIT, || committed_total(&t, &group, 2) == 1200)
+    })
+    .await
+    .unwrap();
+    assert!(done, "every offset committed");
+    assert_eq!(http_get(port, "/readyz").map(|r| r.0), Some(200));
+    let code = tokio::task::spawn_blocking(move || stop(child))
+        .await
+        .unwrap();
+    assert_eq!(code, Some(0));
+
+    let (count, distinct) = counts(&dataset).await;
+    assert_eq!(
+        distinct, 1196,
+        "every valid, in-range row landed (1200 - 2 malformed - 2 expired)"
+    );
+    assert!(count >= distinct);
+    eprintln!(
+        "bigquery e2e: {} duplicates from the killed window",
+        count - distinct
+    );
+    let reasons = run.dead_letter_reasons();
+    let decode: std::collections::BTreeSet<i64> = reasons
+        .iter()
+        .filter(|r| r["kind"] == "decode")
+        .map(|r| r["offset"].as_i64().unwrap())
+        .collect();
+    let expired: std::collections::BTreeSet<(i64, i64)> = reasons
+        .iter()
+        .filter(|r| r["kind"] == "row" && r["code"] == "outside_partition_range")
+        .map(|r| {
+            (
+                r["partition"].as_i64().unwrap(),
+                r["offset"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        decode.len(),
+        2,
+        "both malformed logs dead-lettered: {reasons:?}"
+    );
+    assert_eq!(
+        expired.len(),
+        2,
+        "both expired rows dead-lettered as rows: {reasons:?}"
+    );
+    // Values round-trip with their types.
+    let q = manager()
+        .query(
+            PROJECT,
+            &format!(
+                "SELECT model_version, request_timestamp FROM `{PROJECT}.{dataset}.prediction_log_demo_fraud_detector` WHERE session_id = 'sess-3d-3'"
+            ),
+        )
+        .await
+        .unwrap();
+    assert!(!q.rows.is_empty(), "{q:?}");
+    assert_eq!(q.rows[0][0].as_deref(), Some("1"));
+}
