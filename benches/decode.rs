@@ -5,7 +5,7 @@
 //! Run: `cargo bench --bench decode` (numbers in docs/performance.md).
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use observation_publisher::config::{FeatureType, InferenceSchema, ModelOutput};
+use observation_publisher::config::InferenceSchema;
 use observation_publisher::decode::{reference, Decoder};
 use observation_publisher::gen::{GenOptions, Generator};
 use observation_publisher::proto::PredictionLog;
@@ -17,27 +17,7 @@ use std::sync::Arc;
 const LOGS: usize = 8192;
 
 fn schema() -> InferenceSchema {
-    let types = [
-        FeatureType::Float64,
-        FeatureType::Int64,
-        FeatureType::String,
-        FeatureType::Boolean,
-    ];
-    InferenceSchema {
-        feature_types: (0..20)
-            .map(|i| (format!("feature_{i:02}"), types[i % 4]))
-            .collect(),
-        model_prediction_output: ModelOutput::Binary {
-            prediction_score_column: "prediction_score".into(),
-            actual_score_column: None,
-            positive_class_label: "fraud".into(),
-            negative_class_label: "legit".into(),
-            score_threshold: 0.5,
-        },
-        session_id_column: "session_id".into(),
-        row_id_column: "row_id".into(),
-        feature_orders: vec![],
-    }
+    observation_publisher::gen::benchmark_schema(20)
 }
 
 fn logs(rows_per_log: u32) -> Vec<Vec<u8>> {

@@ -1,6 +1,5 @@
 //! Decodes generated logs in a loop, for profiling the walker (callgrind, perf):
 //! `cargo build --release --example decode_profile && valgrind --tool=callgrind target/release/examples/decode_profile 20000`
-use observation_publisher::config::{FeatureType, InferenceSchema, ModelOutput};
 use observation_publisher::decode::Decoder;
 use observation_publisher::gen::{GenOptions, Generator};
 use observation_publisher::table::TableLayout;
@@ -11,27 +10,7 @@ fn main() {
         .nth(1)
         .and_then(|s| s.parse().ok())
         .unwrap_or(100_000);
-    let types = [
-        FeatureType::Float64,
-        FeatureType::Int64,
-        FeatureType::String,
-        FeatureType::Boolean,
-    ];
-    let schema = InferenceSchema {
-        feature_types: (0..20)
-            .map(|i| (format!("feature_{i:02}"), types[i % 4]))
-            .collect(),
-        model_prediction_output: ModelOutput::Binary {
-            prediction_score_column: "prediction_score".into(),
-            actual_score_column: None,
-            positive_class_label: "fraud".into(),
-            negative_class_label: "legit".into(),
-            score_threshold: 0.5,
-        },
-        session_id_column: "session_id".into(),
-        row_id_column: "row_id".into(),
-        feature_orders: vec![],
-    };
+    let schema = observation_publisher::gen::benchmark_schema(20);
     let mut g = Generator::new(
         &schema,
         GenOptions {

@@ -40,6 +40,32 @@ pub struct GenLog {
     pub session_id: String,
 }
 
+/// The benchmark schema: `n` features cycling through float64, int64, string and boolean
+/// (`feature_00` …), binary output. `config/bench-20.yaml` is the same for `n = 20`.
+pub fn benchmark_schema(n: usize) -> InferenceSchema {
+    let types = [
+        FeatureType::Float64,
+        FeatureType::Int64,
+        FeatureType::String,
+        FeatureType::Boolean,
+    ];
+    InferenceSchema {
+        feature_types: (0..n)
+            .map(|i| (format!("feature_{i:02}"), types[i % 4]))
+            .collect(),
+        model_prediction_output: ModelOutput::Binary {
+            prediction_score_column: "prediction_score".into(),
+            actual_score_column: None,
+            positive_class_label: "fraud".into(),
+            negative_class_label: "legit".into(),
+            score_threshold: 0.5,
+        },
+        session_id_column: "session_id".into(),
+        row_id_column: "row_id".into(),
+        feature_orders: vec![],
+    }
+}
+
 /// Produces logs one by one.
 pub struct Generator {
     schema: InferenceSchema,

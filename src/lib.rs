@@ -27,6 +27,7 @@
 //! - [`bigquery`]: the BigQuery sink's writer (Storage Write API, Arrow rows) and table management.
 //! - [`bootstrap`]: one publisher Deployment per model version on Kubernetes.
 
+pub mod backoff;
 pub mod batch;
 pub mod bigquery;
 pub mod bootstrap;

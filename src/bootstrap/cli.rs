@@ -9,7 +9,6 @@ use super::delete::{delete, DrainOptions};
 use super::error::{BootstrapError, EXIT_FAILED, EXIT_OK, EXIT_USAGE};
 use super::kafka::partition_count_async;
 use super::manifest::{build, render_yaml};
-use super::poll::Backoff;
 use super::spec::Spec;
 use super::status::status;
 use clap::{Args, Subcommand};
@@ -193,7 +192,7 @@ pub async fn execute(args: BootstrapArgs) -> ExitCode {
                 &spec,
                 ApplyOptions {
                     wait: a.wait,
-                    backoff: Backoff::default(),
+                    backoff: super::poll::polling(),
                 },
             )
             .await
@@ -208,7 +207,7 @@ pub async fn execute(args: BootstrapArgs) -> ExitCode {
         BootstrapCommand::Delete(a) => {
             let drain = a.drain.then_some(DrainOptions {
                 timeout: a.drain_timeout,
-                backoff: Backoff::default(),
+                backoff: super::poll::polling(),
             });
             match delete(&client, &spec, drain).await {
                 Ok(r) => {

@@ -3,29 +3,13 @@
 use std::time::Duration;
 use tokio::time::Instant;
 
-/// Exponential backoff between polls.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Backoff {
-    /// First pause.
-    pub initial: Duration,
-    /// Longest pause.
-    pub max: Duration,
-}
+pub use crate::backoff::Backoff;
 
-impl Default for Backoff {
-    fn default() -> Self {
-        Backoff {
-            initial: Duration::from_millis(500),
-            max: Duration::from_secs(10),
-        }
-    }
-}
-
-impl Backoff {
-    /// The pauses, doubling from `initial` up to `max`.
-    pub(crate) fn pauses(self) -> impl Iterator<Item = Duration> {
-        let max = self.max.max(self.initial);
-        std::iter::successors(Some(self.initial), move |d| Some((*d * 2).min(max)))
+/// The bootstrap commands' polling pace: from 500 ms up to 10 s.
+pub fn polling() -> Backoff {
+    Backoff {
+        initial: Duration::from_millis(500),
+        max: Duration::from_secs(10),
     }
 }
 

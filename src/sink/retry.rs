@@ -17,36 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
-/// Capped exponential backoff with jitter.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Backoff {
-    /// Cap of the first wait.
-    pub initial: Duration,
-    /// Largest wait.
-    pub max: Duration,
-}
-
-impl Default for Backoff {
-    fn default() -> Self {
-        Backoff {
-            initial: Duration::from_millis(100),
-            max: Duration::from_secs(30),
-        }
-    }
-}
-
-impl Backoff {
-    /// The wait after failed attempt `attempt` (0-based), for a jitter draw in `0.0..=1.0`
-    /// (values outside are clamped): between half and all of `min(max, initial × 2^attempt)`.
-    pub fn delay(&self, attempt: u32, jitter: f64) -> Duration {
-        let cap = self
-            .initial
-            .saturating_mul(1u32 << attempt.min(31))
-            .min(self.max);
-        let half = cap / 2;
-        half + (cap - half).mul_f64(jitter.clamp(0.0, 1.0))
-    }
-}
+pub use crate::backoff::Backoff;
 
 /// Why [`write_with_retry`] stopped without an acknowledgement.
 #[derive(Debug)]
