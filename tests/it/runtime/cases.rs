@@ -280,3 +280,96 @@ fn a_missing_topic_is_not_ready_then_consumed_once_created() {
     );
     assert_eq!(stop(child), Some(0));
 }
+
+#[test]
+fn start_from_another_group_neither_skips_nor_republishes() {
+    let dir = tempfile::tempdir().unwrap();
+    let topic = unique("rt-migrate");
+    create_topic(&topic, 2);
+    let all = logs(2000, 71, 0.0);
+    produce(&topic, &all[..1200]);
+    // The "old publisher": a group that consumed and committed the first 1200 messages.
+    let old = Setup::new(dir.path(), "old", &topic, &unique("merlin"), "");
+    let c = old.start();
+    assert!(wait_for(LIMIT, || committed_total(&topic, &old.group, 2) == 1200));
+    assert_eq!(stop(c), Some(0));
+    produce(&topic, &all[1200..]);
+    // The new publisher's first start continues from the old group's offsets.
+    let new = Setup::new(dir.path(), "new", &topic, &unique("g"), "");
+    let cfg = std::fs::read_to_string(&new.config).unwrap().replace(
+        "consumer:\n",
+        &format!("consumer:\n  start_from: \"group:{}\"\n", old.group),
+    );
+    std::fs::write(&new.config, cfg).unwrap();
+    let c = new.start();
+    assert!(wait_for(LIMIT, || committed_total(&topic, &new.group, 2) == 2000));
+    assert_eq!(stop(c), Some(0));
+    let rows = new.rows();
+    assert_eq!(rows.len(), 800, "only what the old group had not published");
+    let want: BTreeSet<_> = expected_rows(&all, 71)
+        .into_iter()
+        .filter(|(s, _)| {
+            s.rsplit('-')
+                .next()
+                .and_then(|i| i.parse::<usize>().ok())
+                .is_some_and(|i| i >= 1200)
+        })
+        .collect();
+    assert_eq!(distinct(&rows), want);
+}
+
+#[test]
+fn a_down_sink_pauses_intake_within_the_inflight_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let topic = unique("rt-budget");
+    create_topic(&topic, 2);
+    let s = Setup::new(dir.path(), "a", &topic, &unique("g"), "");
+    // A small budget: two 64 KiB batches in flight at most.
+    let cfg = std::fs::read_to_string(&s.config)
+        .unwrap()
+        .replace("batching:\n  linger: 300ms\n  max_rows: 500\n", "batching:\n  linger: 300ms\n  max_rows: 500\n  max_bytes: 64KiB\n  max_inflight_bytes: 128KiB\n");
+    std::fs::write(&s.config, cfg).unwrap();
+    let child = s.start();
+    assert!(wait_for(LIMIT, || s
+        .get("/readyz")
+        .is_some_and(|r| r.0 == 200)));
+    // Take the sink down: its directory becomes a regular file.
+    let rows_dir = s.dir.join("rows");
+    std::fs::remove_dir_all(&rows_dir).unwrap();
+    std::fs::write(&rows_dir, b"the sink is down").unwrap();
+    let all = logs(4000, 81, 0.0);
+    produce(&topic, &all);
+    let metric = |name: &str| -> f64 {
+        s.get("/metrics")
+            .map(|(_, m)| {
+                m.lines()
+                    .filter(|l| l.starts_with(name))
+                    .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()))
+                    .sum()
+            })
+            .unwrap_or(0.0)
+    };
+    assert!(
+        wait_for(LIMIT, || metric("observation_publisher_paused_partitions")
+            > 0.0),
+        "intake paused while the sink is down"
+    );
+    let inflight = metric("observation_publisher_inflight_bytes");
+    assert!(
+        inflight <= (128 + 64) as f64 * 1024.0,
+        "in-flight bytes stay within the budget (+ one batch): {inflight}"
+    );
+    assert!(
+        metric("observation_publisher_messages_consumed_total") < 4000.0,
+        "not everything was read ahead"
+    );
+    assert_eq!(committed_total(&topic, &s.group, 2), 0);
+    std::fs::remove_file(&rows_dir).unwrap();
+    std::fs::create_dir_all(&rows_dir).unwrap();
+    assert!(
+        wait_for(LIMIT, || committed_total(&topic, &s.group, 2) == 4000),
+        "resumed and caught up"
+    );
+    assert_eq!(stop(child), Some(0));
+    assert_eq!(distinct(&s.rows()), expected_rows(&all, 81));
+}
