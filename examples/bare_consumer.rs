@@ -1,7 +1,7 @@
 //! A bare rdkafka consumer: the baseline of `scripts/bench-e2e`. Joins a fresh group, reads
 //! `COUNT` messages from `TOPIC` (touching each payload, nothing else) and prints its rate
 //! (from the first message, so the group join is excluded), CPU time per message and peak RSS.
-//!   bare_consumer BROKERS TOPIC GROUP COUNT
+//!   bare_consumer BROKERS TOPIC GROUP COUNT [SPIN_NS]
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::Message;
@@ -28,6 +28,8 @@ fn main() {
     let a: Vec<String> = std::env::args().collect();
     let (brokers, topic, group, count): (&str, &str, &str, u64) =
         (&a[1], &a[2], &a[3], a[4].parse().expect("COUNT"));
+    // Optional: busy-work per message, in nanoseconds (to compare with a consumer that works).
+    let spin = Duration::from_nanos(a.get(5).and_then(|s| s.parse().ok()).unwrap_or(0));
     let c: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", brokers)
         .set("group.id", group)
@@ -47,6 +49,12 @@ fn main() {
             }
             bytes += m.payload().map_or(0, |p| p.len() as u64);
             n += 1;
+            if !spin.is_zero() {
+                let t = Instant::now();
+                while t.elapsed() < spin {
+                    std::hint::spin_loop();
+                }
+            }
         }
     }
     let (t0, c0) = first.expect("messages");

@@ -6,7 +6,7 @@ use arrow_array::types::{Float64Type, Int64Type, TimestampMicrosecondType};
 use arrow_array::{Array, RecordBatch};
 use arrow_schema::{DataType, SchemaRef};
 use parquet::arrow::ArrowWriter;
-use parquet::basic::{Compression, ZstdLevel};
+use parquet::basic::Compression;
 use parquet::file::properties::WriterProperties;
 use std::io::{self, Write};
 
@@ -190,13 +190,20 @@ impl<W: Write> BatchWriter for ArrowStreamWriter<W> {
     }
 }
 
-/// Writer properties for the publisher's Parquet files (zstd).
-pub fn parquet_properties() -> WriterProperties {
-    WriterProperties::builder()
-        .set_compression(Compression::ZSTD(
-            ZstdLevel::try_new(1).expect("valid level"),
-        ))
-        .build()
+/// Writer properties for the publisher's Parquet files: Snappy, and dictionary
+/// encoding only where it pays — string columns other than the two id columns (session and row
+/// ids are unique per row, numbers are mostly distinct); elsewhere the dictionary is built and
+/// then abandoned, which costs more than the rest of the encoding.
+pub fn parquet_properties(schema: &arrow_schema::Schema) -> WriterProperties {
+    let mut b = WriterProperties::builder()
+        .set_compression(Compression::SNAPPY)
+        .set_dictionary_enabled(false);
+    for (i, f) in schema.fields().iter().enumerate() {
+        if i >= 2 && f.data_type() == &DataType::Utf8 {
+            b = b.set_column_dictionary_enabled(parquet::schema::types::ColumnPath::from(f.name().as_str()), true);
+        }
+    }
+    b.build()
 }
 
 /// One Parquet file.
@@ -211,7 +218,7 @@ impl<W: Write + Send> ParquetFileWriter<W> {
             inner: ArrowWriter::try_new(
                 out,
                 std::sync::Arc::clone(schema),
-                Some(parquet_properties()),
+                Some(parquet_properties(schema)),
             )
             .map_err(other)?,
         })
