@@ -200,7 +200,10 @@ pub fn parquet_properties(schema: &arrow_schema::Schema) -> WriterProperties {
         .set_dictionary_enabled(false);
     for (i, f) in schema.fields().iter().enumerate() {
         if i >= 2 && f.data_type() == &DataType::Utf8 {
-            b = b.set_column_dictionary_enabled(parquet::schema::types::ColumnPath::from(f.name().as_str()), true);
+            b = b.set_column_dictionary_enabled(
+                parquet::schema::types::ColumnPath::from(f.name().as_str()),
+                true,
+            );
         }
     }
     b.build()

@@ -187,8 +187,12 @@ fn encode(rows: &RecordBatch) -> Result<Vec<u8>, SinkError> {
     let fail = |e: parquet::errors::ParquetError| {
         SinkError::new(SinkErrorKind::Encode, false, "encoding parquet").with_source(e)
     };
-    let mut w = ArrowWriter::try_new(Vec::new(), rows.schema(), Some(parquet_properties(&rows.schema())))
-        .map_err(fail)?;
+    let mut w = ArrowWriter::try_new(
+        Vec::new(),
+        rows.schema(),
+        Some(parquet_properties(&rows.schema())),
+    )
+    .map_err(fail)?;
     w.write(rows).map_err(fail)?;
     w.into_inner().map_err(fail)
 }
