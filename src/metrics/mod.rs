@@ -47,7 +47,11 @@ pub fn prometheus_builder() -> Result<PrometheusBuilder, BuildError> {
             FLUSH_BYTES_BUCKETS,
         )?
         .set_buckets_for_metric(Matcher::Full(names::FLUSH_LATENCY.into()), LATENCY_BUCKETS)?
-        .set_buckets_for_metric(Matcher::Full(names::SINK_LATENCY.into()), LATENCY_BUCKETS)
+        .set_buckets_for_metric(Matcher::Full(names::SINK_LATENCY.into()), LATENCY_BUCKETS)?
+        .set_buckets_for_metric(
+            Matcher::Full(crate::bigquery::metrics::APPEND_LATENCY_SECONDS.into()),
+            LATENCY_BUCKETS,
+        )
 }
 
 /// Installs the Prometheus recorder as the process-wide `metrics` recorder, describes every
