@@ -185,6 +185,14 @@ impl Config {
                 }
             }
         }
+        if needs.sinks
+            && delivery == Delivery::ExactlyOnce
+            && !observation_sinks
+                .iter()
+                .any(|s| matches!(s, SinkConfig::BigQuery(_)))
+        {
+            problems.push("delivery", "exactly_once needs a BIGQUERY sink");
+        }
         if needs.bigquery
             && !observation_sinks
                 .iter()

@@ -30,7 +30,8 @@ fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
     state.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Commits every partition's acknowledged prefix that moved (only `only`, if given).
+/// Commits every partition's acknowledged prefix that moved (only `only`, if given). In
+/// exactly-once mode each commit carries the partition's checkpoint as metadata.
 fn commit(
     st: &mut State,
     consumer: &BaseConsumer<SourceContext>,
@@ -46,15 +47,31 @@ fn commit(
         return;
     }
     let mut tpl = TopicPartitionList::new();
-    for (p, o) in &items {
-        if let Err(e) = tpl.add_partition_offset(&st.topic, *p, Offset::Offset(*o)) {
+    let mut done = Vec::new();
+    for (p, o) in items {
+        let (o, meta) = if st.exactly_once() {
+            st.commit_point(p, o)
+        } else {
+            (o, None)
+        };
+        if st.tracker.committed(p).is_some_and(|c| c >= o) {
+            continue;
+        }
+        if let Err(e) = tpl.add_partition_offset(&st.topic, p, Offset::Offset(o)) {
             tracing::error!(error = %e, "cannot build the commit list");
             return;
         }
+        if let (Some(m), Some(mut e)) = (meta, tpl.find_partition(&st.topic, p)) {
+            e.set_metadata(m);
+        }
+        done.push((p, o));
+    }
+    if done.is_empty() {
+        return;
     }
     match consumer.commit(&tpl, mode) {
         Ok(()) => {
-            for (p, o) in items {
+            for (p, o) in done {
                 st.tracker.mark_committed(p, o);
             }
             metrics::counter!(names::COMMITS).increment(1);
@@ -75,6 +92,10 @@ pub(crate) struct Listener {
     pub(crate) connection: ClientConfig,
     /// Bumped on every assignment (the loop re-applies a pause to new partitions).
     pub(crate) generation: Arc<AtomicU64>,
+    /// Exactly-once: read the commit metadata of assigned partitions.
+    pub(crate) exactly_once: bool,
+    /// Metadata read in `assigning`, applied in `assigned`.
+    pub(crate) pending_metadata: Mutex<std::collections::HashMap<Partition, String>>,
 }
 
 impl Listener {
@@ -153,10 +174,37 @@ impl Listener {
 impl RebalanceListener for Listener {
     fn assigning(&self, consumer: &BaseConsumer<SourceContext>, tpl: &mut TopicPartitionList) {
         self.start_offsets(consumer, tpl);
+        if self.exactly_once {
+            let mut q = TopicPartitionList::new();
+            for e in tpl.elements().iter().filter(|e| e.topic() == self.topic) {
+                q.add_partition(&self.topic, e.partition());
+            }
+            let mut found = std::collections::HashMap::new();
+            match consumer.committed_offsets(q, Duration::from_secs(10)) {
+                Ok(c) => {
+                    for e in c.elements() {
+                        if !e.metadata().is_empty() {
+                            found.insert(e.partition(), e.metadata().to_string());
+                        }
+                    }
+                }
+                // Without the checkpoints rows could be written twice: fail loudly; the
+                // partitions start without them only if the group has no commits either.
+                Err(e) => tracing::error!(error = %e, "exactly-once: cannot read commit metadata"),
+            }
+            if let Ok(mut m) = self.pending_metadata.lock() {
+                *m = found;
+            }
+        }
     }
 
     fn assigned(&self, partitions: &[i32]) {
-        lock(&self.state).assigned(partitions);
+        let meta = self
+            .pending_metadata
+            .lock()
+            .map(|mut m| std::mem::take(&mut *m))
+            .unwrap_or_default();
+        lock(&self.state).assigned_with(partitions, &meta);
         self.generation.fetch_add(1, Ordering::Relaxed);
     }
 

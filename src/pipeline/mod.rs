@@ -34,6 +34,7 @@ use crate::deadletter::{self, OutcomeFn};
 use crate::metrics::names;
 use crate::server::{self, Health};
 use crate::sink::bigquery::{BigQueryTableSink, StartError};
+use crate::sink::exactly_once::{ExactlyOnceSink, PartitionStarts};
 use crate::sink::parquet::ParquetSink;
 use crate::sink::Sink;
 use crate::source::{self, SourceContext};
@@ -58,6 +59,7 @@ const EXIT_USAGE: u8 = 2;
 /// dataset) ends the process with exit code 2.
 fn build_sinks(
     cfg: &Config,
+    starts: Option<&PartitionStarts>,
     rt: &tokio::runtime::Runtime,
     health: &Health,
     shutdown: &CancellationToken,
@@ -78,9 +80,17 @@ fn build_sinks(
         };
         let mut wait = Duration::from_secs(1);
         loop {
-            match rt.block_on(BigQueryTableSink::start(cfg, bq)) {
+            let started: Result<Box<dyn Sink>, StartError> = match starts {
+                Some(st) => rt
+                    .block_on(ExactlyOnceSink::start(cfg, bq, Arc::clone(st)))
+                    .map(|s| Box::new(s) as Box<dyn Sink>),
+                None => rt
+                    .block_on(BigQueryTableSink::start(cfg, bq))
+                    .map(|s| Box::new(s) as Box<dyn Sink>),
+            };
+            match started {
                 Ok(s) => {
-                    sinks.push(Box::new(s));
+                    sinks.push(s);
                     health.sinks_ok.store(true, Ordering::Relaxed);
                     break;
                 }
@@ -161,11 +171,13 @@ pub fn run(cfg: Config, replay: Option<PathBuf>) -> ExitCode {
     });
 
     // Sinks.
-    if cfg.delivery == Delivery::ExactlyOnce {
-        tracing::error!("delivery: exactly_once is not wired into run yet (the BigQuery primitives exist); use at_least_once");
+    let starts: Option<PartitionStarts> =
+        (cfg.delivery == Delivery::ExactlyOnce).then(Default::default);
+    if starts.is_some() && replay.is_some() {
+        eprintln!("delivery: exactly_once needs Kafka (checkpoints live in the offset commits); --replay cannot use it");
         return ExitCode::from(EXIT_USAGE);
     }
-    let sinks = match build_sinks(&cfg, &rt, &health, &shutdown) {
+    let sinks = match build_sinks(&cfg, starts.as_ref(), &rt, &health, &shutdown) {
         Ok(s) => s,
         Err((code, e)) => {
             tracing::error!(error = %e, "cannot start the sinks");
@@ -265,7 +277,7 @@ pub fn run(cfg: Config, replay: Option<PathBuf>) -> ExitCode {
 
     let layout = Arc::new(TableLayout::from_config(&cfg));
     let batcher = Batcher::new(layout, cfg.batching.clone());
-    let state = Arc::new(Mutex::new(State::new(
+    let mut state = State::new(
         topic.clone(),
         batcher,
         Arc::clone(&health),
@@ -273,7 +285,11 @@ pub fn run(cfg: Config, replay: Option<PathBuf>) -> ExitCode {
         sink_tx,
         dlq,
         cfg.batching.max_inflight_bytes,
-    )));
+    );
+    if let Some(st) = &starts {
+        state.set_starts(Arc::clone(st));
+    }
+    let state = Arc::new(Mutex::new(state));
 
     let drained = match replay {
         Some(path) => {
@@ -338,6 +354,8 @@ pub fn run(cfg: Config, replay: Option<PathBuf>) -> ExitCode {
                 start_from: cfg.consumer.start_from.clone(),
                 connection: source::connection_config(&src),
                 generation: Arc::clone(&generation),
+                exactly_once: starts.is_some(),
+                pending_metadata: Mutex::new(Default::default()),
             }));
             let loop_cfg = kafka::KafkaLoop {
                 topic: src.topic.clone(),

@@ -44,6 +44,7 @@ pub(crate) async fn run(
         () = hard_stop.cancelled() => None,
     } {
         let mut dead = Vec::new();
+        let mut metadata = Vec::new();
         for sink in sinks.iter_mut() {
             let name = sink.name();
             loop {
@@ -63,6 +64,7 @@ pub(crate) async fn run(
                         let written = job.batch.rows().saturating_sub(report.rejected.len());
                         metrics::counter!(names::ROWS_WRITTEN, names::SINK => name)
                             .increment(written as u64);
+                        metadata.extend(report.commit_metadata);
                         for r in report.rejected {
                             let Some((partition, offset)) = job.batch.source_of_row(r.row) else {
                                 continue;
@@ -108,7 +110,14 @@ pub(crate) async fn run(
                 names::MODEL_VERSION => l.model_version.clone(), names::MERLIN_PROJECT => l.project.clone())
             .set(ts);
         }
-        if events.send(Event::Acked { id: job.id, dead }).is_err() {
+        if events
+            .send(Event::Acked {
+                id: job.id,
+                dead,
+                metadata,
+            })
+            .is_err()
+        {
             return;
         }
     }

@@ -29,8 +29,13 @@ pub(crate) struct SinkJob {
 
 /// What other threads report back to the pipeline.
 pub(crate) enum Event {
-    /// Every sink acknowledged the batch; `dead` are rows a sink refused (to dead-letter).
-    Acked { id: u64, dead: Vec<DeadLetter> },
+    /// Every sink acknowledged the batch; `dead` are rows a sink refused (to dead-letter);
+    /// `metadata` is exactly-once commit metadata per partition (last offset, metadata).
+    Acked {
+        id: u64,
+        dead: Vec<DeadLetter>,
+        metadata: Vec<(Partition, i64, i64, String)>,
+    },
     /// A dead-letter write finished.
     DeadLetter(Outcome),
 }
@@ -114,6 +119,12 @@ pub(crate) struct State {
     dlq_retry: VecDeque<(Instant, DeadLetter)>,
     inflight_bytes: usize,
     budget: usize,
+    /// Exactly-once: per partition, commit metadata by the batch's last offset (increasing).
+    marks: HashMap<Partition, VecDeque<(i64, i64, String)>>,
+    /// Exactly-once: the metadata read at assignment, used until a batch of ours lands.
+    prior_marks: HashMap<Partition, String>,
+    /// Exactly-once: the checkpoints handed to the sink at assignment.
+    starts: Option<crate::sink::exactly_once::PartitionStarts>,
     counts: Counts,
     pub(crate) totals: Totals,
     log_limit: RateLimit,
@@ -148,6 +159,9 @@ impl State {
             dlq_retry: VecDeque::new(),
             inflight_bytes: 0,
             budget,
+            marks: HashMap::new(),
+            prior_marks: HashMap::new(),
+            starts: None,
             counts: Counts::default(),
             totals: Totals::default(),
             log_limit: RateLimit::new(),
@@ -336,8 +350,16 @@ impl State {
 
     fn apply(&mut self, e: Event) {
         match e {
-            Event::Acked { id, dead } => {
+            Event::Acked { id, dead, metadata } => {
                 if let Some(b) = self.inflight.remove(&id) {
+                    for (p, first, last, m) in metadata {
+                        let current = b.offsets.iter().any(|(po, e)| {
+                            po.partition == p && self.epochs.get(&p).copied().unwrap_or(0) == *e
+                        });
+                        if current {
+                            self.marks.entry(p).or_default().push_back((first, last, m));
+                        }
+                    }
                     self.inflight_bytes -= b.bytes;
                     metrics::gauge!(names::INFLIGHT_BYTES).set(self.inflight_bytes as f64);
                     // Offsets with refused rows wait for their dead-letter writes.
@@ -439,10 +461,69 @@ impl State {
         }
     }
 
+    /// Exactly-once: hands checkpoints to the sink through `starts`.
+    pub(crate) fn set_starts(&mut self, starts: crate::sink::exactly_once::PartitionStarts) {
+        self.starts = Some(starts);
+    }
+
+    /// Whether commits carry exactly-once metadata.
+    pub(crate) fn exactly_once(&self) -> bool {
+        self.starts.is_some()
+    }
+
+    /// Exactly-once: what to commit for a committable `offset` on `p`: the offset, moved back to
+    /// the start of a batch when it falls inside one (a checkpoint exists only at batch
+    /// boundaries), and the checkpoint of the last batch below it (else the one read at
+    /// assignment). Drops marks no longer needed.
+    pub(crate) fn commit_point(&mut self, p: Partition, offset: i64) -> (i64, Option<String>) {
+        let mut target = offset;
+        let mut found = None;
+        if let Some(marks) = self.marks.get_mut(&p) {
+            while let Some((first, last, _)) = marks.front() {
+                if *last < offset {
+                    found = marks.pop_front().map(|(_, _, m)| m);
+                } else {
+                    if *first < offset {
+                        target = *first; // inside this batch: commit up to its start
+                    }
+                    break;
+                }
+            }
+        }
+        if let Some(m) = &found {
+            // The floor for later commits that do not pass another batch.
+            self.prior_marks.insert(p, m.clone());
+        }
+        (target, found.or_else(|| self.prior_marks.get(&p).cloned()))
+    }
+
     /// A new assignment of `partitions`: acknowledgements of earlier batches no longer apply.
-    pub(crate) fn assigned(&mut self, partitions: &[Partition]) {
+    /// `checkpoints` (exactly-once) are the commit metadata read for them.
+    pub(crate) fn assigned_with(
+        &mut self,
+        partitions: &[Partition],
+        checkpoints: &HashMap<Partition, String>,
+    ) {
         for p in partitions {
             *self.epochs.entry(*p).or_insert(0) += 1;
+            self.marks.remove(p);
+            match checkpoints.get(p) {
+                Some(m) if !m.is_empty() => {
+                    self.prior_marks.insert(*p, m.clone());
+                }
+                _ => {
+                    self.prior_marks.remove(p);
+                }
+            }
+            if let Some(starts) = &self.starts {
+                let epoch = self.epochs[p];
+                let cp = checkpoints
+                    .get(p)
+                    .and_then(|m| crate::bigquery::exactly_once::Checkpoint::from_metadata(m));
+                if let Ok(mut s) = starts.lock() {
+                    s.insert(*p, (epoch, cp));
+                }
+            }
         }
         if !partitions.is_empty() {
             self.health.topic_exists.store(true, Ordering::Relaxed);
@@ -454,6 +535,13 @@ impl State {
         for p in partitions {
             let r = self.tracker.revoke(*p);
             *self.epochs.entry(*p).or_insert(0) += 1;
+            self.marks.remove(p);
+            self.prior_marks.remove(p);
+            if let Some(starts) = &self.starts {
+                if let Ok(mut s) = starts.lock() {
+                    s.remove(p);
+                }
+            }
             if r.dropped > 0 {
                 tracing::info!(
                     partition = p,

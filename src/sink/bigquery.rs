@@ -95,6 +95,7 @@ impl Sink for BigQueryTableSink {
                         message: r.message,
                     })
                     .collect(),
+                commit_metadata: Vec::new(),
             })
         })
     }

@@ -14,6 +14,7 @@
 //! - [`bigquery::BigQueryTableSink`]: BigQuery through the Storage Write API.
 
 pub mod bigquery;
+pub mod exactly_once;
 pub mod parquet;
 pub mod retry;
 
@@ -39,6 +40,10 @@ pub struct RejectedRow {
 pub struct WriteReport {
     /// Rows the sink refused; every other row is durable.
     pub rejected: Vec<RejectedRow>,
+    /// Exactly-once sinks: per partition, the commit metadata that goes with committing right
+    /// after the batch's last offset of that partition (`(partition, first offset, last offset,
+    /// metadata)`; the first offset marks where a commit must not fall inside the batch).
+    pub commit_metadata: Vec<(crate::commit::Partition, i64, i64, String)>,
 }
 
 /// The future a [`Sink::write`] returns.

@@ -83,8 +83,12 @@ pub(crate) fn logs(n: usize, seed: u64, malformed: f64) -> Vec<(Vec<u8>, bool)> 
 }
 
 pub(crate) fn produce(topic: &str, logs: &[(Vec<u8>, bool)]) {
+    produce_at(&brokers(), topic, logs);
+}
+
+pub(crate) fn produce_at(bootstrap: &str, topic: &str, logs: &[(Vec<u8>, bool)]) {
     let p: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
-        .set("bootstrap.servers", brokers())
+        .set("bootstrap.servers", bootstrap)
         .set("linger.ms", "5")
         .create()
         .unwrap();
@@ -240,8 +244,17 @@ pub(crate) fn parquet_rows(dir: &Path) -> Vec<(String, String)> {
 
 /// Committed offsets of `group` on `topic`, per partition (missing = nothing committed).
 pub(crate) fn committed(topic: &str, group: &str, partitions: i32) -> HashMap<i32, i64> {
+    committed_at(&brokers(), topic, group, partitions)
+}
+
+pub(crate) fn committed_at(
+    bootstrap: &str,
+    topic: &str,
+    group: &str,
+    partitions: i32,
+) -> HashMap<i32, i64> {
     let c: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", brokers())
+        .set("bootstrap.servers", bootstrap)
         .set("group.id", group)
         .set("enable.auto.commit", "false")
         .create()

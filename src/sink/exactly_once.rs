@@ -1,0 +1,225 @@
+//! The BigQuery sink in `delivery: exactly_once`: one COMMITTED write stream per assigned Kafka
+//! partition, rows appended at explicit stream offsets.
+//!
+//! The position of each partition's stream travels with the Kafka offset commit, in its
+//! metadata ([`Checkpoint`]: stream name and the number of the stream's rows that belong to
+//! messages before the committed offset). When a partition is (re)assigned, the pipeline reads
+//! that checkpoint from the group's committed offsets and hands it over through
+//! [`PartitionStarts`]; on the partition's first batch this sink finalizes the checkpoint's
+//! stream (which fences any previous owner and returns its row count), skips exactly the replayed
+//! rows that stream already holds beyond the checkpoint, and continues on a new stream. Each
+//! write reports, per partition, the checkpoint that goes with the batch's last offset; the
+//! pipeline attaches it to the commit.
+//!
+//! Batches hold several partitions; they are split per partition (in row order), and a
+//! partition's rows are appended in batch order (the sink task is sequential). Rows BigQuery
+//! would refuse are dead-lettered before sending (the writer's partition-range check); a refusal
+//! anyway, a gap or a fenced stream stops that partition without acknowledging (see
+//! `docs/bigquery.md` for the guarantee and its limits).
+
+use super::{Sink, SinkError, SinkErrorKind, WriteFuture, WriteReport};
+use crate::batch::Batch;
+use crate::bigquery::exactly_once::{resume_partition, Checkpoint};
+use crate::bigquery::{
+    self, AppendWriter, StorageClient, TableRef, TableSpec, WriterError, WriterOptions,
+};
+use crate::commit::Partition;
+use crate::config::{BigQuerySink as BigQueryConfig, Config};
+use crate::table::TableLayout;
+use arrow_array::{RecordBatch, UInt32Array};
+use arrow_schema::SchemaRef;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// Per partition: the assignment epoch and the checkpoint read from the group's commit.
+pub type PartitionStarts = Arc<Mutex<HashMap<Partition, (u64, Option<Checkpoint>)>>>;
+
+struct Part {
+    epoch: u64,
+    writer: AppendWriter,
+    stream: String,
+    skip: u64,
+    next_row: i64,
+}
+
+/// Exactly-once writes into the model's table.
+pub struct ExactlyOnceSink {
+    client: StorageClient,
+    table: TableRef,
+    schema: SchemaRef,
+    opts: WriterOptions,
+    starts: PartitionStarts,
+    parts: HashMap<Partition, Part>,
+}
+
+fn err(kind: SinkErrorKind, retryable: bool, e: impl std::fmt::Display) -> SinkError {
+    SinkError::new(kind, retryable, e.to_string())
+}
+
+fn writer_err(e: WriterError) -> SinkError {
+    match e {
+        WriterError::Closed => err(SinkErrorKind::Unavailable, true, e),
+        other => err(SinkErrorKind::Rejected, false, other),
+    }
+}
+
+impl ExactlyOnceSink {
+    /// Connects, creates or migrates the table (inside a tokio runtime).
+    pub async fn start(
+        cfg: &Config,
+        sink: &BigQueryConfig,
+        starts: PartitionStarts,
+    ) -> Result<Self, super::bigquery::StartError> {
+        use super::bigquery::StartError;
+        let (client, tables) = bigquery::connect(sink)
+            .await
+            .map_err(|e| StartError::Config(e.to_string()))?;
+        let spec =
+            TableSpec::from_config(cfg, sink).map_err(|e| StartError::Config(e.to_string()))?;
+        match tables.ensure_table(&spec).await {
+            Ok(_) => {}
+            Err(e) if e.is_config_error() => return Err(StartError::Config(e.to_string())),
+            Err(e) => return Err(StartError::Unavailable(e.to_string())),
+        }
+        Ok(ExactlyOnceSink {
+            client,
+            table: spec.table.clone(),
+            schema: Arc::clone(&TableLayout::from_config(cfg).arrow),
+            opts: bigquery::writer_options(sink),
+            starts,
+            parts: HashMap::new(),
+        })
+    }
+
+    /// The partition's writer for the current assignment, resuming its stream if needed; `None`
+    /// when the partition is no longer assigned (its rows are not ours to write any more).
+    async fn part(&mut self, p: Partition) -> Result<Option<&mut Part>, SinkError> {
+        let start = self
+            .starts
+            .lock()
+            .map_err(|_| err(SinkErrorKind::Internal, false, "lock"))?
+            .get(&p)
+            .cloned();
+        let Some((epoch, prior)) = start else {
+            if let Some(old) = self.parts.remove(&p) {
+                let _ = old.writer.close(std::time::Duration::from_secs(1)).await;
+            }
+            return Ok(None);
+        };
+        if self.parts.get(&p).is_some_and(|x| x.epoch == epoch) {
+            return Ok(self.parts.get_mut(&p));
+        }
+        if let Some(old) = self.parts.remove(&p) {
+            // Revoked since: the next owner (maybe us again) finalizes its stream.
+            let _ = old.writer.close(std::time::Duration::from_secs(1)).await;
+        }
+        let resume = resume_partition(&self.client, &self.table, prior.as_ref())
+            .await
+            .map_err(|e| err(SinkErrorKind::Unavailable, true, e))?;
+        tracing::info!(partition = p, stream = %resume.stream, skip_rows = resume.skip_rows, finalized = ?resume.finalized,
+            "exactly-once: partition resumed on a new stream");
+        let writer = AppendWriter::start_committed(
+            self.client.clone(),
+            resume.stream.clone(),
+            0,
+            p,
+            Arc::clone(&self.schema),
+            self.opts.clone(),
+        )
+        .map_err(writer_err)?;
+        self.parts.insert(
+            p,
+            Part {
+                epoch,
+                writer,
+                stream: resume.stream,
+                skip: resume.skip_rows,
+                next_row: 0,
+            },
+        );
+        Ok(self.parts.get_mut(&p))
+    }
+}
+
+/// Splits a batch's rows by source partition: (partition, row indices, first offset, last offset).
+fn by_partition(batch: &Batch) -> Vec<(Partition, Vec<u32>, i64, i64)> {
+    let mut out: Vec<(Partition, Vec<u32>, i64, i64)> = batch
+        .offsets
+        .iter()
+        .map(|po| {
+            let first = po.ranges.first().map_or(-1, |r| r.first);
+            (
+                po.partition,
+                Vec::new(),
+                first,
+                po.ranges.last().map_or(-1, |r| r.last),
+            )
+        })
+        .collect();
+    let mut start = 0u32;
+    for s in &batch.rows_by_source {
+        if let Some(e) = out.iter_mut().find(|e| e.0 == s.partition) {
+            e.1.extend(start..s.end_row);
+        }
+        start = s.end_row;
+    }
+    out
+}
+
+fn take(records: &RecordBatch, rows: &[u32]) -> Result<RecordBatch, SinkError> {
+    arrow_select::take::take_record_batch(records, &UInt32Array::from(rows.to_vec()))
+        .map_err(|e| err(SinkErrorKind::Encode, false, e))
+}
+
+impl Sink for ExactlyOnceSink {
+    fn name(&self) -> &'static str {
+        "bigquery"
+    }
+
+    fn write(&mut self, batch: Arc<Batch>) -> WriteFuture<'_> {
+        Box::pin(async move {
+            let mut report = WriteReport::default();
+            for (p, rows, first_offset, last_offset) in by_partition(&batch) {
+                let Some(part) = self.part(p).await? else {
+                    tracing::info!(
+                        partition = p,
+                        "exactly-once: rows of a revoked partition not written"
+                    );
+                    continue;
+                };
+                let mut sub = take(&batch.records, &rows)?;
+                if part.skip > 0 {
+                    let k = (part.skip as usize).min(sub.num_rows());
+                    sub = sub.slice(k, sub.num_rows() - k);
+                    part.skip -= k as u64;
+                }
+                if sub.num_rows() > 0 {
+                    let pending = part.writer.append(sub).await.map_err(writer_err)?;
+                    let outcome = pending.await.map_err(writer_err)?;
+                    if !outcome.rejected.is_empty() {
+                        return Err(err(
+                            SinkErrorKind::Rejected,
+                            false,
+                            "rows refused on a committed stream",
+                        ));
+                    }
+                    if let Some(r) = outcome.stream_offsets {
+                        part.next_row = r.end;
+                    }
+                }
+                let cp = Checkpoint {
+                    stream: part.stream.clone(),
+                    next_row: part.next_row,
+                };
+                report
+                    .commit_metadata
+                    .push((p, first_offset, last_offset, cp.to_metadata()));
+            }
+            Ok(report)
+        })
+    }
+
+    fn health(&self) -> Option<tokio::sync::watch::Receiver<bool>> {
+        None
+    }
+}
