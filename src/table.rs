@@ -225,6 +225,10 @@ pub fn table_id(project: &str, model: &str) -> String {
     format!("prediction_log_{project}_{model}").replace(['-', '.'], "_")
 }
 
+/// The optional source-position columns (`kafka_columns: true`), appended after the table's
+/// own columns.
+pub const KAFKA_COLUMNS: [&str; 2] = ["_kafka_partition", "_kafka_offset"];
+
 /// The BigQuery REST `Table` resource for the model's table: reference, schema (all NULLABLE),
 /// DAY partitioning on `request_timestamp` with expiration from `ttl_days`.
 pub fn bigquery_table_resource(
@@ -233,11 +237,16 @@ pub fn bigquery_table_resource(
     model: &str,
     sink: &BigQuerySink,
 ) -> Value {
-    let fields: Vec<Value> = layout
+    let mut fields: Vec<Value> = layout
         .columns
         .iter()
         .map(|c| json!({"name": c.name, "type": c.ty.bigquery_name(), "mode": "NULLABLE"}))
         .collect();
+    if sink.kafka_columns {
+        for name in KAFKA_COLUMNS {
+            fields.push(json!({"name": name, "type": "INTEGER", "mode": "NULLABLE"}));
+        }
+    }
     json!({
         "tableReference": {
             "projectId": sink.project,

@@ -129,6 +129,9 @@ pub struct BigQuerySink {
     /// Ours: `emulator_compat: true` also alters the emulator's physical table with DDL when
     /// columns are added (the local emulator needs both `tables.patch` and `ALTER TABLE`).
     pub emulator_compat: bool,
+    /// Ours: add `_kafka_partition` and `_kafka_offset` (INTEGER) to every row, so duplicates
+    /// left by at-least-once delivery can be told apart and removed by source position.
+    pub kafka_columns: bool,
 }
 
 /// BigQuery's own cap on one serialized AppendRows request (10 MiB).
@@ -261,6 +264,7 @@ pub(crate) fn read_sinks(
                     max_inflight_bytes: ours.max_inflight_bytes,
                     clustering: ours.clustering,
                     emulator_compat: ours.emulator_compat,
+                    kafka_columns: ours.kafka_columns,
                 }))
             }
             "ARIZE" => Some(SinkConfig::Arize(ArizeSink {
@@ -315,6 +319,7 @@ struct BigQueryOptions {
     max_inflight_bytes: u64,
     clustering: Vec<String>,
     emulator_compat: bool,
+    kafka_columns: bool,
 }
 
 fn url_option(
@@ -389,6 +394,7 @@ fn read_bigquery_options(c: &mut Obj<'_>, problems: &mut Problems) -> BigQueryOp
         }
     }
     let emulator_compat = c.bool("emulator_compat", problems).unwrap_or(false);
+    let kafka_columns = c.bool("kafka_columns", problems).unwrap_or(false);
     BigQueryOptions {
         storage_endpoint,
         rest_base_url,
@@ -397,5 +403,6 @@ fn read_bigquery_options(c: &mut Obj<'_>, problems: &mut Problems) -> BigQueryOp
         max_inflight_bytes,
         clustering,
         emulator_compat,
+        kafka_columns,
     }
 }

@@ -12,7 +12,9 @@ use super::{RejectedRow, Sink, SinkError, SinkErrorKind, WriteFuture, WriteRepor
 use crate::batch::Batch;
 use crate::bigquery::{self, AppendWriter, TableSpec, WriterError};
 use crate::config::{BigQuerySink as BigQueryConfig, Config};
-use crate::table::TableLayout;
+use crate::table::{TableLayout, KAFKA_COLUMNS};
+use arrow_array::{ArrayRef, Int64Array, RecordBatch};
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use std::sync::Arc;
 
 /// Why the sink could not start.
@@ -30,6 +32,36 @@ pub enum StartError {
 /// Writes batches into the model's table.
 pub struct BigQueryTableSink {
     writer: AppendWriter,
+    /// With `kafka_columns`: the schema with `_kafka_partition` and `_kafka_offset` appended.
+    kafka_schema: Option<SchemaRef>,
+}
+
+/// The layout's schema plus the two source-position columns.
+fn with_kafka_columns(schema: &SchemaRef) -> SchemaRef {
+    let mut fields: Vec<Field> = schema.fields().iter().map(|f| f.as_ref().clone()).collect();
+    for name in KAFKA_COLUMNS {
+        fields.push(Field::new(name, DataType::Int64, true));
+    }
+    Arc::new(Schema::new(fields))
+}
+
+/// The batch's rows with each row's source partition and offset appended.
+fn add_kafka_columns(batch: &Batch, schema: &SchemaRef) -> Result<RecordBatch, SinkError> {
+    let rows = batch.rows();
+    let mut partitions = Vec::with_capacity(rows);
+    let mut offsets = Vec::with_capacity(rows);
+    let mut start = 0usize;
+    for s in &batch.rows_by_source {
+        let end = s.end_row as usize;
+        partitions.extend(std::iter::repeat_n(i64::from(s.partition), end - start));
+        offsets.extend(std::iter::repeat_n(s.offset, end - start));
+        start = end;
+    }
+    let mut columns = batch.records.columns().to_vec();
+    columns.push(Arc::new(Int64Array::from(partitions)) as ArrayRef);
+    columns.push(Arc::new(Int64Array::from(offsets)) as ArrayRef);
+    RecordBatch::try_new(Arc::clone(schema), columns)
+        .map_err(|e| SinkError::new(SinkErrorKind::Encode, false, e.to_string()))
 }
 
 impl BigQueryTableSink {
@@ -47,7 +79,11 @@ impl BigQueryTableSink {
             Err(e) if e.is_config_error() => return Err(StartError::Config(e.to_string())),
             Err(e) => return Err(StartError::Unavailable(e.to_string())),
         }
-        let schema = Arc::clone(&TableLayout::from_config(cfg).arrow);
+        let mut schema = Arc::clone(&TableLayout::from_config(cfg).arrow);
+        let kafka_schema = sink.kafka_columns.then(|| with_kafka_columns(&schema));
+        if let Some(k) = &kafka_schema {
+            schema = Arc::clone(k);
+        }
         let writer = AppendWriter::start_evolving(
             client,
             tables,
@@ -56,7 +92,10 @@ impl BigQueryTableSink {
             bigquery::writer_options(sink),
         )
         .map_err(|e| StartError::Config(e.to_string()))?;
-        Ok(BigQueryTableSink { writer })
+        Ok(BigQueryTableSink {
+            writer,
+            kafka_schema,
+        })
     }
 }
 
@@ -79,11 +118,11 @@ impl Sink for BigQueryTableSink {
 
     fn write(&mut self, batch: Arc<Batch>) -> WriteFuture<'_> {
         Box::pin(async move {
-            let pending = self
-                .writer
-                .append(batch.records.clone())
-                .await
-                .map_err(sink_error)?;
+            let records = match &self.kafka_schema {
+                Some(schema) => add_kafka_columns(&batch, schema)?,
+                None => batch.records.clone(),
+            };
+            let pending = self.writer.append(records).await.map_err(sink_error)?;
             let outcome = pending.await.map_err(sink_error)?;
             Ok(WriteReport {
                 rejected: outcome

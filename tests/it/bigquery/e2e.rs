@@ -170,6 +170,12 @@ async fn kafka_to_bigquery_lands_every_valid_row_and_dead_letters_the_rest_acros
     tokio::task::block_in_place(|| create_topic(&topic, 2));
     let all = logs(1200, 61, &[7, 500], &[100, 900]);
     let run = Run::new(dir.path(), &topic, &dataset);
+    // With the source-position columns, so duplicates can be told apart.
+    let cfg = std::fs::read_to_string(&run.config).unwrap().replace(
+        "emulator_compat: true\n",
+        "emulator_compat: true\n    kafka_columns: true\n",
+    );
+    std::fs::write(&run.config, cfg).unwrap();
 
     let child = run.start();
     tokio::task::block_in_place(|| produce(&topic, &all[..600]));
@@ -248,6 +254,20 @@ async fn kafka_to_bigquery_lands_every_valid_row_and_dead_letters_the_rest_acros
         .unwrap();
     assert!(!q.rows.is_empty(), "{q:?}");
     assert_eq!(q.rows[0][0].as_deref(), Some("1"));
+    // Every row carries its source position; positions are unique per distinct row.
+    let q = manager()
+        .query(
+            PROJECT,
+            &format!(
+                "SELECT COUNTIF(_kafka_partition IS NULL OR _kafka_offset IS NULL), \
+                 COUNT(DISTINCT CONCAT(CAST(_kafka_partition AS STRING), '/', CAST(_kafka_offset AS STRING))) \
+                 FROM `{PROJECT}.{dataset}.prediction_log_demo_fraud_detector`"
+            ),
+        )
+        .await
+        .unwrap();
+    assert_eq!(q.rows[0][0].as_deref(), Some("0"), "{q:?}");
+    assert_eq!(q.rows[0][1].as_deref(), Some("1196"), "{q:?}");
 }
 
 /// exactly_once on librdkafka's mock cluster (it keeps commit metadata; tansu drops it): a
