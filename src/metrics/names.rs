@@ -109,6 +109,20 @@ pub const ALL: &[(&str, MetricKind, &str)] = &[
     (COMMITS, MetricKind::Counter, "Offset commits that succeeded."),
     (COMMIT_FAILURES, MetricKind::Counter, "Offset commits that failed."),
     (BUILD_INFO, MetricKind::Gauge, "Constant 1, labelled with the publisher version."),
+    // The BigQuery sink's.
+    (bigquery::APPEND_LATENCY_SECONDS, MetricKind::Histogram, "Seconds from sending an AppendRows request to its response."),
+    (bigquery::ROWS_APPENDED_TOTAL, MetricKind::Counter, "Rows BigQuery accepted."),
+    (bigquery::BYTES_APPENDED_TOTAL, MetricKind::Counter, "Arrow record-batch bytes BigQuery accepted."),
+    (bigquery::INFLIGHT_REQUESTS, MetricKind::Gauge, "AppendRows requests sent and not yet answered."),
+    (bigquery::INFLIGHT_BYTES, MetricKind::Gauge, "Bytes admitted into the BigQuery writer and not yet resolved."),
+    (bigquery::RETRIES_TOTAL, MetricKind::Counter, "AppendRows requests re-sent after an error, by gRPC code."),
+    (bigquery::RECONNECTS_TOTAL, MetricKind::Counter, "AppendRows connections opened after the first."),
+    (bigquery::ROW_ERRORS_TOTAL, MetricKind::Counter, "Rows BigQuery rejected, by kind."),
+    (bigquery::SPLITS_TOTAL, MetricKind::Counter, "AppendRows requests split because they hit the size cap."),
+    (bigquery::SCHEMA_EVOLUTIONS_TOTAL, MetricKind::Counter, "Columns added to the table."),
+    (bigquery::HEALTHY, MetricKind::Gauge, "1 while the BigQuery writer can reach BigQuery with the permissions it needs."),
+    (bigquery::FATAL_ERRORS_TOTAL, MetricKind::Counter, "Errors that make the BigQuery sink unhealthy (permission, not found, auth)."),
+    (bigquery::STREAM_OFFSET, MetricKind::Gauge, "Next row offset of the partition's committed stream (exactly-once)."),
 ];
 
 /// The BigQuery sink's metrics (`observation_publisher_bigquery_*`).
