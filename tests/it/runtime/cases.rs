@@ -373,3 +373,45 @@ fn a_down_sink_pauses_intake_within_the_inflight_budget() {
     assert_eq!(stop(child), Some(0));
     assert_eq!(distinct(&s.rows()), expected_rows(&all, 81));
 }
+
+#[test]
+fn start_from_a_time_skips_what_was_logged_before_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let topic = unique("rt-time");
+    create_topic(&topic, 1);
+    let all = logs(400, 91, 0.0);
+    produce(&topic, &all[..200]);
+    // Kafka timestamps are the produce times: everything after this instant is "new".
+    std::thread::sleep(Duration::from_millis(1500));
+    let cut = std::time::SystemTime::now();
+    std::thread::sleep(Duration::from_millis(500));
+    produce(&topic, &all[200..]);
+    let s = Setup::new(dir.path(), "a", &topic, &unique("g"), "");
+    let when = humantime::format_rfc3339_millis(cut).to_string();
+    let cfg = std::fs::read_to_string(&s.config).unwrap().replace(
+        "consumer:\n",
+        &format!("consumer:\n  start_from: \"{when}\"\n"),
+    );
+    std::fs::write(&s.config, cfg).unwrap();
+    let child = s.start();
+    assert!(wait_for(LIMIT, || s.rows().len() >= 200));
+    assert!(
+        wait_for(LIMIT, || committed_total(&topic, &s.group, 1) == 400),
+        "committed to the end"
+    );
+    assert_eq!(stop(child), Some(0));
+    let want: BTreeSet<_> = expected_rows(&all, 91)
+        .into_iter()
+        .filter(|(sid, _)| {
+            sid.rsplit('-')
+                .next()
+                .and_then(|i| i.parse::<usize>().ok())
+                .is_some_and(|i| i >= 200)
+        })
+        .collect();
+    assert_eq!(
+        distinct(&s.rows()),
+        want,
+        "only the logs produced after the start time"
+    );
+}
