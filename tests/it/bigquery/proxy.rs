@@ -2,10 +2,14 @@
 //! in lockstep (one request forwarded, its answer relayed, then the next), and replaces chosen
 //! requests (numbered from 1 across all connections) with a fault instead of forwarding them.
 //! Lockstep makes the faults deterministic: every answer before a fault has been relayed, and
-//! nothing after it has reached the emulator.
+//! nothing after it has reached the emulator. The unary calls a COMMITTED-stream writer makes
+//! (create, get, finalize) are forwarded untouched. The chaos harness (`examples/chaos`) uses
+//! this file too, injecting faults while load runs ([`Proxy::inject`]).
 
 use observation_publisher::bigquery::proto::{
-    append_rows_request, append_rows_response, rpc, AppendRowsRequest, AppendRowsResponse, RowError,
+    append_rows_request, append_rows_response, rpc, AppendRowsRequest, AppendRowsResponse,
+    CreateWriteStreamRequest, FinalizeWriteStreamRequest, FinalizeWriteStreamResponse,
+    GetWriteStreamRequest, RowError, WriteStream,
 };
 use observation_publisher::bigquery::StorageClient;
 use std::collections::{HashMap, VecDeque};
@@ -124,6 +128,16 @@ impl Proxy {
     pub(crate) fn opens(&self) -> usize {
         self.inner.opens.load(Ordering::SeqCst)
     }
+
+    /// Schedules `faults` for the requests to come, every other one from the next request on
+    /// (so that a retry between two faults can succeed).
+    pub(crate) fn inject(&self, faults: impl IntoIterator<Item = Fault>) {
+        let next = self.requests() + 1;
+        let mut s = self.inner.script.lock().expect("script");
+        for (i, f) in faults.into_iter().enumerate() {
+            s.at.insert(next + 2 * i, f);
+        }
+    }
 }
 
 impl Drop for Proxy {
@@ -155,15 +169,71 @@ impl Service<http::Request<Body>> for ProxySvc {
     fn call(&mut self, req: http::Request<Body>) -> Self::Future {
         let inner = Arc::clone(&self.0);
         Box::pin(async move {
-            if req.uri().path() == "/google.cloud.bigquery.storage.v1.BigQueryWrite/AppendRows" {
-                let codec =
-                    tonic_prost::ProstCodec::<AppendRowsResponse, AppendRowsRequest>::default();
-                let mut grpc = tonic::server::Grpc::new(codec);
-                Ok(grpc.streaming(AppendSvc(inner), req).await)
-            } else {
-                Ok(Status::unimplemented("the test proxy serves AppendRows only").into_http())
-            }
+            let method = req
+                .uri()
+                .path()
+                .trim_start_matches("/google.cloud.bigquery.storage.v1.BigQueryWrite/");
+            Ok(match method {
+                "AppendRows" => {
+                    let codec =
+                        tonic_prost::ProstCodec::<AppendRowsResponse, AppendRowsRequest>::default();
+                    tonic::server::Grpc::new(codec)
+                        .streaming(AppendSvc(inner), req)
+                        .await
+                }
+                "CreateWriteStream" => {
+                    let codec =
+                        tonic_prost::ProstCodec::<WriteStream, CreateWriteStreamRequest>::default();
+                    let svc = Forward(inner, |i, r: CreateWriteStreamRequest| {
+                        Box::pin(async move {
+                            i.upstream
+                                .create_write_stream(&r.parent, r.write_stream.unwrap_or_default())
+                                .await
+                        })
+                    });
+                    tonic::server::Grpc::new(codec).unary(svc, req).await
+                }
+                "GetWriteStream" => {
+                    let codec =
+                        tonic_prost::ProstCodec::<WriteStream, GetWriteStreamRequest>::default();
+                    let svc = Forward(inner, |i, r: GetWriteStreamRequest| {
+                        Box::pin(async move { i.upstream.get_write_stream(&r.name).await })
+                    });
+                    tonic::server::Grpc::new(codec).unary(svc, req).await
+                }
+                "FinalizeWriteStream" => {
+                    let codec = tonic_prost::ProstCodec::<
+                        FinalizeWriteStreamResponse,
+                        FinalizeWriteStreamRequest,
+                    >::default();
+                    let svc = Forward(inner, |i, r: FinalizeWriteStreamRequest| {
+                        Box::pin(async move { i.upstream.finalize_write_stream(&r.name).await })
+                    });
+                    tonic::server::Grpc::new(codec).unary(svc, req).await
+                }
+                _ => Status::unimplemented("the test proxy does not serve this method").into_http(),
+            })
         })
+    }
+}
+
+/// A unary call forwarded to the emulator as it is.
+struct Forward<Req, Resp>(
+    Arc<Inner>,
+    fn(Arc<Inner>, Req) -> BoxFuture<Result<Resp, Status>>,
+);
+
+impl<Req, Resp> tonic::server::UnaryService<Req> for Forward<Req, Resp>
+where
+    Req: Send + 'static,
+    Resp: Send + 'static,
+{
+    type Response = Resp;
+    type Future = BoxFuture<Result<tonic::Response<Resp>, Status>>;
+
+    fn call(&mut self, req: tonic::Request<Req>) -> Self::Future {
+        let answer = (self.1)(Arc::clone(&self.0), req.into_inner());
+        Box::pin(async move { answer.await.map(tonic::Response::new) })
     }
 }
 

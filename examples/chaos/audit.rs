@@ -1,0 +1,227 @@
+//! Counting at the end (and during a sink outage): committed offsets of the publishers' group,
+//! the dead-letter topic, and every row in the BigQuery table.
+
+use observation_publisher::bigquery::TableManager;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Headers, Message};
+use rdkafka::{Offset, TopicPartitionList};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+/// Committed offsets of `group` on `topic` (partitions without a commit are left out).
+pub(crate) fn committed(
+    bootstrap: &str,
+    topic: &str,
+    group: &str,
+    partitions: i32,
+) -> Result<BTreeMap<i32, i64>, String> {
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .create()
+        .map_err(|e| e.to_string())?;
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition(topic, p);
+    }
+    let got = c
+        .committed_offsets(tpl, Duration::from_secs(10))
+        .map_err(|e| e.to_string())?;
+    Ok(got
+        .elements()
+        .iter()
+        .filter_map(|e| match e.offset() {
+            Offset::Offset(o) => Some((e.partition(), o)),
+            _ => None,
+        })
+        .collect())
+}
+
+/// What the dead-letter topic holds.
+#[derive(Debug, Default)]
+pub(crate) struct DeadLetters {
+    /// Messages dead-lettered as undecodable: (source partition, source offset) → copies.
+    pub(crate) messages: HashMap<(i32, i64), u32>,
+    /// Rows a sink refused: session id → copies.
+    pub(crate) rows: HashMap<String, u32>,
+    /// Letters without the expected headers or payload.
+    pub(crate) unreadable: u64,
+}
+
+/// Reads the whole dead-letter topic (until it has been quiet for a few seconds).
+pub(crate) fn dead_letters(bootstrap: &str, topic: &str) -> Result<DeadLetters, String> {
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", "chaos-audit")
+        .set("enable.auto.commit", "false")
+        .create()
+        .map_err(|e| e.to_string())?;
+    let md = c
+        .fetch_metadata(Some(topic), Duration::from_secs(10))
+        .map_err(|e| e.to_string())?;
+    let parts = md
+        .topics()
+        .first()
+        .map_or(0, |t| t.partitions().len() as i32);
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..parts {
+        tpl.add_partition_offset(topic, p, Offset::Beginning)
+            .map_err(|e| e.to_string())?;
+    }
+    c.assign(&tpl).map_err(|e| e.to_string())?;
+    let mut out = DeadLetters::default();
+    let mut quiet_since = Instant::now();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while quiet_since.elapsed() < Duration::from_secs(5) && Instant::now() < deadline {
+        let Some(m) = c.poll(Duration::from_millis(200)) else {
+            continue;
+        };
+        quiet_since = Instant::now();
+        let m = m.map_err(|e| e.to_string())?;
+        let mut h: HashMap<&str, String> = HashMap::new();
+        if let Some(hs) = m.headers() {
+            for x in hs.iter() {
+                if let Some(v) = x.value {
+                    h.insert(x.key, String::from_utf8_lossy(v).into_owned());
+                }
+            }
+        }
+        match h.get("x-error-kind").map(String::as_str) {
+            Some("decode") => {
+                let p = h.get("x-source-partition").and_then(|v| v.parse().ok());
+                let o = h.get("x-source-offset").and_then(|v| v.parse().ok());
+                match (p, o) {
+                    (Some(p), Some(o)) => *out.messages.entry((p, o)).or_default() += 1,
+                    _ => out.unreadable += 1,
+                }
+            }
+            Some("row") => {
+                let session = m
+                    .payload()
+                    .and_then(|b| serde_json::from_slice::<serde_json::Value>(b).ok())
+                    .and_then(|v| v["session_id"].as_str().map(str::to_string));
+                match session {
+                    Some(s) => *out.rows.entry(s).or_default() += 1,
+                    None => out.unreadable += 1,
+                }
+            }
+            _ => out.unreadable += 1,
+        }
+    }
+    Ok(out)
+}
+
+/// Every (session id) in the table with its number of copies (row ids are all "0"). Read in
+/// pages: the emulator, like BigQuery, caps what one query answer holds.
+pub(crate) async fn landed(
+    tables: &TableManager,
+    project: &str,
+    table: &str,
+) -> Result<HashMap<String, u64>, String> {
+    const PAGE: usize = 5_000;
+    let query = |sql: String| async move {
+        tables
+            .query(project, &sql)
+            .await
+            .map_err(|e| format!("{sql}: {e}"))
+    };
+    let groups = query(format!(
+        "SELECT COUNT(*) FROM (SELECT session_id, row_id FROM `{table}` GROUP BY session_id, row_id)"
+    ))
+    .await?;
+    let groups: usize = groups
+        .rows
+        .first()
+        .and_then(|r| r.first().cloned().flatten())
+        .and_then(|v| v.parse().ok())
+        .ok_or("no group count")?;
+    let mut out = HashMap::new();
+    let mut offset = 0;
+    while offset < groups {
+        let q = query(format!(
+            "SELECT session_id, row_id, COUNT(*) FROM `{table}` GROUP BY session_id, row_id \
+             ORDER BY session_id, row_id LIMIT {PAGE} OFFSET {offset}"
+        ))
+        .await?;
+        if q.rows.is_empty() {
+            return Err(format!("page at {offset} of {groups} came back empty"));
+        }
+        offset += q.rows.len();
+        for r in &q.rows {
+            let session = r.first().cloned().flatten().unwrap_or_default();
+            let row = r.get(1).cloned().flatten().unwrap_or_default();
+            let n: u64 = r
+                .get(2)
+                .cloned()
+                .flatten()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0);
+            // One row per log: any other row id is a row nobody produced.
+            let key = if row == "0" {
+                session
+            } else {
+                format!("{session}/{row}")
+            };
+            *out.entry(key).or_default() += n;
+        }
+    }
+    Ok(out)
+}
+
+/// The verdict's inputs, computed from what was produced and what arrived.
+#[derive(Debug, Default)]
+pub(crate) struct Tally {
+    pub(crate) produced: usize,
+    pub(crate) produced_valid: usize,
+    pub(crate) landed: u64,
+    pub(crate) distinct_landed: usize,
+    pub(crate) duplicated: u64,
+    pub(crate) unknown_landed: usize,
+    pub(crate) rows_dead_lettered: usize,
+    pub(crate) lost: usize,
+    pub(crate) lost_sample: Vec<String>,
+    pub(crate) dead_lettered: usize,
+    pub(crate) expected_dead_letters: usize,
+    pub(crate) missing_dead_letters: usize,
+    pub(crate) unexpected_dead_letters: usize,
+}
+
+pub(crate) fn tally(
+    valid: &HashSet<String>,
+    malformed: &HashSet<(i32, i64)>,
+    landed: &HashMap<String, u64>,
+    dead: &DeadLetters,
+) -> Tally {
+    let mut t = Tally {
+        produced: valid.len() + malformed.len(),
+        produced_valid: valid.len(),
+        landed: landed.values().sum(),
+        distinct_landed: landed.len(),
+        duplicated: landed.values().map(|n| n.saturating_sub(1)).sum(),
+        unknown_landed: landed.keys().filter(|k| !valid.contains(*k)).count(),
+        rows_dead_lettered: dead.rows.len(),
+        expected_dead_letters: malformed.len(),
+        dead_lettered: dead.messages.len(),
+        ..Tally::default()
+    };
+    let mut lost: Vec<&String> = valid
+        .iter()
+        .filter(|s| !landed.contains_key(*s) && !dead.rows.contains_key(*s))
+        .collect();
+    lost.sort();
+    t.lost = lost.len();
+    t.lost_sample = lost.into_iter().take(10).cloned().collect();
+    t.missing_dead_letters = malformed
+        .iter()
+        .filter(|k| !dead.messages.contains_key(k))
+        .count();
+    t.unexpected_dead_letters = dead
+        .messages
+        .keys()
+        .filter(|k| !malformed.contains(k))
+        .count()
+        + dead.rows.keys().filter(|s| !valid.contains(*s)).count();
+    t
+}

@@ -1,0 +1,646 @@
+//! The chaos suite's harness (`scripts/chaos` builds and runs it): a steady load of logs with
+//! unique ids into a multi-partition topic, two publishers in one consumer group writing to the
+//! BigQuery emulator, and a schedule of faults while the load runs — SIGKILLs and restarts, a
+//! scale-down and up, BigQuery unreachable, gRPC faults on AppendRows, a Kafka connection cut.
+//! At the end it waits for lag 0, counts every row, and prints one table. The exit code is 1
+//! if anything was lost, a malformed log is missing from the dead-letter topic, a publisher
+//! exited on its own, offsets advanced while the sink was down, RSS passed its limit, or (in
+//! exactly_once mode) a row landed twice.
+//!
+//! at_least_once runs against tansu (started by `scripts/chaos`), reached through a TCP proxy
+//! that tansu advertises, so the proxy can cut the publishers off. exactly_once runs against
+//! librdkafka's mock cluster hosted in this process (tansu drops commit metadata), and the Kafka
+//! cut takes its broker down.
+
+mod audit;
+mod fleet;
+mod load;
+mod schedule;
+mod tcp_proxy;
+
+#[allow(dead_code)]
+#[path = "../../tests/it/bigquery/proxy.rs"]
+mod grpc_proxy;
+
+use clap::Parser;
+use grpc_proxy::{Fault, Proxy, Script};
+use observation_publisher::bigquery::table::RestOptions;
+use observation_publisher::bigquery::{TableManager, TableSpec};
+use observation_publisher::config::{Config, Needs};
+use rdkafka::mocking::MockCluster;
+use rdkafka::producer::DefaultProducerContext;
+use schedule::{Action, Step};
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tcp_proxy::TcpProxy;
+
+const PROJECT: &str = "test-proj";
+
+/// Fault-injection run over the whole pipeline (see the crate docs).
+#[derive(Parser)]
+struct Args {
+    /// How long the load runs, in minutes (faults are spread over it).
+    #[arg(long, default_value_t = 10.0)]
+    minutes: f64,
+    /// Delivery mode of the publishers.
+    #[arg(long, default_value = "at_least_once", value_parser = ["at_least_once", "exactly_once"])]
+    delivery: String,
+    /// The observation-publisher binary.
+    #[arg(long)]
+    bin: PathBuf,
+    /// Where run directories (config, publisher logs, report) go.
+    #[arg(long, default_value = "target/chaos")]
+    work: PathBuf,
+    /// Logs per second.
+    #[arg(long, default_value_t = 150)]
+    rate: u32,
+    /// Partitions of the topic.
+    #[arg(long, default_value_t = 4)]
+    partitions: i32,
+    /// tansu's listener (at_least_once); tansu must advertise `--kafka-proxy`.
+    #[arg(long, default_value = "127.0.0.1:19392")]
+    kafka: SocketAddr,
+    /// Where the Kafka proxy listens.
+    #[arg(long, default_value = "127.0.0.1:19393")]
+    kafka_proxy: SocketAddr,
+    /// The emulator's REST base URL.
+    #[arg(long, env = "BQ_REST", default_value = "http://127.0.0.1:19050")]
+    bq_rest: String,
+    /// The emulator's gRPC URL.
+    #[arg(long, env = "BQ_GRPC", default_value = "http://127.0.0.1:19060")]
+    bq_grpc: String,
+    /// Largest RSS a publisher may reach, MiB.
+    #[arg(long, default_value_t = 256)]
+    max_rss_mib: u64,
+}
+
+/// The Kafka side: tansu behind a proxy, or a mock cluster in this process.
+enum Broker {
+    Tansu(TcpProxy),
+    Mock(MockCluster<'static, DefaultProducerContext>),
+}
+
+impl Broker {
+    fn bootstrap(&self) -> String {
+        match self {
+            Broker::Tansu(p) => p.addr.to_string(),
+            Broker::Mock(c) => c.bootstrap_servers(),
+        }
+    }
+
+    async fn create_topics(&self, topics: &[&str], partitions: i32) -> Result<(), String> {
+        match self {
+            Broker::Mock(c) => {
+                for t in topics {
+                    c.create_topic(t, partitions, 1)
+                        .map_err(|e| e.to_string())?;
+                }
+                Ok(())
+            }
+            Broker::Tansu(p) => {
+                use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+                let admin: AdminClient<rdkafka::client::DefaultClientContext> =
+                    rdkafka::ClientConfig::new()
+                        .set("bootstrap.servers", p.addr.to_string())
+                        .create()
+                        .map_err(|e| e.to_string())?;
+                let new: Vec<NewTopic<'_>> = topics
+                    .iter()
+                    .map(|t| NewTopic::new(t, partitions, TopicReplication::Fixed(1)))
+                    .collect();
+                let out = admin
+                    .create_topics(&new, &AdminOptions::new())
+                    .await
+                    .map_err(|e| e.to_string())?;
+                for r in out {
+                    r.map_err(|(t, e)| format!("create topic {t}: {e}"))?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn cut(&self) {
+        match self {
+            Broker::Tansu(p) => p.cut(),
+            Broker::Mock(c) => {
+                let _ = c.broker_down(1);
+            }
+        }
+    }
+
+    fn restore(&self) {
+        match self {
+            Broker::Tansu(p) => p.restore(),
+            Broker::Mock(c) => {
+                let _ = c.broker_up(1);
+            }
+        }
+    }
+}
+
+fn socket(url: &str) -> Result<SocketAddr, String> {
+    let hostport = url
+        .trim_start_matches("http://")
+        .trim_start_matches("https://")
+        .trim_end_matches('/');
+    use std::net::ToSocketAddrs;
+    hostport
+        .to_socket_addrs()
+        .map_err(|e| format!("{url}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("{url}: no address"))
+}
+
+fn free_port() -> Result<u16, String> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+    Ok(l.local_addr().map_err(|e| e.to_string())?.port())
+}
+
+/// The publishers' configuration: the demo model, this run's topic, group and dataset, BigQuery
+/// through the cuttable proxies, dead letters to `<topic>-dlq`.
+fn publisher_yaml(
+    bootstrap: &str,
+    topic: &str,
+    group: &str,
+    dataset: &str,
+    sink: (SocketAddr, SocketAddr),
+    exactly_once: bool,
+) -> Result<String, String> {
+    let base = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/config/local.yaml"))
+        .map_err(|e| format!("config/local.yaml: {e}"))?;
+    let mut y: String = base
+        .lines()
+        .take_while(|l| !l.starts_with("observation_source:"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let (grpc, rest) = sink;
+    // The mock cluster enforces Kafka's minimum session timeout; tansu takes less.
+    let session = if exactly_once { "6s" } else { "2s" };
+    let delivery = if exactly_once {
+        "exactly_once"
+    } else {
+        "at_least_once"
+    };
+    let _ = write!(
+        y,
+        "observation_source:\n  type: KAFKA\n  config:\n    topic: {topic}\n    bootstrap_servers: {bootstrap}\n    group_id: {group}\n\
+         observation_sinks:\n- type: BIGQUERY\n  config:\n    project: {PROJECT}\n    dataset: {dataset}\n    ttl_days: 14\n\
+         \x20   storage_endpoint: http://{grpc}\n    rest_base_url: http://{rest}/bigquery/v2\n    auth: none\n    emulator_compat: true\n\
+         dead_letter:\n  target: kafka\n  topic: {topic}-dlq\nbatching:\n  linger: 500ms\n\
+         consumer:\n  session_timeout: {session}\n  commit_interval: 1s\n  drain_timeout: 20s\n\
+         logging:\n  format: json\ndelivery: {delivery}\n"
+    );
+    Ok(y)
+}
+
+/// RSS around the sink outage and whether offsets moved during it.
+#[derive(Default)]
+struct Outage {
+    active: bool,
+    started: Option<Instant>,
+    length: Duration,
+    rss_at_start: [u64; 2],
+    rss_max: [u64; 2],
+    offsets_at_snapshot: Option<BTreeMap<i32, i64>>,
+    advanced: Vec<String>,
+}
+
+#[allow(clippy::too_many_lines)]
+async fn run(args: Args) -> Result<bool, String> {
+    let exactly_once = args.delivery == "exactly_once";
+    let id = format!("{:x}", load::now_micros() / 1000);
+    let dir = std::path::absolute(args.work.join(format!("{}-{id}", args.delivery)))
+        .map_err(|e| e.to_string())?;
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let topic = format!("chaos-{id}");
+    let dlq = format!("{topic}-dlq");
+    let group = format!("chaos-{id}");
+    let dataset = format!("chaos_{id}");
+    let load_for = Duration::from_secs_f64(args.minutes * 60.0);
+
+    let broker = if exactly_once {
+        Broker::Mock(MockCluster::new(1).map_err(|e| format!("mock cluster: {e}"))?)
+    } else {
+        Broker::Tansu(
+            TcpProxy::start(args.kafka_proxy, args.kafka)
+                .await
+                .map_err(|e| format!("kafka proxy on {}: {e}", args.kafka_proxy))?,
+        )
+    };
+    let bootstrap = broker.bootstrap();
+    broker
+        .create_topics(&[&topic, &dlq], args.partitions)
+        .await?;
+
+    let rest = format!("{}/bigquery/v2", args.bq_rest.trim_end_matches('/'));
+    let tables = TableManager::new(RestOptions {
+        base_url: rest,
+        credentials: None,
+        emulator_compat: true,
+        timeout: Duration::from_secs(120),
+    })
+    .map_err(|e| e.to_string())?;
+    tables
+        .create_dataset(PROJECT, &dataset)
+        .await
+        .map_err(|e| format!("emulator at {}: {e}", args.bq_rest))?;
+    let faults = Proxy::start(
+        "127.0.0.1:0".parse().map_err(|e| format!("{e}"))?,
+        &args.bq_grpc,
+        Script::default(),
+    )
+    .await;
+    let any: SocketAddr = "127.0.0.1:0".parse().map_err(|e| format!("{e}"))?;
+    let grpc_cut = TcpProxy::start(any, faults.addr)
+        .await
+        .map_err(|e| e.to_string())?;
+    let rest_cut = TcpProxy::start(any, socket(&args.bq_rest)?)
+        .await
+        .map_err(|e| e.to_string())?;
+
+    let yaml = publisher_yaml(
+        &bootstrap,
+        &topic,
+        &group,
+        &dataset,
+        (grpc_cut.addr, rest_cut.addr),
+        exactly_once,
+    )?;
+    let config_path = dir.join("config.yaml");
+    std::fs::write(&config_path, &yaml).map_err(|e| e.to_string())?;
+    let v: serde_yaml_ng::Value = serde_yaml_ng::from_str(&yaml).map_err(|e| e.to_string())?;
+    let (config, _) = Config::from_value(&v, Needs::SCHEMA).map_err(|p| p.to_string())?;
+    let sink = config.bigquery().ok_or("no BIGQUERY sink")?.clone();
+    let table = TableSpec::from_config(&config, &sink)
+        .map_err(|e| e.to_string())?
+        .table
+        .dotted();
+
+    let mut fleet = fleet::Fleet::new(&args.bin, &config_path, &dir, [free_port()?, free_port()?]);
+    for i in 0..2 {
+        fleet
+            .start(i)
+            .map_err(|e| format!("start publisher: {e}"))?;
+    }
+    let ready_by = Instant::now() + Duration::from_secs(90);
+    while !(fleet.ready(0) && fleet.ready(1)) {
+        if Instant::now() > ready_by {
+            return Err(format!(
+                "publishers not ready after 90 s; logs in {}",
+                dir.display()
+            ));
+        }
+        fleet.poll();
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    println!(
+        "chaos: {} — {:.1} min of load at {} logs/s into {} partitions, 2 publishers; run dir {}",
+        args.delivery,
+        args.minutes,
+        args.rate,
+        args.partitions,
+        dir.display()
+    );
+
+    let ledger = Arc::new(Mutex::new(load::Ledger::default()));
+    let load = load::Load {
+        bootstrap: bootstrap.clone(),
+        topic: topic.clone(),
+        schema: config.inference_schema.clone(),
+        seed: u64::from_str_radix(&id, 16).unwrap_or(1),
+        rate: args.rate,
+        duration: load_for,
+        malformed_ratio: 0.01,
+    };
+    let l2 = Arc::clone(&ledger);
+    let producer = std::thread::spawn(move || load::run(load, l2, Duration::from_secs(300)));
+    let started = Instant::now();
+
+    let settle = Duration::from_secs(4);
+    let mut outage = Outage::default();
+    let mut journal = String::new();
+    let mut problems: Vec<String> = Vec::new();
+    let mut replay_window = 0i64;
+    let burst = || {
+        let mut f = vec![Fault::Unavailable, Fault::DropStream];
+        if !exactly_once {
+            // Exactly-once halts a partition on refused rows instead of dead-lettering them.
+            f.push(Fault::RowErrors(vec![0]));
+        }
+        f.extend([
+            Fault::ForwardThenDrop,
+            Fault::InBand(tonic::Code::Unavailable),
+        ]);
+        f
+    };
+    for Step { at, action } in schedule::plan(load_for, settle) {
+        while started.elapsed() < at {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            tick(&mut fleet, &mut outage);
+        }
+        let t = started.elapsed().as_secs_f64();
+        let _ = writeln!(journal, "  {t:7.1}s  {action:?}");
+        println!("chaos: {t:7.1}s  {action:?}");
+        match action {
+            Action::Kill(i) => {
+                // Everything produced but not committed may be delivered again: the bound on
+                // at_least_once duplicates this kill can cause.
+                let end = ledger.lock().map_err(|_| "ledger")?.end.clone();
+                match audit::committed(&bootstrap, &topic, &group, args.partitions) {
+                    Ok(c) => {
+                        let w = end
+                            .iter()
+                            .map(|(p, e)| (e - c.get(p).copied().unwrap_or(0)).max(0))
+                            .sum::<i64>();
+                        replay_window += w;
+                        let _ = writeln!(journal, "            ({w} produced but not committed)");
+                    }
+                    Err(e) => problems.push(format!("offsets unreadable at a kill: {e}")),
+                }
+                fleet.kill(i);
+            }
+            Action::Start(i) => fleet
+                .start(i)
+                .map_err(|e| format!("start publisher: {e}"))?,
+            Action::Stop(i) => {
+                if let Some(c) = fleet.stop(i, Duration::from_secs(40)).filter(|c| *c != 0) {
+                    problems.push(format!("publisher {i} exited with {c} after SIGTERM"));
+                }
+            }
+            Action::GrpcFaults => faults.inject(burst()),
+            Action::SinkDown => {
+                grpc_cut.cut();
+                rest_cut.cut();
+                outage.active = true;
+                outage.started = Some(Instant::now());
+                for (i, s) in fleet.slots.iter().enumerate() {
+                    outage.rss_at_start[i] = s.rss_kib;
+                    outage.rss_max[i] = s.rss_kib;
+                }
+            }
+            Action::SinkSnapshot => {
+                outage.offsets_at_snapshot = Some(audit::committed(
+                    &bootstrap,
+                    &topic,
+                    &group,
+                    args.partitions,
+                )?);
+            }
+            Action::SinkUp => {
+                let now = audit::committed(&bootstrap, &topic, &group, args.partitions)?;
+                if let Some(before) = &outage.offsets_at_snapshot {
+                    for (p, o) in &now {
+                        if before.get(p).is_none_or(|b| b != o) {
+                            outage
+                                .advanced
+                                .push(format!("partition {p}: {:?} → {o}", before.get(p)));
+                        }
+                    }
+                }
+                outage.active = false;
+                outage.length = outage.started.map(|s| s.elapsed()).unwrap_or_default();
+                grpc_cut.restore();
+                rest_cut.restore();
+            }
+            Action::KafkaDown => broker.cut(),
+            Action::KafkaUp => broker.restore(),
+        }
+    }
+    while !producer.is_finished() {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        tick(&mut fleet, &mut outage);
+    }
+    producer
+        .join()
+        .map_err(|_| "the load generator panicked")??;
+    let produced_for = started.elapsed();
+
+    // Lag 0: every partition's committed offset at the end of what was produced.
+    let end = ledger.lock().map_err(|_| "ledger")?.end.clone();
+    let drain_by = Instant::now() + Duration::from_secs(300);
+    let mut last = BTreeMap::new();
+    let drained = loop {
+        tick(&mut fleet, &mut outage);
+        last = audit::committed(&bootstrap, &topic, &group, args.partitions).unwrap_or(last);
+        if end.iter().all(|(p, e)| last.get(p) == Some(e)) {
+            break true;
+        }
+        if Instant::now() > drain_by {
+            break false;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    };
+    let lag_at = started.elapsed();
+    if !drained {
+        problems.push(format!(
+            "lag not 0 after 5 minutes: committed {last:?}, produced up to {end:?}"
+        ));
+    }
+    for i in 0..2 {
+        tick(&mut fleet, &mut outage);
+        if let Some(c) = fleet.stop(i, Duration::from_secs(40)).filter(|c| *c != 0) {
+            problems.push(format!(
+                "publisher {i} exited with {c} after the final SIGTERM"
+            ));
+        }
+    }
+
+    let (b2, d2) = (bootstrap.clone(), dlq.clone());
+    let dead = tokio::task::spawn_blocking(move || audit::dead_letters(&b2, &d2))
+        .await
+        .map_err(|e| e.to_string())??;
+    let landed = audit::landed(&tables, PROJECT, &table).await?;
+    let l = ledger.lock().map_err(|_| "ledger")?;
+    let t = audit::tally(&l.valid, &l.malformed, &landed, &dead);
+
+    let kills: u32 = fleet.slots.iter().map(|s| s.kills).sum();
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "chaos {}: {:.1} min of load ({:.0} s to deliver) at {} logs/s, {} partitions, 2 publishers; lag 0 at {:.0} s\n\nfaults (seconds into the load):\n{journal}",
+        args.delivery,
+        args.minutes,
+        produced_for.as_secs_f64(),
+        args.rate,
+        args.partitions,
+        lag_at.as_secs_f64()
+    );
+    let row = |out: &mut String, k: &str, v: String| {
+        let _ = writeln!(out, "  {k:<28} {v}");
+    };
+    row(
+        &mut out,
+        "produced",
+        format!(
+            "{} ({} well-formed, {} malformed)",
+            t.produced, t.produced_valid, t.expected_dead_letters
+        ),
+    );
+    row(&mut out, "landed", t.landed.to_string());
+    row(&mut out, "distinct landed", t.distinct_landed.to_string());
+    row(&mut out, "lost", t.lost.to_string());
+    row(
+        &mut out,
+        "duplicated",
+        format!(
+            "{} (over {kills} kills; uncommitted at those kills: {replay_window})",
+            t.duplicated
+        ),
+    );
+    row(
+        &mut out,
+        "dead-lettered",
+        format!(
+            "{} (+ {} rows refused by the sink)",
+            t.dead_lettered, t.rows_dead_lettered
+        ),
+    );
+    row(
+        &mut out,
+        "expected dead letters",
+        format!(
+            "{} (missing {}, unexpected {}, unreadable {})",
+            t.expected_dead_letters,
+            t.missing_dead_letters,
+            t.unexpected_dead_letters,
+            dead.unreadable
+        ),
+    );
+    row(
+        &mut out,
+        "landed but never produced",
+        t.unknown_landed.to_string(),
+    );
+    for (i, s) in fleet.slots.iter().enumerate() {
+        row(
+            &mut out,
+            &format!("publisher {}", s.name),
+            format!(
+                "max RSS {:.1} MiB, {} starts ({} restarts), {} SIGKILLs, {} SIGTERMs, {} crashes; outage RSS {:.1} → max {:.1} MiB",
+                mib(s.max_rss_kib),
+                s.starts,
+                s.starts.saturating_sub(1),
+                s.kills,
+                s.stops.len(),
+                s.crashes.len(),
+                mib(outage.rss_at_start[i]),
+                mib(outage.rss_max[i]),
+            ),
+        );
+    }
+    row(
+        &mut out,
+        "sink outage",
+        format!(
+            "{:.0} s, committed offsets {}",
+            outage.length.as_secs_f64(),
+            if outage.advanced.is_empty() {
+                "unchanged".to_string()
+            } else {
+                format!("ADVANCED: {}", outage.advanced.join(", "))
+            }
+        ),
+    );
+    row(
+        &mut out,
+        "gRPC proxy",
+        format!(
+            "{} AppendRows requests, {} forwarded",
+            faults.requests(),
+            faults.forwarded()
+        ),
+    );
+
+    if t.lost > 0 {
+        problems.push(format!("{} rows lost, e.g. {:?}", t.lost, t.lost_sample));
+    }
+    if t.missing_dead_letters > 0 {
+        problems.push(format!(
+            "{} malformed logs missing from the DLQ",
+            t.missing_dead_letters
+        ));
+    }
+    if t.unexpected_dead_letters > 0 || t.unknown_landed > 0 || dead.unreadable > 0 {
+        problems.push("rows or letters nobody produced".into());
+    }
+    if exactly_once && t.duplicated > 0 {
+        problems.push(format!("{} duplicates in exactly_once mode", t.duplicated));
+    }
+    if !outage.advanced.is_empty() {
+        problems.push("offsets advanced while BigQuery was unreachable".into());
+    }
+    if l.failed > 0 {
+        problems.push(format!("{} logs the broker never took", l.failed));
+    }
+    for s in &fleet.slots {
+        if !s.crashes.is_empty() {
+            problems.push(format!(
+                "publisher {} exited on its own: {:?}",
+                s.name, s.crashes
+            ));
+        }
+        if mib(s.max_rss_kib) > args.max_rss_mib as f64 {
+            problems.push(format!(
+                "publisher {} RSS {:.1} MiB > {} MiB",
+                s.name,
+                mib(s.max_rss_kib),
+                args.max_rss_mib
+            ));
+        }
+    }
+    let _ = writeln!(out);
+    if problems.is_empty() {
+        let _ = writeln!(out, "PASS");
+    } else {
+        let _ = writeln!(out, "FAIL:");
+        for p in &problems {
+            let _ = writeln!(out, "  - {p}");
+        }
+    }
+    print!("\n{out}");
+    let _ = std::fs::write(dir.join("report.txt"), &out);
+    Ok(problems.is_empty())
+}
+
+fn mib(kib: u64) -> f64 {
+    kib as f64 / 1024.0
+}
+
+/// Samples the fleet; during the sink outage, keeps the largest RSS.
+fn tick(fleet: &mut fleet::Fleet, outage: &mut Outage) {
+    fleet.poll();
+    if outage.active {
+        for (i, s) in fleet.slots.iter().enumerate() {
+            outage.rss_max[i] = outage.rss_max[i].max(s.rss_kib);
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("chaos: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match rt.block_on(run(args)) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("chaos: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
