@@ -3,15 +3,21 @@
 //!
 //! # Protocol (the runtime drives it; this module does the BigQuery side)
 //! 1. On assignment of a partition, read the committed Kafka offset `O` and its metadata. If it
-//!    holds a [`Checkpoint`] `{stream S, next_row R}`, call [`resume_partition`]: it **finalizes**
-//!    `S`, which returns the final row count `N` of `S` and fences any previous owner (its
-//!    appends now fail with FAILED_PRECONDITION, so it can acknowledge nothing more). Rows
-//!    `[R, N)` of `S` came from messages at or after `O`: the runtime must drop exactly the first
-//!    `N - R` rows it produces from `O` on ([`Resume::skip_rows`]). Then a new COMMITTED stream is
-//!    created and written from offset 0 with [`AppendWriter::start_committed`].
-//! 2. Every acknowledged batch reports [`AppendOutcome::stream_offsets`]; when the runtime commits
+//!    holds a [`Checkpoint`] `{stream S, next_row R, carried C}`, call [`resume_partition`]: it
+//!    **finalizes** `S`, which returns the final row count `N` of `S` and fences any previous
+//!    owner (its appends now fail with FAILED_PRECONDITION, so it can acknowledge nothing more).
+//!    Rows `[R, N)` of `S` came from messages at or after `O`, and so did `C` rows in streams
+//!    finalized before `S`: the runtime must drop exactly the first `C + N - R` rows it produces
+//!    from `O` on ([`Resume::skip_rows`]). Then a new COMMITTED stream `S'` is created.
+//! 2. Before the first row goes into `S'`, the runtime commits `O` again with
+//!    `Checkpoint { S', next_row: 0, carried: C + N - R }` and waits for the broker's answer.
+//!    Without this, an owner that dies after writing to `S'` but before its first ordinary
+//!    commit would leave `S'` unknown to the next owner, which would resume from `S` again and
+//!    write `S'`'s rows a second time.
+//! 3. Every acknowledged batch reports [`AppendOutcome::stream_offsets`]; when the runtime commits
 //!    Kafka offset `O'` (the message after the batch's last one), it stores
-//!    `Checkpoint { stream, next_row: stream_offsets.end }` as that partition's metadata.
+//!    `Checkpoint { stream, next_row: stream_offsets.end, carried }` as that partition's
+//!    metadata, `carried` being what is still to skip at `O'`.
 //!
 //! # Guarantee and its limits
 //! No row lands twice and none is lost, across crashes, restarts and rebalances, **provided**:
@@ -36,8 +42,9 @@ use super::proto::{write_stream::Type as StreamType, WriteStream};
 use super::TableRef;
 use tonic::Status;
 
-/// Prefix of the metadata string (versioned).
-const PREFIX: &str = "obs-bq1";
+/// Prefix of the metadata string (versioned; `obs-bq1` had no `carried`).
+const PREFIX: &str = "obs-bq2";
+const PREFIX_V1: &str = "obs-bq1";
 
 /// What is stored in a partition's Kafka offset commit metadata.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,22 +53,38 @@ pub struct Checkpoint {
     pub stream: String,
     /// Rows of the stream that belong to messages before the committed Kafka offset.
     pub next_row: i64,
+    /// Rows of messages at or after the committed offset that are already in streams finalized
+    /// before this one (they come first in the replay, before any row of `stream`).
+    pub carried: u64,
 }
 
 impl Checkpoint {
-    /// `obs-bq1:<next_row>:<stream>`.
+    /// `obs-bq2:<next_row>:<carried>:<stream>`.
     pub fn to_metadata(&self) -> String {
-        format!("{PREFIX}:{}:{}", self.next_row, self.stream)
+        format!(
+            "{PREFIX}:{}:{}:{}",
+            self.next_row, self.carried, self.stream
+        )
     }
 
-    /// Parses [`Self::to_metadata`]'s output; None for empty or foreign metadata.
+    /// Parses [`Self::to_metadata`]'s output (and the older `obs-bq1:<next_row>:<stream>`);
+    /// None for empty or foreign metadata.
     pub fn from_metadata(s: &str) -> Option<Self> {
-        let rest = s.strip_prefix(PREFIX)?.strip_prefix(':')?;
-        let (row, stream) = rest.split_once(':')?;
-        let next_row: i64 = row.parse().ok().filter(|r| *r >= 0)?;
-        (stream.contains("/streams/") && !stream.is_empty()).then(|| Checkpoint {
+        let (next_row, carried, stream) =
+            if let Some(rest) = s.strip_prefix(PREFIX).and_then(|r| r.strip_prefix(':')) {
+                let (row, rest) = rest.split_once(':')?;
+                let (carried, stream) = rest.split_once(':')?;
+                (row, carried.parse().ok()?, stream)
+            } else {
+                let rest = s.strip_prefix(PREFIX_V1)?.strip_prefix(':')?;
+                let (row, stream) = rest.split_once(':')?;
+                (row, 0, stream)
+            };
+        let next_row: i64 = next_row.parse().ok().filter(|r| *r >= 0)?;
+        stream.contains("/streams/").then(|| Checkpoint {
             stream: stream.to_string(),
             next_row,
+            carried,
         })
     }
 }
@@ -140,7 +163,7 @@ pub async fn resume_partition(
                 next_row: cp.next_row,
             });
         }
-        skip_rows = (row_count - cp.next_row) as u64;
+        skip_rows = cp.carried + (row_count - cp.next_row) as u64;
         finalized = Some((cp.stream.clone(), row_count));
     }
     let stream = client
@@ -172,8 +195,17 @@ mod tests {
         let cp = Checkpoint {
             stream: "projects/p/datasets/d/tables/t/streams/abc".into(),
             next_row: 1234,
+            carried: 56,
         };
         assert_eq!(Checkpoint::from_metadata(&cp.to_metadata()), Some(cp));
+        assert_eq!(
+            Checkpoint::from_metadata("obs-bq1:7:projects/p/datasets/d/tables/t/streams/s"),
+            Some(Checkpoint {
+                stream: "projects/p/datasets/d/tables/t/streams/s".into(),
+                next_row: 7,
+                carried: 0,
+            })
+        );
     }
 
     #[test]
@@ -185,6 +217,8 @@ mod tests {
             "obs-bq1:-1:p/streams/s",
             "other:1:p/streams/s",
             "obs-bq1:5:",
+            "obs-bq2:5:x:p/streams/s",
+            "obs-bq2:5:p/streams/s",
         ] {
             assert_eq!(Checkpoint::from_metadata(m), None, "{m:?}");
         }

@@ -32,6 +32,39 @@ fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
 
 /// Commits every partition's acknowledged prefix that moved (only `only`, if given). In
 /// exactly-once mode each commit carries the partition's checkpoint as metadata.
+/// Exactly-once: commits the new streams the sink registered, synchronously, before the sink
+/// writes a row into them.
+fn register(st: &mut State, consumer: &BaseConsumer<SourceContext>) {
+    use crate::sink::exactly_once::Registered;
+    for r in st.take_registrations() {
+        let Some(offset) = st.registration_offset(&r) else {
+            let _ = r.done.send(Registered::Stale);
+            continue;
+        };
+        let mut tpl = TopicPartitionList::new();
+        let answer = match tpl.add_partition_offset(&st.topic, r.partition, Offset::Offset(offset))
+        {
+            Err(e) => Registered::Failed(e.to_string()),
+            Ok(()) => {
+                if let Some(mut e) = tpl.find_partition(&st.topic, r.partition) {
+                    e.set_metadata(r.metadata.clone());
+                }
+                match consumer.commit(&tpl, CommitMode::Sync) {
+                    Ok(()) => {
+                        st.registered(r.partition, offset, r.metadata);
+                        Registered::Committed
+                    }
+                    Err(e) => {
+                        tracing::warn!(partition = r.partition, error = %e, "exactly-once: cannot record a new stream; retried");
+                        Registered::Failed(e.to_string())
+                    }
+                }
+            }
+        };
+        let _ = r.done.send(answer);
+    }
+}
+
 fn commit(
     st: &mut State,
     consumer: &BaseConsumer<SourceContext>,
@@ -96,6 +129,8 @@ pub(crate) struct Listener {
     pub(crate) exactly_once: bool,
     /// Metadata read in `assigning`, applied in `assigned`.
     pub(crate) pending_metadata: Mutex<std::collections::HashMap<Partition, String>>,
+    /// Exactly-once: the committed offsets read with that metadata.
+    pub(crate) pending_offsets: Mutex<std::collections::HashMap<Partition, i64>>,
 }
 
 impl Listener {
@@ -180,11 +215,15 @@ impl RebalanceListener for Listener {
                 q.add_partition(&self.topic, e.partition());
             }
             let mut found = std::collections::HashMap::new();
+            let mut offsets = std::collections::HashMap::new();
             match consumer.committed_offsets(q, Duration::from_secs(10)) {
                 Ok(c) => {
                     for e in c.elements() {
                         if !e.metadata().is_empty() {
                             found.insert(e.partition(), e.metadata().to_string());
+                        }
+                        if let Offset::Offset(o) = e.offset() {
+                            offsets.insert(e.partition(), o);
                         }
                     }
                 }
@@ -195,6 +234,9 @@ impl RebalanceListener for Listener {
             if let Ok(mut m) = self.pending_metadata.lock() {
                 *m = found;
             }
+            if let Ok(mut m) = self.pending_offsets.lock() {
+                *m = offsets;
+            }
         }
     }
 
@@ -204,7 +246,15 @@ impl RebalanceListener for Listener {
             .lock()
             .map(|mut m| std::mem::take(&mut *m))
             .unwrap_or_default();
-        lock(&self.state).assigned_with(partitions, &meta);
+        let offsets = self
+            .pending_offsets
+            .lock()
+            .map(|mut m| std::mem::take(&mut *m))
+            .unwrap_or_default();
+        let mut st = lock(&self.state);
+        st.assigned_with(partitions, &meta);
+        st.set_start_offsets(&offsets);
+        drop(st);
         self.generation.fetch_add(1, Ordering::Relaxed);
     }
 
@@ -252,6 +302,7 @@ pub(crate) fn run(
             let (over, under, deadline) = {
                 let mut st = lock(&state);
                 st.drain_events(None);
+                register(&mut st, &consumer);
                 st.retry_dead_letters(now);
                 st.poll_linger(now);
                 if now.duration_since(last_commit) >= cfg.commit_interval {

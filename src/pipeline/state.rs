@@ -123,6 +123,8 @@ pub(crate) struct State {
     marks: HashMap<Partition, VecDeque<(i64, i64, String)>>,
     /// Exactly-once: the metadata read at assignment, used until a batch of ours lands.
     prior_marks: HashMap<Partition, String>,
+    /// Exactly-once: committed offsets read at assignment (where a new stream is registered).
+    start_offsets: HashMap<Partition, i64>,
     /// Exactly-once: the checkpoints handed to the sink at assignment.
     starts: Option<crate::sink::exactly_once::PartitionStarts>,
     counts: Counts,
@@ -161,6 +163,7 @@ impl State {
             budget,
             marks: HashMap::new(),
             prior_marks: HashMap::new(),
+            start_offsets: HashMap::new(),
             starts: None,
             counts: Counts::default(),
             totals: Totals::default(),
@@ -507,6 +510,7 @@ impl State {
         for p in partitions {
             *self.epochs.entry(*p).or_insert(0) += 1;
             self.marks.remove(p);
+            self.start_offsets.remove(p);
             match checkpoints.get(p) {
                 Some(m) if !m.is_empty() => {
                     self.prior_marks.insert(*p, m.clone());
@@ -520,7 +524,7 @@ impl State {
                 let cp = checkpoints
                     .get(p)
                     .and_then(|m| crate::bigquery::exactly_once::Checkpoint::from_metadata(m));
-                if let Ok(mut s) = starts.lock() {
+                if let Ok(mut s) = starts.starts.lock() {
                     s.insert(*p, (epoch, cp));
                 }
             }
@@ -530,6 +534,51 @@ impl State {
         }
     }
 
+    /// Exactly-once: the committed offsets read at assignment.
+    pub(crate) fn set_start_offsets(&mut self, offsets: &HashMap<Partition, i64>) {
+        self.start_offsets.extend(offsets);
+    }
+
+    /// Exactly-once: new streams the sink wants committed.
+    pub(crate) fn take_registrations(&self) -> Vec<crate::sink::exactly_once::Registration> {
+        self.starts
+            .as_ref()
+            .and_then(|s| {
+                s.registrations
+                    .lock()
+                    .ok()
+                    .map(|mut r| std::mem::take(&mut *r))
+            })
+            .unwrap_or_default()
+    }
+
+    /// Exactly-once: where to commit `r`, or `None` when it is stale (another epoch, or a batch
+    /// that does not start where this assignment started).
+    pub(crate) fn registration_offset(
+        &self,
+        r: &crate::sink::exactly_once::Registration,
+    ) -> Option<i64> {
+        let p = r.partition;
+        if self.epochs.get(&p).copied().unwrap_or(0) != r.epoch {
+            return None;
+        }
+        let start = self
+            .tracker
+            .committed(p)
+            .or(self.start_offsets.get(&p).copied());
+        match start {
+            Some(o) if o != r.offset => None,
+            _ => Some(r.offset),
+        }
+    }
+
+    /// Exactly-once: `metadata` was committed at `offset`; later commits that pass no batch
+    /// carry it.
+    pub(crate) fn registered(&mut self, p: Partition, offset: i64, metadata: String) {
+        self.tracker.mark_committed(p, offset);
+        self.prior_marks.insert(p, metadata);
+    }
+
     /// Forgets revoked partitions (after their committable offsets were committed).
     pub(crate) fn forget(&mut self, partitions: &[Partition]) {
         for p in partitions {
@@ -537,8 +586,9 @@ impl State {
             *self.epochs.entry(*p).or_insert(0) += 1;
             self.marks.remove(p);
             self.prior_marks.remove(p);
+            self.start_offsets.remove(p);
             if let Some(starts) = &self.starts {
-                if let Ok(mut s) = starts.lock() {
+                if let Ok(mut s) = starts.starts.lock() {
                     s.remove(p);
                 }
             }

@@ -7,7 +7,9 @@
 //! that checkpoint from the group's committed offsets and hands it over through
 //! [`PartitionStarts`]; on the partition's first batch this sink finalizes the checkpoint's
 //! stream (which fences any previous owner and returns its row count), skips exactly the replayed
-//! rows that stream already holds beyond the checkpoint, and continues on a new stream. Each
+//! rows that stream already holds beyond the checkpoint, and continues on a new stream — which it
+//! first has the pipeline record in the group's commit ([`Registration`]), so that a crash
+//! before the next ordinary commit cannot hide the new stream's rows from the next owner. Each
 //! write reports, per partition, the checkpoint that goes with the batch's last offset; the
 //! pipeline attaches it to the commit.
 //!
@@ -31,8 +33,46 @@ use arrow_schema::SchemaRef;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-/// Per partition: the assignment epoch and the checkpoint read from the group's commit.
-pub type PartitionStarts = Arc<Mutex<HashMap<Partition, (u64, Option<Checkpoint>)>>>;
+/// A new stream to record in the group's offset commit before any row goes into it: the
+/// pipeline, which owns the consumer, commits `offset` (the partition's position at assignment)
+/// with `metadata` and answers through `done`.
+#[derive(Debug)]
+pub struct Registration {
+    /// The partition.
+    pub partition: Partition,
+    /// The assignment epoch the stream was opened for.
+    pub epoch: u64,
+    /// The partition's first offset in the batch that opened the stream.
+    pub offset: i64,
+    /// The checkpoint `{new stream, 0, rows to skip}`.
+    pub metadata: String,
+    /// The answer.
+    pub done: tokio::sync::oneshot::Sender<Registered>,
+}
+
+/// How a [`Registration`] ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Registered {
+    /// Committed: rows may go into the stream.
+    Committed,
+    /// The partition is no longer ours in that epoch, or the batch is from before the
+    /// assignment: its rows are not ours to write.
+    Stale,
+    /// The commit failed (retry later).
+    Failed(String),
+}
+
+/// What the pipeline and this sink share.
+#[derive(Debug, Default)]
+pub struct Handoff {
+    /// Per partition: the assignment epoch and the checkpoint read from the group's commit.
+    pub starts: Mutex<HashMap<Partition, (u64, Option<Checkpoint>)>>,
+    /// New streams waiting for the pipeline to commit them.
+    pub registrations: Mutex<Vec<Registration>>,
+}
+
+/// The [`Handoff`], shared.
+pub type PartitionStarts = Arc<Handoff>;
 
 struct Part {
     epoch: u64,
@@ -50,6 +90,10 @@ pub struct ExactlyOnceSink {
     opts: WriterOptions,
     starts: PartitionStarts,
     parts: HashMap<Partition, Part>,
+    /// The batch being written (its address) and the partitions of it already written, with
+    /// their checkpoints: a batch that failed part-way is retried whole, and those partitions
+    /// must not be appended twice.
+    progress: (usize, HashMap<Partition, (i64, i64, String)>),
 }
 
 fn err(kind: SinkErrorKind, retryable: bool, e: impl std::fmt::Display) -> SinkError {
@@ -88,13 +132,19 @@ impl ExactlyOnceSink {
             opts: bigquery::writer_options(sink),
             starts,
             parts: HashMap::new(),
+            progress: (0, HashMap::new()),
         })
     }
 
     /// The partition's writer for the current assignment, resuming its stream if needed; `None`
     /// when the partition is no longer assigned (its rows are not ours to write any more).
-    async fn part(&mut self, p: Partition) -> Result<Option<&mut Part>, SinkError> {
+    async fn part(
+        &mut self,
+        p: Partition,
+        first_offset: i64,
+    ) -> Result<Option<&mut Part>, SinkError> {
         let start = self
+            .starts
             .starts
             .lock()
             .map_err(|_| err(SinkErrorKind::Internal, false, "lock"))?
@@ -116,6 +166,31 @@ impl ExactlyOnceSink {
         let resume = resume_partition(&self.client, &self.table, prior.as_ref())
             .await
             .map_err(|e| err(SinkErrorKind::Unavailable, true, e))?;
+        // Record the new stream before writing to it (see the module docs).
+        let (done, answer) = tokio::sync::oneshot::channel();
+        let registration = Registration {
+            partition: p,
+            epoch,
+            offset: first_offset,
+            metadata: Checkpoint {
+                stream: resume.stream.clone(),
+                next_row: 0,
+                carried: resume.skip_rows,
+            }
+            .to_metadata(),
+            done,
+        };
+        self.starts
+            .registrations
+            .lock()
+            .map_err(|_| err(SinkErrorKind::Internal, false, "lock"))?
+            .push(registration);
+        match answer.await {
+            Ok(Registered::Committed) => {}
+            Ok(Registered::Stale) => return Ok(None),
+            Ok(Registered::Failed(e)) => return Err(err(SinkErrorKind::Unavailable, true, e)),
+            Err(_) => return Err(err(SinkErrorKind::Unavailable, true, "pipeline gone")),
+        }
         tracing::info!(partition = p, stream = %resume.stream, skip_rows = resume.skip_rows, finalized = ?resume.finalized,
             "exactly-once: partition resumed on a new stream");
         let writer = AppendWriter::start_committed(
@@ -179,8 +254,16 @@ impl Sink for ExactlyOnceSink {
     fn write(&mut self, batch: Arc<Batch>) -> WriteFuture<'_> {
         Box::pin(async move {
             let mut report = WriteReport::default();
+            let id = Arc::as_ptr(&batch) as usize;
+            if self.progress.0 != id {
+                self.progress = (id, HashMap::new());
+            }
             for (p, rows, first_offset, last_offset) in by_partition(&batch) {
-                let Some(part) = self.part(p).await? else {
+                if let Some((first, last, m)) = self.progress.1.get(&p) {
+                    report.commit_metadata.push((p, *first, *last, m.clone()));
+                    continue;
+                }
+                let Some(part) = self.part(p, first_offset).await? else {
                     tracing::info!(
                         partition = p,
                         "exactly-once: rows of a revoked partition not written"
@@ -188,11 +271,10 @@ impl Sink for ExactlyOnceSink {
                     continue;
                 };
                 let mut sub = take(&batch.records, &rows)?;
-                if part.skip > 0 {
-                    let k = (part.skip as usize).min(sub.num_rows());
-                    sub = sub.slice(k, sub.num_rows() - k);
-                    part.skip -= k as u64;
-                }
+                // Rows already written (by a previous owner); counted off only once this batch
+                // is acknowledged, since a failed attempt is retried whole.
+                let k = (part.skip as usize).min(sub.num_rows());
+                sub = sub.slice(k, sub.num_rows() - k);
                 if sub.num_rows() > 0 {
                     let pending = part.writer.append(sub).await.map_err(writer_err)?;
                     let outcome = pending.await.map_err(writer_err)?;
@@ -207,14 +289,21 @@ impl Sink for ExactlyOnceSink {
                         part.next_row = r.end;
                     }
                 }
+                part.skip -= k as u64;
                 let cp = Checkpoint {
                     stream: part.stream.clone(),
                     next_row: part.next_row,
+                    carried: part.skip,
                 };
+                let m = cp.to_metadata();
+                self.progress
+                    .1
+                    .insert(p, (first_offset, last_offset, m.clone()));
                 report
                     .commit_metadata
-                    .push((p, first_offset, last_offset, cp.to_metadata()));
+                    .push((p, first_offset, last_offset, m));
             }
+            self.progress = (0, HashMap::new());
             Ok(report)
         })
     }

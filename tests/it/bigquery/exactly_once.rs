@@ -54,6 +54,7 @@ async fn resume_finalizes_fences_the_old_owner_and_skips_rows_already_written() 
     let meta = Checkpoint {
         stream: first.stream.clone(),
         next_row: 20,
+        carried: 0,
     }
     .to_metadata();
     let cp = Checkpoint::from_metadata(&meta).expect("checkpoint");
