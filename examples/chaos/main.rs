@@ -327,17 +327,34 @@ async fn run(args: Args) -> Result<bool, String> {
     let mut journal = String::new();
     let mut problems: Vec<String> = Vec::new();
     let mut replay_window = 0i64;
+    // Everything produced but not committed may be delivered again after a kill or a cut: the
+    // bound on the at_least_once duplicates that fault can cause.
+    let note_window =
+        |journal: &mut String, total: &mut i64, problems: &mut Vec<String>| -> Result<(), String> {
+            let end = ledger.lock().map_err(|_| "ledger")?.end.clone();
+            match audit::committed(&bootstrap, &topic, &group, args.partitions) {
+                Ok(c) => {
+                    let w = end
+                        .iter()
+                        .map(|(p, e)| (e - c.get(p).copied().unwrap_or(0)).max(0))
+                        .sum::<i64>();
+                    *total += w;
+                    let _ = writeln!(journal, "            ({w} produced but not committed)");
+                }
+                Err(e) => problems.push(format!("offsets unreadable at a fault: {e}")),
+            }
+            Ok(())
+        };
+    // Refused rows: at_least_once dead-letters them (the audit finds them in the DLQ);
+    // exactly_once stops the partition's writer and sends them again on a new connection.
     let burst = || {
-        let mut f = vec![Fault::Unavailable, Fault::DropStream];
-        if !exactly_once {
-            // Exactly-once halts a partition on refused rows instead of dead-lettering them.
-            f.push(Fault::RowErrors(vec![0]));
-        }
-        f.extend([
+        vec![
+            Fault::Unavailable,
+            Fault::DropStream,
+            Fault::RowErrors(vec![0]),
             Fault::ForwardThenDrop,
             Fault::InBand(tonic::Code::Unavailable),
-        ]);
-        f
+        ]
     };
     for Step { at, action } in schedule::plan(load_for, settle) {
         while started.elapsed() < at {
@@ -349,20 +366,7 @@ async fn run(args: Args) -> Result<bool, String> {
         println!("chaos: {t:7.1}s  {action:?}");
         match action {
             Action::Kill(i) => {
-                // Everything produced but not committed may be delivered again: the bound on
-                // at_least_once duplicates this kill can cause.
-                let end = ledger.lock().map_err(|_| "ledger")?.end.clone();
-                match audit::committed(&bootstrap, &topic, &group, args.partitions) {
-                    Ok(c) => {
-                        let w = end
-                            .iter()
-                            .map(|(p, e)| (e - c.get(p).copied().unwrap_or(0)).max(0))
-                            .sum::<i64>();
-                        replay_window += w;
-                        let _ = writeln!(journal, "            ({w} produced but not committed)");
-                    }
-                    Err(e) => problems.push(format!("offsets unreadable at a kill: {e}")),
-                }
+                note_window(&mut journal, &mut replay_window, &mut problems)?;
                 fleet.kill(i);
             }
             Action::Start(i) => fleet
@@ -408,7 +412,11 @@ async fn run(args: Args) -> Result<bool, String> {
                 grpc_cut.restore();
                 rest_cut.restore();
             }
-            Action::KafkaDown => broker.cut(),
+            Action::KafkaDown => {
+                // Members expire during the cut: what they hold unacknowledged is replayed.
+                note_window(&mut journal, &mut replay_window, &mut problems)?;
+                broker.cut();
+            }
             Action::KafkaUp => broker.restore(),
         }
     }
@@ -489,7 +497,7 @@ async fn run(args: Args) -> Result<bool, String> {
         &mut out,
         "duplicated",
         format!(
-            "{} (over {kills} kills; uncommitted at those kills: {replay_window})",
+            "{} (over {kills} kills and a Kafka cut; produced but uncommitted at those faults: {replay_window})",
             t.duplicated
         ),
     );
@@ -622,20 +630,9 @@ fn tick(fleet: &mut fleet::Fleet, outage: &mut Outage) {
     }
 }
 
-fn main() -> ExitCode {
-    let args = Args::parse();
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("chaos: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    match rt.block_on(run(args)) {
+#[tokio::main(worker_threads = 2)]
+async fn main() -> ExitCode {
+    match run(Args::parse()).await {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::FAILURE,
         Err(e) => {

@@ -112,6 +112,10 @@ pub struct Batch {
     pub reason: FlushReason,
     /// When the batch's first message arrived (for flush latency).
     pub opened: Option<Instant>,
+    /// Per partition, the assignment epoch the batch's messages were consumed in (set by the
+    /// pipeline when it ships the batch; empty from the batcher). The exactly-once sink does not
+    /// write rows consumed in an earlier assignment of a partition that is ours again.
+    pub epochs: Vec<(i32, u64)>,
 }
 
 impl Batch {
@@ -354,6 +358,7 @@ impl Batcher {
             messages: std::mem::take(&mut self.messages),
             reason,
             opened: self.opened,
+            epochs: Vec::new(),
         };
         self.opened = None;
         self.last_run = 0;

@@ -32,6 +32,26 @@ fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
 
 /// Commits every partition's acknowledged prefix that moved (only `only`, if given). In
 /// exactly-once mode each commit carries the partition's checkpoint as metadata.
+/// [`State::settle`], serving the exactly-once sink's stream registrations meanwhile (the sink
+/// may need one to acknowledge what is being waited for).
+fn settle(
+    st: &mut State,
+    consumer: &BaseConsumer<SourceContext>,
+    deadline: Instant,
+    only: Option<&[Partition]>,
+) -> bool {
+    loop {
+        let step = (Instant::now() + Duration::from_millis(50)).min(deadline);
+        if st.settle(step, only) {
+            return true;
+        }
+        register(st, consumer);
+        if Instant::now() >= deadline {
+            return false;
+        }
+    }
+}
+
 /// Exactly-once: commits the new streams the sink registered, synchronously, before the sink
 /// writes a row into them.
 fn register(st: &mut State, consumer: &BaseConsumer<SourceContext>) {
@@ -263,7 +283,12 @@ impl RebalanceListener for Listener {
         // Ship what is batched, wait (bounded) for the acknowledgements of these partitions,
         // commit what is acknowledged, forget the rest (the next owner re-reads it).
         st.flush(Instant::now());
-        let settled = st.settle(Instant::now() + self.revoke_timeout, Some(partitions));
+        let settled = settle(
+            &mut st,
+            consumer,
+            Instant::now() + self.revoke_timeout,
+            Some(partitions),
+        );
         if !settled {
             tracing::warn!(partitions = ?partitions, "revoke deadline passed with rows unacknowledged; they stay uncommitted");
         }
@@ -393,7 +418,7 @@ pub(crate) fn run(
     let drained = {
         let mut st = lock(&state);
         st.flush(Instant::now());
-        let ok = st.settle(deadline, None);
+        let ok = settle(&mut st, &consumer, deadline, None);
         commit(&mut st, &consumer, None, CommitMode::Sync);
         let t = st.totals;
         tracing::info!(

@@ -285,7 +285,7 @@ impl State {
         }
     }
 
-    fn dispatch(&mut self, batch: Batch, now: Instant) {
+    fn dispatch(&mut self, mut batch: Batch, now: Instant) {
         let id = self.next_id;
         self.next_id += 1;
         metrics::histogram!(names::FLUSH_ROWS, names::REASON => batch.reason.code())
@@ -295,7 +295,7 @@ impl State {
             .increment(std::mem::take(&mut self.counts.messages));
         metrics::counter!(names::BYTES_CONSUMED).increment(std::mem::take(&mut self.counts.bytes));
         metrics::counter!(names::ROWS_DECODED).increment(std::mem::take(&mut self.counts.rows));
-        let offsets = batch
+        let offsets: Vec<(PartitionOffsets, u64)> = batch
             .offsets
             .iter()
             .map(|po| {
@@ -304,6 +304,10 @@ impl State {
                     self.epochs.get(&po.partition).copied().unwrap_or(0),
                 )
             })
+            .collect();
+        batch.epochs = offsets
+            .iter()
+            .map(|(po, e): &(PartitionOffsets, u64)| (po.partition, *e))
             .collect();
         let bytes = batch.bytes;
         self.inflight.insert(id, Inflight { offsets, bytes });

@@ -137,10 +137,12 @@ impl ExactlyOnceSink {
     }
 
     /// The partition's writer for the current assignment, resuming its stream if needed; `None`
-    /// when the partition is no longer assigned (its rows are not ours to write any more).
+    /// when the partition is no longer assigned, or the batch's rows were consumed in an earlier
+    /// assignment (they are not ours to write).
     async fn part(
         &mut self,
         p: Partition,
+        batch_epoch: Option<u64>,
         first_offset: i64,
     ) -> Result<Option<&mut Part>, SinkError> {
         let start = self
@@ -150,6 +152,12 @@ impl ExactlyOnceSink {
             .map_err(|_| err(SinkErrorKind::Internal, false, "lock"))?
             .get(&p)
             .cloned();
+        if let (Some((epoch, _)), Some(b)) = (&start, batch_epoch) {
+            if *epoch != b {
+                // The current assignment replays these messages.
+                return Ok(None);
+            }
+        }
         let Some((epoch, prior)) = start else {
             if let Some(old) = self.parts.remove(&p) {
                 let _ = old.writer.close(std::time::Duration::from_secs(1)).await;
@@ -254,6 +262,11 @@ impl Sink for ExactlyOnceSink {
     fn write(&mut self, batch: Arc<Batch>) -> WriteFuture<'_> {
         Box::pin(async move {
             let mut report = WriteReport::default();
+            let (client, schema, opts) = (
+                self.client.clone(),
+                Arc::clone(&self.schema),
+                self.opts.clone(),
+            );
             let id = Arc::as_ptr(&batch) as usize;
             if self.progress.0 != id {
                 self.progress = (id, HashMap::new());
@@ -263,7 +276,8 @@ impl Sink for ExactlyOnceSink {
                     report.commit_metadata.push((p, *first, *last, m.clone()));
                     continue;
                 }
-                let Some(part) = self.part(p, first_offset).await? else {
+                let epoch = batch.epochs.iter().find(|(q, _)| *q == p).map(|e| e.1);
+                let Some(part) = self.part(p, epoch, first_offset).await? else {
                     tracing::info!(
                         partition = p,
                         "exactly-once: rows of a revoked partition not written"
@@ -276,8 +290,34 @@ impl Sink for ExactlyOnceSink {
                 let k = (part.skip as usize).min(sub.num_rows());
                 sub = sub.slice(k, sub.num_rows() - k);
                 if sub.num_rows() > 0 {
-                    let pending = part.writer.append(sub).await.map_err(writer_err)?;
-                    let outcome = pending.await.map_err(writer_err)?;
+                    let appended = match part.writer.append(sub).await {
+                        Ok(pending) => pending.await,
+                        Err(e) => Err(e),
+                    };
+                    let outcome = match appended {
+                        Ok(o) => o,
+                        Err(e) => {
+                            if !part.writer.is_healthy() {
+                                // Stopped (refused rows, a gap, or fenced by a new owner): the
+                                // retry of this batch starts a new connection on the same
+                                // stream at the same row. Fenced, it fails again until the
+                                // partition is revoked from us.
+                                tracing::warn!(partition = p, error = %e, "exactly-once: writer stopped; reconnecting at row {}", part.next_row);
+                                if let Ok(w) = AppendWriter::start_committed(
+                                    client.clone(),
+                                    part.stream.clone(),
+                                    part.next_row,
+                                    p,
+                                    Arc::clone(&schema),
+                                    opts.clone(),
+                                ) {
+                                    part.writer = w;
+                                    return Err(err(SinkErrorKind::Unavailable, true, e));
+                                }
+                            }
+                            return Err(writer_err(e));
+                        }
+                    };
                     if !outcome.rejected.is_empty() {
                         return Err(err(
                             SinkErrorKind::Rejected,

@@ -130,7 +130,8 @@ impl Proxy {
     }
 
     /// Schedules `faults` for the requests to come, every other one from the next request on
-    /// (so that a retry between two faults can succeed).
+    /// (so that a retry between two faults can succeed). Used by the chaos harness only.
+    #[allow(dead_code)]
     pub(crate) fn inject(&self, faults: impl IntoIterator<Item = Fault>) {
         let next = self.requests() + 1;
         let mut s = self.inner.script.lock().expect("script");
