@@ -365,3 +365,80 @@ async fn exactly_once_survives_sigkill_without_duplicates() {
     assert_eq!(count, 1500, "and none twice, across the SIGKILL");
     drop(cluster);
 }
+
+/// Rows this publisher process has written (its `rows_written_total`), if it answers.
+fn rows_written(port: u16) -> Option<u64> {
+    let (_, body) = crate::runtime::http_get(port, "/metrics")?;
+    body.lines()
+        .filter(|l| l.starts_with("observation_publisher_rows_written_total"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .map(|v| v as u64)
+        .reduce(|a, b| a + b)
+}
+
+/// exactly_once: owners killed after writing to their new stream but before any ordinary
+/// commit (the commit interval is an hour) must not hide that stream from the next owner — the
+/// stream is recorded in the group's commit before its first row. Without that record the
+/// second owner starts from nothing and writes the first owner's rows again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exactly_once_owners_killed_before_their_first_commit_leave_no_duplicates() {
+    use rdkafka::mocking::MockCluster;
+    let _serial = serial().await;
+    let dataset = fresh_name("eo_first");
+    manager()
+        .create_dataset(PROJECT, &dataset)
+        .await
+        .expect("emulator reachable");
+    let cluster = MockCluster::new(1).expect("mock cluster");
+    let topic = unique("eo_first");
+    cluster.create_topic(&topic, 1, 1).expect("topic");
+    let bootstrap = cluster.bootstrap_servers();
+    let all: Vec<(Vec<u8>, bool)> = logs(900, 64, &[], &[])
+        .into_iter()
+        .map(|l| (l, false))
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let run = Run::with(
+        dir.path(),
+        &topic,
+        &dataset,
+        &bootstrap,
+        "delivery: exactly_once\n",
+    );
+    let cfg = std::fs::read_to_string(&run.config)
+        .unwrap()
+        .replace("session_timeout: 2s", "session_timeout: 6s")
+        .replace("max_rows: 400", "max_rows: 100")
+        .replace("commit_interval: 200ms", "commit_interval: 1h");
+    std::fs::write(&run.config, cfg).unwrap();
+    // Three owners in turn, each given 300 new logs; the first two are killed once they have
+    // written everything so far, the third is stopped gracefully (its drain commits).
+    for (i, chunk) in all.chunks(300).enumerate() {
+        tokio::task::block_in_place(|| crate::runtime::produce_at(&bootstrap, &topic, chunk));
+        let child = run.start();
+        let want = 300 * (i as u64 + 1);
+        let port = run.port;
+        let written = tokio::task::spawn_blocking(move || {
+            wait_for(LIMIT, || rows_written(port).is_some_and(|n| n >= want))
+        })
+        .await
+        .unwrap();
+        assert!(written, "owner {i} wrote its rows; logs:\n{}", run.logs());
+        if i < 2 {
+            signal(&child, "-KILL");
+            let _ = { child }.wait();
+        } else {
+            let code = tokio::task::spawn_blocking(move || stop(child))
+                .await
+                .unwrap();
+            assert_eq!(code, Some(0));
+        }
+    }
+    let (count, distinct) = counts_in(&dataset).await;
+    assert_eq!(distinct, 900, "every row landed");
+    assert_eq!(
+        count, 900,
+        "and none twice, across two owners killed before their first commit"
+    );
+    drop(cluster);
+}
