@@ -13,8 +13,10 @@
 //! cut takes its broker down.
 
 mod audit;
+mod broker;
 mod fleet;
 mod load;
+mod report;
 mod schedule;
 mod tcp_proxy;
 
@@ -22,13 +24,13 @@ mod tcp_proxy;
 #[path = "../../tests/it/bigquery/proxy.rs"]
 mod grpc_proxy;
 
+use broker::{free_port, socket, Broker};
 use clap::Parser;
 use grpc_proxy::{Fault, Proxy, Script};
 use observation_publisher::bigquery::table::RestOptions;
 use observation_publisher::bigquery::{TableManager, TableSpec};
 use observation_publisher::config::{Config, Needs};
 use rdkafka::mocking::MockCluster;
-use rdkafka::producer::DefaultProducerContext;
 use schedule::{Action, Step};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -79,89 +81,6 @@ struct Args {
     max_rss_mib: u64,
 }
 
-/// The Kafka side: tansu behind a proxy, or a mock cluster in this process.
-enum Broker {
-    Tansu(TcpProxy),
-    Mock(MockCluster<'static, DefaultProducerContext>),
-}
-
-impl Broker {
-    fn bootstrap(&self) -> String {
-        match self {
-            Broker::Tansu(p) => p.addr.to_string(),
-            Broker::Mock(c) => c.bootstrap_servers(),
-        }
-    }
-
-    async fn create_topics(&self, topics: &[&str], partitions: i32) -> Result<(), String> {
-        match self {
-            Broker::Mock(c) => {
-                for t in topics {
-                    c.create_topic(t, partitions, 1)
-                        .map_err(|e| e.to_string())?;
-                }
-                Ok(())
-            }
-            Broker::Tansu(p) => {
-                use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-                let admin: AdminClient<rdkafka::client::DefaultClientContext> =
-                    rdkafka::ClientConfig::new()
-                        .set("bootstrap.servers", p.addr.to_string())
-                        .create()
-                        .map_err(|e| e.to_string())?;
-                let new: Vec<NewTopic<'_>> = topics
-                    .iter()
-                    .map(|t| NewTopic::new(t, partitions, TopicReplication::Fixed(1)))
-                    .collect();
-                let out = admin
-                    .create_topics(&new, &AdminOptions::new())
-                    .await
-                    .map_err(|e| e.to_string())?;
-                for r in out {
-                    r.map_err(|(t, e)| format!("create topic {t}: {e}"))?;
-                }
-                Ok(())
-            }
-        }
-    }
-
-    fn cut(&self) {
-        match self {
-            Broker::Tansu(p) => p.cut(),
-            Broker::Mock(c) => {
-                let _ = c.broker_down(1);
-            }
-        }
-    }
-
-    fn restore(&self) {
-        match self {
-            Broker::Tansu(p) => p.restore(),
-            Broker::Mock(c) => {
-                let _ = c.broker_up(1);
-            }
-        }
-    }
-}
-
-fn socket(url: &str) -> Result<SocketAddr, String> {
-    let hostport = url
-        .trim_start_matches("http://")
-        .trim_start_matches("https://")
-        .trim_end_matches('/');
-    use std::net::ToSocketAddrs;
-    hostport
-        .to_socket_addrs()
-        .map_err(|e| format!("{url}: {e}"))?
-        .next()
-        .ok_or_else(|| format!("{url}: no address"))
-}
-
-fn free_port() -> Result<u16, String> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
-    Ok(l.local_addr().map_err(|e| e.to_string())?.port())
-}
-
 /// The publishers' configuration: the demo model, this run's topic, group and dataset, BigQuery
 /// through the cuttable proxies, dead letters to `<topic>-dlq`.
 fn publisher_yaml(
@@ -199,19 +118,6 @@ fn publisher_yaml(
     Ok(y)
 }
 
-/// RSS around the sink outage and whether offsets moved during it.
-#[derive(Default)]
-struct Outage {
-    active: bool,
-    started: Option<Instant>,
-    length: Duration,
-    rss_at_start: [u64; 2],
-    rss_max: [u64; 2],
-    offsets_at_snapshot: Option<BTreeMap<i32, i64>>,
-    advanced: Vec<String>,
-}
-
-#[allow(clippy::too_many_lines)]
 async fn run(args: Args) -> Result<bool, String> {
     let exactly_once = args.delivery == "exactly_once";
     let id = format!("{:x}", load::now_micros() / 1000);
@@ -323,7 +229,7 @@ async fn run(args: Args) -> Result<bool, String> {
     let started = Instant::now();
 
     let settle = Duration::from_secs(4);
-    let mut outage = Outage::default();
+    let mut outage = report::Outage::default();
     let mut journal = String::new();
     let mut problems: Vec<String> = Vec::new();
     let mut replay_window = 0i64;
@@ -467,161 +373,28 @@ async fn run(args: Args) -> Result<bool, String> {
     let l = ledger.lock().map_err(|_| "ledger")?;
     let t = audit::tally(&l.valid, &l.malformed, &landed, &dead);
 
-    let kills: u32 = fleet.slots.iter().map(|s| s.kills).sum();
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "chaos {}: {:.1} min of load ({:.0} s to deliver) at {} logs/s, {} partitions, 2 publishers; lag 0 at {:.0} s\n\nfaults (seconds into the load):\n{journal}",
-        args.delivery,
-        args.minutes,
-        produced_for.as_secs_f64(),
-        args.rate,
-        args.partitions,
-        lag_at.as_secs_f64()
-    );
-    let row = |out: &mut String, k: &str, v: String| {
-        let _ = writeln!(out, "  {k:<28} {v}");
+    let summary = report::Summary {
+        delivery: &args.delivery,
+        minutes: args.minutes,
+        rate: args.rate,
+        partitions: args.partitions,
+        produced_for,
+        lag_at,
+        journal: &journal,
+        replay_window,
+        proxy: (faults.requests(), faults.forwarded()),
+        failed_deliveries: l.failed,
+        max_rss_mib: args.max_rss_mib,
+        exactly_once,
     };
-    row(
-        &mut out,
-        "produced",
-        format!(
-            "{} ({} well-formed, {} malformed)",
-            t.produced, t.produced_valid, t.expected_dead_letters
-        ),
-    );
-    row(&mut out, "landed", t.landed.to_string());
-    row(&mut out, "distinct landed", t.distinct_landed.to_string());
-    row(&mut out, "lost", t.lost.to_string());
-    row(
-        &mut out,
-        "duplicated",
-        format!(
-            "{} (over {kills} kills and a Kafka cut; produced but uncommitted at those faults: {replay_window})",
-            t.duplicated
-        ),
-    );
-    row(
-        &mut out,
-        "dead-lettered",
-        format!(
-            "{} (+ {} rows refused by the sink)",
-            t.dead_lettered, t.rows_dead_lettered
-        ),
-    );
-    row(
-        &mut out,
-        "expected dead letters",
-        format!(
-            "{} (missing {}, unexpected {}, unreadable {})",
-            t.expected_dead_letters,
-            t.missing_dead_letters,
-            t.unexpected_dead_letters,
-            dead.unreadable
-        ),
-    );
-    row(
-        &mut out,
-        "landed but never produced",
-        t.unknown_landed.to_string(),
-    );
-    for (i, s) in fleet.slots.iter().enumerate() {
-        row(
-            &mut out,
-            &format!("publisher {}", s.name),
-            format!(
-                "max RSS {:.1} MiB, {} starts ({} restarts), {} SIGKILLs, {} SIGTERMs, {} crashes; outage RSS {:.1} → max {:.1} MiB",
-                mib(s.max_rss_kib),
-                s.starts,
-                s.starts.saturating_sub(1),
-                s.kills,
-                s.stops.len(),
-                s.crashes.len(),
-                mib(outage.rss_at_start[i]),
-                mib(outage.rss_max[i]),
-            ),
-        );
-    }
-    row(
-        &mut out,
-        "sink outage",
-        format!(
-            "{:.0} s, committed offsets {}",
-            outage.length.as_secs_f64(),
-            if outage.advanced.is_empty() {
-                "unchanged".to_string()
-            } else {
-                format!("ADVANCED: {}", outage.advanced.join(", "))
-            }
-        ),
-    );
-    row(
-        &mut out,
-        "gRPC proxy",
-        format!(
-            "{} AppendRows requests, {} forwarded",
-            faults.requests(),
-            faults.forwarded()
-        ),
-    );
-
-    if t.lost > 0 {
-        problems.push(format!("{} rows lost, e.g. {:?}", t.lost, t.lost_sample));
-    }
-    if t.missing_dead_letters > 0 {
-        problems.push(format!(
-            "{} malformed logs missing from the DLQ",
-            t.missing_dead_letters
-        ));
-    }
-    if t.unexpected_dead_letters > 0 || t.unknown_landed > 0 || dead.unreadable > 0 {
-        problems.push("rows or letters nobody produced".into());
-    }
-    if exactly_once && t.duplicated > 0 {
-        problems.push(format!("{} duplicates in exactly_once mode", t.duplicated));
-    }
-    if !outage.advanced.is_empty() {
-        problems.push("offsets advanced while BigQuery was unreachable".into());
-    }
-    if l.failed > 0 {
-        problems.push(format!("{} logs the broker never took", l.failed));
-    }
-    for s in &fleet.slots {
-        if !s.crashes.is_empty() {
-            problems.push(format!(
-                "publisher {} exited on its own: {:?}",
-                s.name, s.crashes
-            ));
-        }
-        if mib(s.max_rss_kib) > args.max_rss_mib as f64 {
-            problems.push(format!(
-                "publisher {} RSS {:.1} MiB > {} MiB",
-                s.name,
-                mib(s.max_rss_kib),
-                args.max_rss_mib
-            ));
-        }
-    }
-    let _ = writeln!(out);
-    if problems.is_empty() {
-        let _ = writeln!(out, "PASS");
-    } else {
-        let _ = writeln!(out, "FAIL:");
-        for p in &problems {
-            let _ = writeln!(out, "  - {p}");
-        }
-    }
+    let out = report::render(&summary, &t, &dead, &fleet, &outage, &mut problems);
     print!("\n{out}");
     let _ = std::fs::write(dir.join("report.txt"), &out);
     Ok(problems.is_empty())
 }
 
-fn mib(kib: u64) -> f64 {
-    kib as f64 / 1024.0
-}
-
 /// Samples the fleet; during the sink outage, keeps the largest RSS.
-fn tick(fleet: &mut fleet::Fleet, outage: &mut Outage) {
+fn tick(fleet: &mut fleet::Fleet, outage: &mut report::Outage) {
     fleet.poll();
     if outage.active {
         for (i, s) in fleet.slots.iter().enumerate() {
