@@ -270,42 +270,87 @@ async fn kafka_to_bigquery_lands_every_valid_row_and_dead_letters_the_rest_acros
     assert_eq!(q.rows[0][1].as_deref(), Some("1196"), "{q:?}");
 }
 
+/// An exactly_once run on librdkafka's mock cluster (it keeps commit metadata; tansu drops it):
+/// a fresh dataset, a topic of `partitions`, `n` generated logs (not produced yet), and a
+/// publisher configuration with batches of `max_rows` and commits every `commit_interval`.
+struct ExactlyOnce {
+    cluster: rdkafka::mocking::MockCluster<'static, rdkafka::producer::DefaultProducerContext>,
+    bootstrap: String,
+    topic: String,
+    dataset: String,
+    all: Vec<(Vec<u8>, bool)>,
+    run: Run,
+    _dir: tempfile::TempDir,
+}
+
+impl ExactlyOnce {
+    async fn new(
+        name: &str,
+        partitions: i32,
+        n: usize,
+        seed: u64,
+        max_rows: usize,
+        commit_interval: &str,
+    ) -> ExactlyOnce {
+        let dataset = fresh_name(name);
+        manager()
+            .create_dataset(PROJECT, &dataset)
+            .await
+            .expect("emulator reachable");
+        let cluster = rdkafka::mocking::MockCluster::new(1).expect("mock cluster");
+        let topic = unique(name);
+        cluster.create_topic(&topic, partitions, 1).expect("topic");
+        let bootstrap = cluster.bootstrap_servers();
+        let all = logs(n, seed, &[], &[])
+            .into_iter()
+            .map(|l| (l, false))
+            .collect();
+        let dir = tempfile::tempdir().unwrap();
+        let run = Run::with(
+            dir.path(),
+            &topic,
+            &dataset,
+            &bootstrap,
+            "delivery: exactly_once\n",
+        );
+        // The mock cluster enforces Kafka's minimum session timeout (6 s).
+        let cfg = std::fs::read_to_string(&run.config)
+            .unwrap()
+            .replace("session_timeout: 2s", "session_timeout: 6s")
+            .replace("max_rows: 400", &format!("max_rows: {max_rows}"))
+            .replace(
+                "commit_interval: 200ms",
+                &format!("commit_interval: {commit_interval}"),
+            );
+        std::fs::write(&run.config, cfg).unwrap();
+        ExactlyOnce {
+            cluster,
+            bootstrap,
+            topic,
+            dataset,
+            all,
+            run,
+            _dir: dir,
+        }
+    }
+}
+
 /// exactly_once on librdkafka's mock cluster (it keeps commit metadata; tansu drops it): a
 /// SIGKILL mid-stream and a restart leave every row exactly once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exactly_once_survives_sigkill_without_duplicates() {
-    use rdkafka::mocking::MockCluster;
     let _serial = serial().await;
-    let dataset = fresh_name("eo");
-    manager()
-        .create_dataset(PROJECT, &dataset)
-        .await
-        .expect("emulator reachable");
-    let cluster = MockCluster::new(1).expect("mock cluster");
-    let topic = unique("eo");
-    cluster.create_topic(&topic, 2, 1).expect("topic");
-    let bootstrap = cluster.bootstrap_servers();
-    let all: Vec<(Vec<u8>, bool)> = logs(1500, 62, &[], &[])
-        .into_iter()
-        .map(|l| (l, false))
-        .collect();
-    let dir = tempfile::tempdir().unwrap();
-    let run = Run::with(
-        dir.path(),
-        &topic,
-        &dataset,
-        &bootstrap,
-        "delivery: exactly_once\n",
-    );
-    // The mock cluster enforces Kafka's minimum session timeout (6 s). Small batches and a slow
-    // commit interval leave rows in BigQuery beyond the last committed checkpoint at the kill,
-    // so the restart must skip exactly those.
-    let cfg = std::fs::read_to_string(&run.config)
-        .unwrap()
-        .replace("session_timeout: 2s", "session_timeout: 6s")
-        .replace("max_rows: 400", "max_rows: 40")
-        .replace("commit_interval: 200ms", "commit_interval: 1s");
-    std::fs::write(&run.config, cfg).unwrap();
+    // Small batches and a slow commit interval leave rows in BigQuery beyond the last
+    // committed checkpoint at the kill, so the restart must skip exactly those.
+    let ExactlyOnce {
+        cluster,
+        bootstrap,
+        topic,
+        dataset,
+        all,
+        run,
+        _dir,
+    } = ExactlyOnce::new("eo", 2, 1500, 62, 40, "1s").await;
     let child = run.start();
     // Produce in small steps so that rows keep arriving across commits.
     let producer = {
@@ -382,35 +427,16 @@ fn rows_written(port: u16) -> Option<u64> {
 /// second owner starts from nothing and writes the first owner's rows again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exactly_once_owners_killed_before_their_first_commit_leave_no_duplicates() {
-    use rdkafka::mocking::MockCluster;
     let _serial = serial().await;
-    let dataset = fresh_name("eo_first");
-    manager()
-        .create_dataset(PROJECT, &dataset)
-        .await
-        .expect("emulator reachable");
-    let cluster = MockCluster::new(1).expect("mock cluster");
-    let topic = unique("eo_first");
-    cluster.create_topic(&topic, 1, 1).expect("topic");
-    let bootstrap = cluster.bootstrap_servers();
-    let all: Vec<(Vec<u8>, bool)> = logs(900, 64, &[], &[])
-        .into_iter()
-        .map(|l| (l, false))
-        .collect();
-    let dir = tempfile::tempdir().unwrap();
-    let run = Run::with(
-        dir.path(),
-        &topic,
-        &dataset,
-        &bootstrap,
-        "delivery: exactly_once\n",
-    );
-    let cfg = std::fs::read_to_string(&run.config)
-        .unwrap()
-        .replace("session_timeout: 2s", "session_timeout: 6s")
-        .replace("max_rows: 400", "max_rows: 100")
-        .replace("commit_interval: 200ms", "commit_interval: 1h");
-    std::fs::write(&run.config, cfg).unwrap();
+    let ExactlyOnce {
+        cluster,
+        bootstrap,
+        topic,
+        dataset,
+        all,
+        run,
+        _dir,
+    } = ExactlyOnce::new("eo_first", 1, 900, 64, 100, "1h").await;
     // Three owners in turn, each given 300 new logs; the first two are killed once they have
     // written everything so far, the third is stopped gracefully (its drain commits).
     for (i, chunk) in all.chunks(300).enumerate() {
