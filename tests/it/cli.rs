@@ -8,6 +8,8 @@ use observation_publisher::decode::reference::batch_cells;
 use observation_publisher::decode::Decoder;
 use observation_publisher::framing::FrameReader;
 use observation_publisher::table::TableLayout;
+use std::path::Path;
+use std::process::Output;
 use std::sync::Arc;
 
 fn gen(dir: &std::path::Path, n: u32, malformed: &str) -> std::path::PathBuf {
@@ -47,20 +49,28 @@ fn decode_file(path: &std::path::Path) -> (Vec<RecordBatch>, usize) {
     (vec![d.finish()], bad)
 }
 
+/// `convert` of `input` into `out` with config/local.yaml, plus `extra` arguments.
+fn convert(input: &Path, out: &Path, extra: &[&str]) -> Output {
+    let cfg = repo_config("local.yaml");
+    let mut args = vec![
+        "convert",
+        "-c",
+        cfg.to_str().unwrap(),
+        "-i",
+        input.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    run(&args)
+}
+
 #[test]
 fn convert_jsonl_reports_bad_logs_and_writes_every_good_row() {
     let dir = tempfile::tempdir().unwrap();
     let input = gen(dir.path(), 500, "0.05");
     let out = dir.path().join("rows.jsonl");
-    let o = run(&[
-        "convert",
-        "-c",
-        repo_config("local.yaml").to_str().unwrap(),
-        "-i",
-        input.to_str().unwrap(),
-        "-o",
-        out.to_str().unwrap(),
-    ]);
+    let o = convert(&input, &out, &[]);
     assert!(
         o.status.success(),
         "bad logs are skipped, not fatal: {}",
@@ -107,16 +117,7 @@ fn convert_jsonl_reports_bad_logs_and_writes_every_good_row() {
         "{ts}"
     );
 
-    let strict = run(&[
-        "convert",
-        "-c",
-        repo_config("local.yaml").to_str().unwrap(),
-        "-i",
-        input.to_str().unwrap(),
-        "-o",
-        out.to_str().unwrap(),
-        "--strict",
-    ]);
+    let strict = convert(&input, &out, &["--strict"]);
     assert_eq!(strict.status.code(), Some(1), "--strict fails on bad logs");
 }
 
@@ -126,20 +127,9 @@ fn parquet_and_arrow_outputs_hold_the_decoded_rows() {
     let input = gen(dir.path(), 300, "0.02");
     let (expected, _) = decode_file(&input);
     let expected = batch_cells(&expected[0]);
-    let cfg = repo_config("local.yaml");
 
     let pq = dir.path().join("rows.parquet");
-    let o = run(&[
-        "convert",
-        "-c",
-        cfg.to_str().unwrap(),
-        "-i",
-        input.to_str().unwrap(),
-        "-f",
-        "parquet",
-        "-o",
-        pq.to_str().unwrap(),
-    ]);
+    let o = convert(&input, &pq, &["-f", "parquet"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
         std::fs::File::open(&pq).unwrap(),
@@ -162,17 +152,7 @@ fn parquet_and_arrow_outputs_hold_the_decoded_rows() {
     assert_eq!(got, expected);
 
     let ipc = dir.path().join("rows.arrow");
-    let o = run(&[
-        "convert",
-        "-c",
-        cfg.to_str().unwrap(),
-        "-i",
-        input.to_str().unwrap(),
-        "-f",
-        "arrow",
-        "-o",
-        ipc.to_str().unwrap(),
-    ]);
+    let o = convert(&input, &ipc, &["-f", "arrow"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let reader =
         arrow_ipc::reader::StreamReader::try_new(std::fs::File::open(&ipc).unwrap(), None).unwrap();
@@ -188,20 +168,11 @@ fn unrecoverable_frames_exit_1_without_allocating_the_claimed_length() {
     let dir = tempfile::tempdir().unwrap();
     let input = gen(dir.path(), 20, "0");
     let mut bytes = std::fs::read(&input).unwrap();
-    let cfg = repo_config("local.yaml");
     // A truncated last frame.
     bytes.truncate(bytes.len() - 10);
     let truncated = dir.path().join("truncated.bin");
     std::fs::write(&truncated, &bytes).unwrap();
-    let o = run(&[
-        "convert",
-        "-c",
-        cfg.to_str().unwrap(),
-        "-i",
-        truncated.to_str().unwrap(),
-        "-o",
-        "/dev/null",
-    ]);
+    let o = convert(&truncated, Path::new("/dev/null"), &[]);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(stderr(&o).contains("unrecoverable input"), "{}", stderr(&o));
     // A length prefix claiming ~4 EiB.
@@ -213,15 +184,7 @@ fn unrecoverable_frames_exit_1_without_allocating_the_claimed_length() {
         ],
     )
     .unwrap();
-    let o = run(&[
-        "convert",
-        "-c",
-        cfg.to_str().unwrap(),
-        "-i",
-        huge.to_str().unwrap(),
-        "-o",
-        "/dev/null",
-    ]);
+    let o = convert(&huge, Path::new("/dev/null"), &[]);
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("declares"), "{}", stderr(&o));
 }
