@@ -151,7 +151,13 @@ fn sigterm_drains_commits_and_exits_0_and_restart_reads_nothing_again() {
     let s = Setup::new(dir.path(), "a", &topic, &unique("g"), "");
     let child = s.start();
     assert!(wait_for(LIMIT, || !s.rows().is_empty()));
-    assert_eq!(stop(child), Some(0), "SIGTERM: drained, exit 0");
+    let code = stop(child);
+    assert_eq!(
+        code,
+        Some(0),
+        "SIGTERM: drained, exit 0; logs:\n{}",
+        s.log_tail()
+    );
     let after_first = s.rows().len() as i64;
     assert_eq!(
         committed_total(&topic, &s.group, 2),
@@ -160,7 +166,8 @@ fn sigterm_drains_commits_and_exits_0_and_restart_reads_nothing_again() {
     );
     let child = s.start();
     assert!(wait_for(LIMIT, || committed_total(&topic, &s.group, 2) == 5000));
-    assert_eq!(stop(child), Some(0));
+    let code = stop(child);
+    assert_eq!(code, Some(0), "second run's exit; logs:\n{}", s.log_tail());
     let rows = s.rows();
     assert_eq!(rows.len(), 5000, "a clean drain leaves no duplicates");
     assert_eq!(distinct(&rows), expected_rows(&logs, 8));

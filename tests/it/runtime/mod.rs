@@ -166,6 +166,24 @@ impl Setup {
             .unwrap()
     }
 
+    /// The last lines of every publisher log of this setup (for failure messages).
+    pub(crate) fn log_tail(&self) -> String {
+        let mut out = String::new();
+        for e in std::fs::read_dir(&self.dir).into_iter().flatten().flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name.starts_with("log-") {
+                let text = std::fs::read_to_string(e.path()).unwrap_or_default();
+                let lines: Vec<&str> = text.lines().collect();
+                out.push_str(&format!("--- {name}\n"));
+                for l in &lines[lines.len().saturating_sub(15)..] {
+                    out.push_str(l);
+                    out.push('\n');
+                }
+            }
+        }
+        out
+    }
+
     /// (session_id, row_id) of every row in the Parquet files.
     pub(crate) fn rows(&self) -> Vec<(String, String)> {
         parquet_rows(&self.dir.join("rows"))
