@@ -30,8 +30,6 @@ fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
     state.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Commits every partition's acknowledged prefix that moved (only `only`, if given). In
-/// exactly-once mode each commit carries the partition's checkpoint as metadata.
 /// [`State::settle`], serving the exactly-once sink's stream registrations meanwhile (the sink
 /// may need one to acknowledge what is being waited for).
 fn settle(
@@ -62,29 +60,45 @@ fn register(st: &mut State, consumer: &BaseConsumer<SourceContext>) {
             continue;
         };
         let mut tpl = TopicPartitionList::new();
-        let answer = match tpl.add_partition_offset(&st.topic, r.partition, Offset::Offset(offset))
-        {
-            Err(e) => Registered::Failed(e.to_string()),
+        let committed = add_offset(
+            &mut tpl,
+            &st.topic,
+            r.partition,
+            offset,
+            Some(r.metadata.clone()),
+        )
+        .and_then(|()| consumer.commit(&tpl, CommitMode::Sync));
+        let answer = match committed {
             Ok(()) => {
-                if let Some(mut e) = tpl.find_partition(&st.topic, r.partition) {
-                    e.set_metadata(r.metadata.clone());
-                }
-                match consumer.commit(&tpl, CommitMode::Sync) {
-                    Ok(()) => {
-                        st.registered(r.partition, offset, r.metadata);
-                        Registered::Committed
-                    }
-                    Err(e) => {
-                        tracing::warn!(partition = r.partition, error = %e, "exactly-once: cannot record a new stream; retried");
-                        Registered::Failed(e.to_string())
-                    }
-                }
+                st.registered(r.partition, offset, r.metadata);
+                Registered::Committed
+            }
+            Err(e) => {
+                tracing::warn!(partition = r.partition, error = %e, "exactly-once: cannot record a new stream; retried");
+                Registered::Failed(e.to_string())
             }
         };
         let _ = r.done.send(answer);
     }
 }
 
+/// Adds `p` at offset `o` to a commit list, with its exactly-once checkpoint if it has one.
+fn add_offset(
+    tpl: &mut TopicPartitionList,
+    topic: &str,
+    p: Partition,
+    o: i64,
+    metadata: Option<String>,
+) -> rdkafka::error::KafkaResult<()> {
+    tpl.add_partition_offset(topic, p, Offset::Offset(o))?;
+    if let (Some(m), Some(mut e)) = (metadata, tpl.find_partition(topic, p)) {
+        e.set_metadata(m);
+    }
+    Ok(())
+}
+
+/// Commits every partition's acknowledged prefix that moved (only `only`, if given). In
+/// exactly-once mode each commit carries the partition's checkpoint as metadata.
 fn commit(
     st: &mut State,
     consumer: &BaseConsumer<SourceContext>,
@@ -110,12 +124,9 @@ fn commit(
         if st.tracker.committed(p).is_some_and(|c| c >= o) {
             continue;
         }
-        if let Err(e) = tpl.add_partition_offset(&st.topic, p, Offset::Offset(o)) {
+        if let Err(e) = add_offset(&mut tpl, &st.topic, p, o, meta) {
             tracing::error!(error = %e, "cannot build the commit list");
             return;
-        }
-        if let (Some(m), Some(mut e)) = (meta, tpl.find_partition(&st.topic, p)) {
-            e.set_metadata(m);
         }
         done.push((p, o));
     }
