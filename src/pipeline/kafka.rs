@@ -55,10 +55,11 @@ fn settle(
 fn register(st: &mut State, consumer: &BaseConsumer<SourceContext>) {
     use crate::sink::exactly_once::Registered;
     for r in st.take_registrations() {
-        let Some(offset) = st.registration_offset(&r) else {
+        if !st.registration_is_current(&r) {
             let _ = r.done.send(Registered::Stale);
             continue;
-        };
+        }
+        let offset = r.offset;
         let mut tpl = TopicPartitionList::new();
         let committed = add_offset(
             &mut tpl,
@@ -160,8 +161,6 @@ pub(crate) struct Listener {
     pub(crate) exactly_once: bool,
     /// Metadata read in `assigning`, applied in `assigned`.
     pub(crate) pending_metadata: Mutex<std::collections::HashMap<Partition, String>>,
-    /// Exactly-once: the committed offsets read with that metadata.
-    pub(crate) pending_offsets: Mutex<std::collections::HashMap<Partition, i64>>,
 }
 
 impl Listener {
@@ -246,15 +245,11 @@ impl RebalanceListener for Listener {
                 q.add_partition(&self.topic, e.partition());
             }
             let mut found = std::collections::HashMap::new();
-            let mut offsets = std::collections::HashMap::new();
             match consumer.committed_offsets(q, Duration::from_secs(10)) {
                 Ok(c) => {
                     for e in c.elements() {
                         if !e.metadata().is_empty() {
                             found.insert(e.partition(), e.metadata().to_string());
-                        }
-                        if let Offset::Offset(o) = e.offset() {
-                            offsets.insert(e.partition(), o);
                         }
                     }
                 }
@@ -265,9 +260,6 @@ impl RebalanceListener for Listener {
             if let Ok(mut m) = self.pending_metadata.lock() {
                 *m = found;
             }
-            if let Ok(mut m) = self.pending_offsets.lock() {
-                *m = offsets;
-            }
         }
     }
 
@@ -277,15 +269,7 @@ impl RebalanceListener for Listener {
             .lock()
             .map(|mut m| std::mem::take(&mut *m))
             .unwrap_or_default();
-        let offsets = self
-            .pending_offsets
-            .lock()
-            .map(|mut m| std::mem::take(&mut *m))
-            .unwrap_or_default();
-        let mut st = lock(&self.state);
-        st.assigned_with(partitions, &meta);
-        st.set_start_offsets(&offsets);
-        drop(st);
+        lock(&self.state).assigned_with(partitions, &meta);
         self.generation.fetch_add(1, Ordering::Relaxed);
     }
 

@@ -356,7 +356,6 @@ pub fn run(cfg: Config, replay: Option<PathBuf>) -> ExitCode {
                 generation: Arc::clone(&generation),
                 exactly_once: starts.is_some(),
                 pending_metadata: Mutex::new(Default::default()),
-                pending_offsets: Mutex::new(Default::default()),
             }));
             let loop_cfg = kafka::KafkaLoop {
                 topic: src.topic.clone(),

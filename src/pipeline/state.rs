@@ -123,8 +123,6 @@ pub(crate) struct State {
     marks: HashMap<Partition, VecDeque<(i64, i64, String)>>,
     /// Exactly-once: the metadata read at assignment, used until a batch of ours lands.
     prior_marks: HashMap<Partition, String>,
-    /// Exactly-once: committed offsets read at assignment (where a new stream is registered).
-    start_offsets: HashMap<Partition, i64>,
     /// Exactly-once: the checkpoints handed to the sink at assignment.
     starts: Option<crate::sink::exactly_once::PartitionStarts>,
     counts: Counts,
@@ -163,7 +161,6 @@ impl State {
             budget,
             marks: HashMap::new(),
             prior_marks: HashMap::new(),
-            start_offsets: HashMap::new(),
             starts: None,
             counts: Counts::default(),
             totals: Totals::default(),
@@ -514,7 +511,6 @@ impl State {
         for p in partitions {
             *self.epochs.entry(*p).or_insert(0) += 1;
             self.marks.remove(p);
-            self.start_offsets.remove(p);
             match checkpoints.get(p) {
                 Some(m) if !m.is_empty() => {
                     self.prior_marks.insert(*p, m.clone());
@@ -538,11 +534,6 @@ impl State {
         }
     }
 
-    /// Exactly-once: the committed offsets read at assignment.
-    pub(crate) fn set_start_offsets(&mut self, offsets: &HashMap<Partition, i64>) {
-        self.start_offsets.extend(offsets);
-    }
-
     /// Exactly-once: new streams the sink wants committed.
     pub(crate) fn take_registrations(&self) -> Vec<crate::sink::exactly_once::Registration> {
         self.starts
@@ -556,24 +547,13 @@ impl State {
             .unwrap_or_default()
     }
 
-    /// Exactly-once: where to commit `r`, or `None` when it is stale (another epoch, or a batch
-    /// that does not start where this assignment started).
-    pub(crate) fn registration_offset(
+    /// Exactly-once: whether `r` was made for the partition's current assignment (batches
+    /// consumed in an earlier one never get this far: the sink checks their epoch).
+    pub(crate) fn registration_is_current(
         &self,
         r: &crate::sink::exactly_once::Registration,
-    ) -> Option<i64> {
-        let p = r.partition;
-        if self.epochs.get(&p).copied().unwrap_or(0) != r.epoch {
-            return None;
-        }
-        let start = self
-            .tracker
-            .committed(p)
-            .or(self.start_offsets.get(&p).copied());
-        match start {
-            Some(o) if o != r.offset => None,
-            _ => Some(r.offset),
-        }
+    ) -> bool {
+        self.epochs.get(&r.partition).copied().unwrap_or(0) == r.epoch
     }
 
     /// Exactly-once: `metadata` was committed at `offset`; later commits that pass no batch
@@ -590,7 +570,6 @@ impl State {
             *self.epochs.entry(*p).or_insert(0) += 1;
             self.marks.remove(p);
             self.prior_marks.remove(p);
-            self.start_offsets.remove(p);
             if let Some(starts) = &self.starts {
                 if let Ok(mut s) = starts.starts.lock() {
                     s.remove(p);

@@ -34,8 +34,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 /// A new stream to record in the group's offset commit before any row goes into it: the
-/// pipeline, which owns the consumer, commits `offset` (the partition's position at assignment)
-/// with `metadata` and answers through `done`.
+/// pipeline, which owns the consumer, commits `offset` (the first offset of the partition's
+/// first batch in this assignment: where it was positioned) with `metadata` and answers through
+/// `done`.
 #[derive(Debug)]
 pub struct Registration {
     /// The partition.
@@ -55,8 +56,7 @@ pub struct Registration {
 pub enum Registered {
     /// Committed: rows may go into the stream.
     Committed,
-    /// The partition is no longer ours in that epoch, or the batch is from before the
-    /// assignment: its rows are not ours to write.
+    /// The partition is no longer ours in that epoch: its rows are not ours to write.
     Stale,
     /// The commit failed (retry later).
     Failed(String),
