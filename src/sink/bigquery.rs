@@ -10,7 +10,7 @@
 
 use super::{RejectedRow, Sink, SinkError, SinkErrorKind, WriteFuture, WriteReport};
 use crate::batch::Batch;
-use crate::bigquery::{self, AppendWriter, TableSpec, WriterError};
+use crate::bigquery::{self, AppendWriter, StorageClient, TableManager, TableSpec, WriterError};
 use crate::config::{BigQuerySink as BigQueryConfig, Config};
 use crate::table::{TableLayout, KAFKA_COLUMNS};
 use arrow_array::{ArrayRef, Int64Array, RecordBatch};
@@ -64,42 +64,76 @@ fn add_kafka_columns(batch: &Batch, schema: &SchemaRef) -> Result<RecordBatch, S
         .map_err(|e| SinkError::new(SinkErrorKind::Encode, false, e.to_string()))
 }
 
+/// The rows of `batch` as written: with the source-position columns appended when the sink
+/// has `kafka_columns` (`kafka_schema`), else as they are.
+pub(crate) fn rows_to_write(
+    batch: &Batch,
+    kafka_schema: Option<&SchemaRef>,
+) -> Result<RecordBatch, SinkError> {
+    match kafka_schema {
+        Some(schema) => add_kafka_columns(batch, schema),
+        None => Ok(batch.records.clone()),
+    }
+}
+
+/// What both BigQuery sinks start from.
+pub(crate) struct Prepared {
+    pub(crate) client: StorageClient,
+    pub(crate) tables: TableManager,
+    pub(crate) spec: TableSpec,
+    /// The schema rows are written with: the layout's, plus the source-position columns with
+    /// `kafka_columns`.
+    pub(crate) schema: SchemaRef,
+    /// `Some(schema)` with `kafka_columns`.
+    pub(crate) kafka_schema: Option<SchemaRef>,
+}
+
+/// Connects and creates or migrates the table (inside a tokio runtime): the start-up shared by
+/// [`BigQueryTableSink`] and the exactly-once sink.
+pub(crate) async fn prepare(cfg: &Config, sink: &BigQueryConfig) -> Result<Prepared, StartError> {
+    let (client, tables) = bigquery::connect(sink)
+        .await
+        .map_err(|e| StartError::Config(e.to_string()))?;
+    let spec = TableSpec::from_config(cfg, sink).map_err(|e| StartError::Config(e.to_string()))?;
+    match tables.ensure_table(&spec).await {
+        Ok(report) => {
+            tracing::info!(table = %spec.table.dotted(), report = ?report, "BigQuery table ready")
+        }
+        Err(e) if e.is_config_error() => return Err(StartError::Config(e.to_string())),
+        Err(e) => return Err(StartError::Unavailable(e.to_string())),
+    }
+    let layout = Arc::clone(&TableLayout::from_config(cfg).arrow);
+    let kafka_schema = sink.kafka_columns.then(|| with_kafka_columns(&layout));
+    Ok(Prepared {
+        client,
+        tables,
+        spec,
+        schema: kafka_schema.clone().unwrap_or(layout),
+        kafka_schema,
+    })
+}
+
 impl BigQueryTableSink {
     /// Connects, creates or migrates the table and starts the writer (inside a tokio runtime).
     pub async fn start(cfg: &Config, sink: &BigQueryConfig) -> Result<Self, StartError> {
-        let (client, tables) = bigquery::connect(sink)
-            .await
-            .map_err(|e| StartError::Config(e.to_string()))?;
-        let spec =
-            TableSpec::from_config(cfg, sink).map_err(|e| StartError::Config(e.to_string()))?;
-        match tables.ensure_table(&spec).await {
-            Ok(report) => {
-                tracing::info!(table = %spec.table.dotted(), report = ?report, "BigQuery table ready")
-            }
-            Err(e) if e.is_config_error() => return Err(StartError::Config(e.to_string())),
-            Err(e) => return Err(StartError::Unavailable(e.to_string())),
-        }
-        let mut schema = Arc::clone(&TableLayout::from_config(cfg).arrow);
-        let kafka_schema = sink.kafka_columns.then(|| with_kafka_columns(&schema));
-        if let Some(k) = &kafka_schema {
-            schema = Arc::clone(k);
-        }
+        let p = prepare(cfg, sink).await?;
         let writer = AppendWriter::start_evolving(
-            client,
-            tables,
-            spec,
-            schema,
+            p.client,
+            p.tables,
+            p.spec,
+            p.schema,
             bigquery::writer_options(sink),
         )
         .map_err(|e| StartError::Config(e.to_string()))?;
         Ok(BigQueryTableSink {
             writer,
-            kafka_schema,
+            kafka_schema: p.kafka_schema,
         })
     }
 }
 
-fn sink_error(e: WriterError) -> SinkError {
+/// A writer error as a sink error (also used by the exactly-once sink).
+pub(crate) fn sink_error(e: WriterError) -> SinkError {
     match e {
         WriterError::Closed => SinkError::new(SinkErrorKind::Unavailable, true, e.to_string()),
         WriterError::SchemaMismatch | WriterError::Encode(_) => {
@@ -118,10 +152,7 @@ impl Sink for BigQueryTableSink {
 
     fn write(&mut self, batch: Arc<Batch>) -> WriteFuture<'_> {
         Box::pin(async move {
-            let records = match &self.kafka_schema {
-                Some(schema) => add_kafka_columns(&batch, schema)?,
-                None => batch.records.clone(),
-            };
+            let records = rows_to_write(&batch, self.kafka_schema.as_ref())?;
             let pending = self.writer.append(records).await.map_err(sink_error)?;
             let outcome = pending.await.map_err(sink_error)?;
             Ok(WriteReport {

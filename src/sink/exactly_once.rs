@@ -22,12 +22,9 @@
 use super::{Sink, SinkError, SinkErrorKind, WriteFuture, WriteReport};
 use crate::batch::Batch;
 use crate::bigquery::exactly_once::{resume_partition, Checkpoint};
-use crate::bigquery::{
-    self, AppendWriter, StorageClient, TableRef, TableSpec, WriterError, WriterOptions,
-};
+use crate::bigquery::{self, AppendWriter, StorageClient, TableRef, WriterOptions};
 use crate::commit::Partition;
 use crate::config::{BigQuerySink as BigQueryConfig, Config};
-use crate::table::TableLayout;
 use arrow_array::{RecordBatch, UInt32Array};
 use arrow_schema::SchemaRef;
 use std::collections::HashMap;
@@ -86,7 +83,10 @@ struct Part {
 pub struct ExactlyOnceSink {
     client: StorageClient,
     table: TableRef,
+    /// The schema rows are written with (with the source-position columns if configured).
     schema: SchemaRef,
+    /// `Some(schema)` with `kafka_columns`.
+    kafka_schema: Option<SchemaRef>,
     opts: WriterOptions,
     starts: PartitionStarts,
     parts: HashMap<Partition, Part>,
@@ -100,13 +100,6 @@ fn err(kind: SinkErrorKind, retryable: bool, e: impl std::fmt::Display) -> SinkE
     SinkError::new(kind, retryable, e.to_string())
 }
 
-fn writer_err(e: WriterError) -> SinkError {
-    match e {
-        WriterError::Closed => err(SinkErrorKind::Unavailable, true, e),
-        other => err(SinkErrorKind::Rejected, false, other),
-    }
-}
-
 impl ExactlyOnceSink {
     /// Connects, creates or migrates the table (inside a tokio runtime).
     pub async fn start(
@@ -114,21 +107,12 @@ impl ExactlyOnceSink {
         sink: &BigQueryConfig,
         starts: PartitionStarts,
     ) -> Result<Self, super::bigquery::StartError> {
-        use super::bigquery::StartError;
-        let (client, tables) = bigquery::connect(sink)
-            .await
-            .map_err(|e| StartError::Config(e.to_string()))?;
-        let spec =
-            TableSpec::from_config(cfg, sink).map_err(|e| StartError::Config(e.to_string()))?;
-        match tables.ensure_table(&spec).await {
-            Ok(_) => {}
-            Err(e) if e.is_config_error() => return Err(StartError::Config(e.to_string())),
-            Err(e) => return Err(StartError::Unavailable(e.to_string())),
-        }
+        let p = super::bigquery::prepare(cfg, sink).await?;
         Ok(ExactlyOnceSink {
-            client,
-            table: spec.table.clone(),
-            schema: Arc::clone(&TableLayout::from_config(cfg).arrow),
+            client: p.client,
+            table: p.spec.table.clone(),
+            schema: p.schema,
+            kafka_schema: p.kafka_schema,
             opts: bigquery::writer_options(sink),
             starts,
             parts: HashMap::new(),
@@ -209,7 +193,7 @@ impl ExactlyOnceSink {
             Arc::clone(&self.schema),
             self.opts.clone(),
         )
-        .map_err(writer_err)?;
+        .map_err(super::bigquery::sink_error)?;
         self.parts.insert(
             p,
             Part {
@@ -267,6 +251,7 @@ impl Sink for ExactlyOnceSink {
                 Arc::clone(&self.schema),
                 self.opts.clone(),
             );
+            let records = super::bigquery::rows_to_write(&batch, self.kafka_schema.as_ref())?;
             let id = Arc::as_ptr(&batch) as usize;
             if self.progress.0 != id {
                 self.progress = (id, HashMap::new());
@@ -284,7 +269,7 @@ impl Sink for ExactlyOnceSink {
                     );
                     continue;
                 };
-                let mut sub = take(&batch.records, &rows)?;
+                let mut sub = take(&records, &rows)?;
                 // Rows already written (by a previous owner); counted off only once this batch
                 // is acknowledged, since a failed attempt is retried whole.
                 let k = (part.skip as usize).min(sub.num_rows());
@@ -315,7 +300,7 @@ impl Sink for ExactlyOnceSink {
                                     return Err(err(SinkErrorKind::Unavailable, true, e));
                                 }
                             }
-                            return Err(writer_err(e));
+                            return Err(super::bigquery::sink_error(e));
                         }
                     };
                     if !outcome.rejected.is_empty() {

@@ -437,6 +437,12 @@ async fn exactly_once_owners_killed_before_their_first_commit_leave_no_duplicate
         run,
         _dir,
     } = ExactlyOnce::new("eo_first", 1, 900, 64, 100, "1h").await;
+    // With the source-position columns: exactly_once writes them too.
+    let cfg = std::fs::read_to_string(&run.config).unwrap().replace(
+        "emulator_compat: true\n",
+        "emulator_compat: true\n    kafka_columns: true\n",
+    );
+    std::fs::write(&run.config, cfg).unwrap();
     // Three owners in turn, each given 300 new logs; the first two are killed once they have
     // written everything so far, the third is stopped gracefully (its drain commits).
     for (i, chunk) in all.chunks(300).enumerate() {
@@ -466,5 +472,17 @@ async fn exactly_once_owners_killed_before_their_first_commit_leave_no_duplicate
         count, 900,
         "and none twice, across two owners killed before their first commit"
     );
+    let q = manager()
+        .query(
+            PROJECT,
+            &format!(
+                "SELECT COUNTIF(_kafka_offset IS NULL), COUNT(DISTINCT _kafka_offset) \
+                 FROM `{PROJECT}.{dataset}.prediction_log_demo_fraud_detector`"
+            ),
+        )
+        .await
+        .unwrap();
+    assert_eq!(q.rows[0][0].as_deref(), Some("0"), "{q:?}");
+    assert_eq!(q.rows[0][1].as_deref(), Some("900"), "{q:?}");
     drop(cluster);
 }
