@@ -302,10 +302,7 @@ impl State {
                 )
             })
             .collect();
-        batch.epochs = offsets
-            .iter()
-            .map(|(po, e): &(PartitionOffsets, u64)| (po.partition, *e))
-            .collect();
+        batch.epochs = offsets.iter().map(|(po, e)| (po.partition, *e)).collect();
         let bytes = batch.bytes;
         self.inflight.insert(id, Inflight { offsets, bytes });
         self.inflight_bytes += bytes;

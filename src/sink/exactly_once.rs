@@ -79,6 +79,34 @@ struct Part {
     next_row: i64,
 }
 
+impl Part {
+    /// After the writer stopped (refused rows, a gap, or fenced by a new owner): a new
+    /// connection on the same stream at the same row, for the retry of the batch. Fenced, it
+    /// fails again until the partition is revoked from us.
+    fn reconnect(
+        &mut self,
+        client: &StorageClient,
+        p: Partition,
+        schema: &SchemaRef,
+        opts: &WriterOptions,
+    ) -> bool {
+        match AppendWriter::start_committed(
+            client.clone(),
+            self.stream.clone(),
+            self.next_row,
+            p,
+            Arc::clone(schema),
+            opts.clone(),
+        ) {
+            Ok(w) => {
+                self.writer = w;
+                true
+            }
+            Err(_) => false,
+        }
+    }
+}
+
 /// Exactly-once writes into the model's table.
 pub struct ExactlyOnceSink {
     client: StorageClient,
@@ -90,10 +118,16 @@ pub struct ExactlyOnceSink {
     opts: WriterOptions,
     starts: PartitionStarts,
     parts: HashMap<Partition, Part>,
-    /// The batch being written (its address) and the partitions of it already written, with
-    /// their checkpoints: a batch that failed part-way is retried whole, and those partitions
-    /// must not be appended twice.
-    progress: (usize, HashMap<Partition, (i64, i64, String)>),
+    progress: Progress,
+}
+
+/// The batch being written and the partitions of it already written, with their checkpoints:
+/// a batch that failed part-way is retried whole, and those partitions must not be appended
+/// twice. (The `Weak` keeps the batch's allocation, so its address cannot be reused by another.)
+#[derive(Default)]
+struct Progress {
+    batch: std::sync::Weak<Batch>,
+    written: HashMap<Partition, (i64, i64, String)>,
 }
 
 fn err(kind: SinkErrorKind, retryable: bool, e: impl std::fmt::Display) -> SinkError {
@@ -116,19 +150,19 @@ impl ExactlyOnceSink {
             opts: bigquery::writer_options(sink),
             starts,
             parts: HashMap::new(),
-            progress: (0, HashMap::new()),
+            progress: Progress::default(),
         })
     }
 
     /// The partition's writer for the current assignment, resuming its stream if needed; `None`
     /// when the partition is no longer assigned, or the batch's rows were consumed in an earlier
     /// assignment (they are not ours to write).
-    async fn part(
+    async fn ensure_part(
         &mut self,
         p: Partition,
         batch_epoch: Option<u64>,
         first_offset: i64,
-    ) -> Result<Option<&mut Part>, SinkError> {
+    ) -> Result<bool, SinkError> {
         let start = self
             .starts
             .starts
@@ -139,17 +173,17 @@ impl ExactlyOnceSink {
         if let (Some((epoch, _)), Some(b)) = (&start, batch_epoch) {
             if *epoch != b {
                 // The current assignment replays these messages.
-                return Ok(None);
+                return Ok(false);
             }
         }
         let Some((epoch, prior)) = start else {
             if let Some(old) = self.parts.remove(&p) {
                 let _ = old.writer.close(std::time::Duration::from_secs(1)).await;
             }
-            return Ok(None);
+            return Ok(false);
         };
         if self.parts.get(&p).is_some_and(|x| x.epoch == epoch) {
-            return Ok(self.parts.get_mut(&p));
+            return Ok(true);
         }
         if let Some(old) = self.parts.remove(&p) {
             // Revoked since: the next owner (maybe us again) finalizes its stream.
@@ -179,7 +213,7 @@ impl ExactlyOnceSink {
             .push(registration);
         match answer.await {
             Ok(Registered::Committed) => {}
-            Ok(Registered::Stale) => return Ok(None),
+            Ok(Registered::Stale) => return Ok(false),
             Ok(Registered::Failed(e)) => return Err(err(SinkErrorKind::Unavailable, true, e)),
             Err(_) => return Err(err(SinkErrorKind::Unavailable, true, "pipeline gone")),
         }
@@ -204,7 +238,64 @@ impl ExactlyOnceSink {
                 next_row: 0,
             },
         );
-        Ok(self.parts.get_mut(&p))
+        Ok(true)
+    }
+
+    /// Appends `p`'s rows of the batch (`rows` of `records`) to its stream and returns the
+    /// checkpoint that goes with the batch's last offset of `p`.
+    async fn write_partition(
+        &mut self,
+        p: Partition,
+        records: &RecordBatch,
+        rows: &[u32],
+    ) -> Result<Checkpoint, SinkError> {
+        let ExactlyOnceSink {
+            parts,
+            client,
+            schema,
+            opts,
+            ..
+        } = self;
+        let part = parts
+            .get_mut(&p)
+            .ok_or_else(|| err(SinkErrorKind::Internal, false, "partition not started"))?;
+        let mut sub = take(records, rows)?;
+        // Rows already written (by a previous owner); counted off only once this batch is
+        // acknowledged, since a failed attempt is retried whole.
+        let k = (part.skip as usize).min(sub.num_rows());
+        sub = sub.slice(k, sub.num_rows() - k);
+        if sub.num_rows() > 0 {
+            let appended = match part.writer.append(sub).await {
+                Ok(pending) => pending.await,
+                Err(e) => Err(e),
+            };
+            let outcome = match appended {
+                Ok(o) => o,
+                Err(e) => {
+                    if !part.writer.is_healthy() && part.reconnect(client, p, schema, opts) {
+                        tracing::warn!(partition = p, error = %e, "exactly-once: writer stopped; reconnected at row {}", part.next_row);
+                        return Err(err(SinkErrorKind::Unavailable, true, e));
+                    }
+                    return Err(super::bigquery::sink_error(e));
+                }
+            };
+            if !outcome.rejected.is_empty() {
+                return Err(err(
+                    SinkErrorKind::Rejected,
+                    false,
+                    "rows refused on a committed stream",
+                ));
+            }
+            if let Some(r) = outcome.stream_offsets {
+                part.next_row = r.end;
+            }
+        }
+        part.skip -= k as u64;
+        Ok(Checkpoint {
+            stream: part.stream.clone(),
+            next_row: part.next_row,
+            carried: part.skip,
+        })
     }
 }
 
@@ -245,90 +336,39 @@ impl Sink for ExactlyOnceSink {
 
     fn write(&mut self, batch: Arc<Batch>) -> WriteFuture<'_> {
         Box::pin(async move {
-            let mut report = WriteReport::default();
-            let (client, schema, opts) = (
-                self.client.clone(),
-                Arc::clone(&self.schema),
-                self.opts.clone(),
-            );
             let records = super::bigquery::rows_to_write(&batch, self.kafka_schema.as_ref())?;
-            let id = Arc::as_ptr(&batch) as usize;
-            if self.progress.0 != id {
-                self.progress = (id, HashMap::new());
+            if !std::ptr::eq(self.progress.batch.as_ptr(), Arc::as_ptr(&batch)) {
+                self.progress = Progress {
+                    batch: Arc::downgrade(&batch),
+                    written: HashMap::new(),
+                };
             }
+            let mut report = WriteReport::default();
             for (p, rows, first_offset, last_offset) in by_partition(&batch) {
-                if let Some((first, last, m)) = self.progress.1.get(&p) {
+                if let Some((first, last, m)) = self.progress.written.get(&p) {
                     report.commit_metadata.push((p, *first, *last, m.clone()));
                     continue;
                 }
                 let epoch = batch.epochs.iter().find(|(q, _)| *q == p).map(|e| e.1);
-                let Some(part) = self.part(p, epoch, first_offset).await? else {
+                if !self.ensure_part(p, epoch, first_offset).await? {
                     tracing::info!(
                         partition = p,
                         "exactly-once: rows of a revoked partition not written"
                     );
                     continue;
-                };
-                let mut sub = take(&records, &rows)?;
-                // Rows already written (by a previous owner); counted off only once this batch
-                // is acknowledged, since a failed attempt is retried whole.
-                let k = (part.skip as usize).min(sub.num_rows());
-                sub = sub.slice(k, sub.num_rows() - k);
-                if sub.num_rows() > 0 {
-                    let appended = match part.writer.append(sub).await {
-                        Ok(pending) => pending.await,
-                        Err(e) => Err(e),
-                    };
-                    let outcome = match appended {
-                        Ok(o) => o,
-                        Err(e) => {
-                            if !part.writer.is_healthy() {
-                                // Stopped (refused rows, a gap, or fenced by a new owner): the
-                                // retry of this batch starts a new connection on the same
-                                // stream at the same row. Fenced, it fails again until the
-                                // partition is revoked from us.
-                                tracing::warn!(partition = p, error = %e, "exactly-once: writer stopped; reconnecting at row {}", part.next_row);
-                                if let Ok(w) = AppendWriter::start_committed(
-                                    client.clone(),
-                                    part.stream.clone(),
-                                    part.next_row,
-                                    p,
-                                    Arc::clone(&schema),
-                                    opts.clone(),
-                                ) {
-                                    part.writer = w;
-                                    return Err(err(SinkErrorKind::Unavailable, true, e));
-                                }
-                            }
-                            return Err(super::bigquery::sink_error(e));
-                        }
-                    };
-                    if !outcome.rejected.is_empty() {
-                        return Err(err(
-                            SinkErrorKind::Rejected,
-                            false,
-                            "rows refused on a committed stream",
-                        ));
-                    }
-                    if let Some(r) = outcome.stream_offsets {
-                        part.next_row = r.end;
-                    }
                 }
-                part.skip -= k as u64;
-                let cp = Checkpoint {
-                    stream: part.stream.clone(),
-                    next_row: part.next_row,
-                    carried: part.skip,
-                };
-                let m = cp.to_metadata();
+                let m = self
+                    .write_partition(p, &records, &rows)
+                    .await?
+                    .to_metadata();
                 self.progress
-                    .1
+                    .written
                     .insert(p, (first_offset, last_offset, m.clone()));
                 report
                     .commit_metadata
                     .push((p, first_offset, last_offset, m));
             }
-            self.progress = (0, HashMap::new());
+            self.progress = Progress::default();
             Ok(report)
         })
     }
