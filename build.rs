@@ -1,11 +1,14 @@
-//! Generates the prost types for `proto/caraml/upi/v1/*.proto` (needs `protoc`, or `$PROTOC`).
-fn main() -> std::io::Result<()> {
+//! Generates the prost types for `proto/caraml/upi/v1/*.proto`. The files are parsed by `protox`
+//! (a protobuf compiler written in Rust), so building needs no `protoc` binary.
+fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed=proto");
-    prost_build::Config::new().compile_protos(
-        &[
+    let descriptors = protox::compile(
+        [
             "proto/caraml/upi/v1/prediction_log.proto",
             "proto/caraml/upi/v1/table.proto",
         ],
-        &["proto"],
-    )
+        ["proto"],
+    )?;
+    prost_build::Config::new().compile_fds(descriptors)?;
+    Ok(())
 }
