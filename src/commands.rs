@@ -9,11 +9,13 @@ use crate::decode::Decoder;
 use crate::framing::{write_frame, FrameReader};
 use crate::gen::{GenOptions, Generator};
 use crate::output::{ArrowStreamWriter, BatchWriter, JsonlWriter, ParquetFileWriter};
+use crate::stdout::Watched;
 use crate::table::{bigquery_table_resource, TableLayout};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::fs::File;
 use std::io::{BufRead, BufReader, BufWriter, IsTerminal, Write};
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 /// Exit code: invalid usage or configuration.
@@ -51,17 +53,14 @@ pub fn schema(a: ConfigOnlyArgs) -> ExitCode {
     let layout = TableLayout::from_config(&cfg);
     let sink = cfg.bigquery().expect("validated: one BIGQUERY sink");
     let doc = bigquery_table_resource(&layout, &cfg.project, &cfg.model_id, sink);
-    println!("{}", serde_json::to_string_pretty(&doc).expect("json"));
-    ExitCode::SUCCESS
+    let json = serde_json::to_string_pretty(&doc).expect("json");
+    crate::stdout::print("schema", &format!("{json}\n"))
 }
 
 /// `check-config`: validates for `run` and prints the resolved configuration, secrets redacted.
 pub fn check_config(a: ConfigOnlyArgs) -> ExitCode {
     match load_config(&a.cfg, Needs::RUN) {
-        Ok(c) => {
-            print!("{}", c.to_redacted_yaml());
-            ExitCode::SUCCESS
-        }
+        Ok(c) => crate::stdout::print("check-config", &c.to_redacted_yaml()),
         Err(code) => code,
     }
 }
@@ -84,18 +83,16 @@ fn open_input(path: &str) -> std::io::Result<(Box<dyn BufRead>, Option<u64>)> {
     }
 }
 
-fn open_output(path: &str) -> std::io::Result<Box<dyn Write + Send>> {
-    if path == "-" {
-        Ok(Box::new(BufWriter::with_capacity(
-            1 << 18,
-            std::io::stdout(),
-        )))
+/// The output stream (`-` is stdout) and a flag that turns true if its reader closed the pipe.
+fn open_output(path: &str) -> std::io::Result<(Box<dyn Write + Send>, Arc<AtomicBool>)> {
+    let (out, gone) = if path == "-" {
+        let (w, gone) = Watched::new(std::io::stdout());
+        (Box::new(w) as Box<dyn Write + Send>, gone)
     } else {
-        Ok(Box::new(BufWriter::with_capacity(
-            1 << 18,
-            File::create(path)?,
-        )))
-    }
+        let (w, gone) = Watched::new(File::create(path)?);
+        (Box::new(w) as Box<dyn Write + Send>, gone)
+    };
+    Ok((Box::new(BufWriter::with_capacity(1 << 18, out)), gone))
 }
 
 /// A progress bar on stderr when it is a terminal (hidden otherwise).
@@ -134,7 +131,7 @@ pub fn convert(a: ConvertArgs) -> ExitCode {
             return ExitCode::from(EXIT_FAILURE);
         }
     };
-    let out = match open_output(&a.output) {
+    let (out, reader_gone) = match open_output(&a.output) {
         Ok(o) => o,
         Err(e) => {
             eprintln!("convert: cannot create {}: {e}", a.output);
@@ -198,6 +195,10 @@ pub fn convert(a: ConvertArgs) -> ExitCode {
     if let Err(e) = result {
         failure.get_or_insert(format!("write error: {e}"));
     }
+    if failure.is_some() && reader_gone.load(Ordering::Relaxed) {
+        // `convert … | head`: the reader has what it wanted; end quietly, as standard tools do.
+        return ExitCode::SUCCESS;
+    }
     eprintln!("convert: {logs} logs read, {rows} rows written, {bad} bad logs skipped");
     if let Some(f) = failure {
         eprintln!("convert: {f}");
@@ -236,7 +237,7 @@ pub fn gen(a: GenArgs) -> ExitCode {
             }
         }
     };
-    let mut out = match open_output(&a.output) {
+    let (mut out, _) = match open_output(&a.output) {
         Ok(o) => o,
         Err(e) => {
             eprintln!("gen: cannot create {}: {e}", a.output);
@@ -263,8 +264,7 @@ pub fn gen(a: GenArgs) -> ExitCode {
         let log = g.next_log();
         malformed += u64::from(log.malformed);
         if let Err(e) = write_frame(&mut out, &log.bytes) {
-            eprintln!("gen: write error: {e}");
-            return ExitCode::from(EXIT_FAILURE);
+            return crate::stdout::exit_code("gen", &Err(e));
         }
         if i % 4096 == 0 {
             pb.set_position(i);
@@ -272,8 +272,7 @@ pub fn gen(a: GenArgs) -> ExitCode {
     }
     pb.finish_and_clear();
     if let Err(e) = out.flush() {
-        eprintln!("gen: write error: {e}");
-        return ExitCode::from(EXIT_FAILURE);
+        return crate::stdout::exit_code("gen", &Err(e));
     }
     eprintln!("gen: {} logs written ({malformed} malformed)", a.count);
     ExitCode::SUCCESS

@@ -15,6 +15,7 @@
 //! - [`table`]: the table layout (columns, Arrow schema, BigQuery table resource).
 //! - [`framing`]: length-delimited streams of logs (files, stdin, dead letters, replay).
 //! - [`output`]: writers for jsonl, Arrow IPC and Parquet.
+//! - [`stdout`]: standard output as standard tools treat it (a closed pipe ends quietly).
 //! - [`gen`]: synthetic logs for tests, benches and the demo.
 //! - [`commands`]: the offline commands (`convert`, `gen`, `schema`, `check-config`).
 //! - [`batch`]: the batcher: decoder + flush policy (rows, bytes, linger) + source coordinates.
@@ -47,5 +48,6 @@ pub mod server;
 pub mod shutdown;
 pub mod sink;
 pub mod source;
+pub mod stdout;
 pub mod table;
 pub mod telemetry;

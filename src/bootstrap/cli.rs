@@ -6,7 +6,7 @@
 
 use super::apply::{apply, ApplyOptions};
 use super::delete::{delete, DrainOptions};
-use super::error::{BootstrapError, EXIT_FAILED, EXIT_OK, EXIT_USAGE};
+use super::error::{BootstrapError, EXIT_FAILED, EXIT_USAGE};
 use super::kafka::partition_count_async;
 use super::manifest::{build, render_yaml};
 use super::spec::Spec;
@@ -169,10 +169,7 @@ pub async fn execute(args: BootstrapArgs) -> ExitCode {
     if let BootstrapCommand::Apply(a) = &args.command {
         if a.dry_run {
             return match render_yaml(&build(&spec), a.show_secrets) {
-                Ok(yaml) => {
-                    print!("{yaml}");
-                    ExitCode::from(EXIT_OK)
-                }
+                Ok(yaml) => crate::stdout::print("bootstrap", &yaml),
                 Err(e) => {
                     eprintln!("error: cannot render the manifests: {e}");
                     ExitCode::from(EXIT_FAILED)
@@ -198,7 +195,11 @@ pub async fn execute(args: BootstrapArgs) -> ExitCode {
             .await
             {
                 Ok(outcome) => {
-                    println!("{outcome}");
+                    if crate::stdout::print("bootstrap", &format!("{outcome}\n"))
+                        != ExitCode::SUCCESS
+                    {
+                        return ExitCode::from(EXIT_FAILED);
+                    }
                     ExitCode::from(outcome.exit_code())
                 }
                 Err(e) => fail(&e),
@@ -211,13 +212,14 @@ pub async fn execute(args: BootstrapArgs) -> ExitCode {
             });
             match delete(&client, &spec, drain).await {
                 Ok(r) => {
+                    let mut text = String::new();
                     for d in &r.deleted {
-                        println!("deleted {d}");
+                        text.push_str(&format!("deleted {d}\n"));
                     }
                     for d in &r.already_gone {
-                        println!("already gone {d}");
+                        text.push_str(&format!("already gone {d}\n"));
                     }
-                    ExitCode::from(EXIT_OK)
+                    crate::stdout::print("bootstrap", &text)
                 }
                 Err(e) => fail(&e),
             }
@@ -225,10 +227,7 @@ pub async fn execute(args: BootstrapArgs) -> ExitCode {
         BootstrapCommand::Status(_) => {
             match status(&client, &spec, Some(KAFKA_LOOKUP_TIMEOUT)).await {
                 Ok(r) => match serde_json::to_string_pretty(&r) {
-                    Ok(json) => {
-                        println!("{json}");
-                        ExitCode::from(EXIT_OK)
-                    }
+                    Ok(json) => crate::stdout::print("bootstrap", &format!("{json}\n")),
                     Err(e) => {
                         eprintln!("error: cannot encode the status: {e}");
                         ExitCode::from(EXIT_FAILED)

@@ -73,8 +73,8 @@ pub(crate) fn run(
     st.flush_dead_letters(Duration::from_secs(10));
     let secs = started.elapsed().as_secs_f64();
     let t = st.totals;
-    println!(
-        "{}",
+    let summary = format!(
+        "{}\n",
         serde_json::json!({
             "logs": t.messages, "rows": t.rows, "dead_letters": t.dead_letters,
             "seconds": (secs * 1000.0).round() / 1000.0,
@@ -82,5 +82,5 @@ pub(crate) fn run(
             "complete": ok,
         })
     );
-    ok
+    ok && crate::stdout::print("run", &summary) == std::process::ExitCode::SUCCESS
 }

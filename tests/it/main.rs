@@ -3,7 +3,9 @@
 //! server over real HTTP.
 
 mod bigquery;
+mod binary;
 mod bootstrap;
 mod cli;
+mod closed_stdout;
 mod common;
 mod runtime;
