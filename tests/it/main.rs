@@ -8,4 +8,5 @@ mod bootstrap;
 mod cli;
 mod closed_stdout;
 mod common;
+mod image;
 mod runtime;
