@@ -23,7 +23,7 @@
 //!   dead-lettering), at one entry per message, not per row.
 //!
 //! Rebalance: rows cannot be taken out of a batch per partition. On a revoke the runtime may
-//! still write the current batch; the tracker ignores acknowledgements for revoked partitions,
+//! still write the current batch; the ledger ignores acknowledgements for revoked partitions,
 //! so those rows are at worst written twice (at-least-once), never committed by us.
 
 #[cfg(test)]
@@ -122,6 +122,14 @@ impl Batch {
     /// Number of rows.
     pub fn rows(&self) -> usize {
         self.records.num_rows()
+    }
+
+    /// The assignment epoch `partition`'s messages in this batch were consumed in (0 if unset).
+    pub fn epoch_of(&self, partition: Partition) -> u64 {
+        self.epochs
+            .iter()
+            .find(|(p, _)| *p == partition)
+            .map_or(0, |e| e.1)
     }
 
     /// The `(partition, offset)` a row came from, or `None` past the last row.

@@ -6,8 +6,9 @@
 //! offset is only ever committable when it and every registered offset before it has been
 //! acknowledged, so a commit never skips a row that is not durable somewhere.
 //!
-//! [`OffsetTracker`] is pure (no I/O, no clocks); the committer task that drives it and talks to
-//! the consumer lives in the runtime.
+//! [`OffsetTracker`] is pure (no I/O, no clocks). The pipeline's ledger (`pipeline/ledger.rs`)
+//! wraps it with everything else a commit depends on (batches in flight, dead letters, epochs,
+//! exactly-once checkpoints); the poll loop carries the ledger's answers to the broker.
 
 mod tracker;
 

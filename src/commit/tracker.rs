@@ -200,6 +200,14 @@ impl OffsetTracker {
         self.parts.get(&partition).and_then(|s| s.committable)
     }
 
+    /// The lowest registered offset of `partition` not acknowledged yet: no commit may pass it.
+    pub fn frontier(&self, partition: Partition) -> Option<i64> {
+        self.parts
+            .get(&partition)
+            .and_then(|s| s.window.front())
+            .map(|e| e.offset)
+    }
+
     /// The offset last recorded with [`mark_committed`](Self::mark_committed).
     pub fn committed(&self, partition: Partition) -> Option<i64> {
         self.parts.get(&partition).and_then(|s| s.committed)

@@ -99,6 +99,7 @@ fn writer_loop(
                     on(Outcome::Written {
                         partition: l.partition,
                         offset: l.offset,
+                        epoch: l.epoch,
                     });
                 }
             }
@@ -170,6 +171,7 @@ mod tests {
                 topic: "t".into(),
                 partition: 1,
                 offset: 10 + i,
+                epoch: 0,
                 key: None,
                 payload: vec![i as u8; 5],
                 kind: Kind::Decode,

@@ -27,6 +27,7 @@ impl ProducerContext for DlqContext {
             Ok(_) => (self.on_outcome)(Outcome::Written {
                 partition: letter.partition,
                 offset: letter.offset,
+                epoch: letter.epoch,
             }),
             Err((e, _)) => (self.on_outcome)(Outcome::Failed {
                 error: e.to_string(),

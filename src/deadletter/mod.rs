@@ -44,6 +44,9 @@ pub struct DeadLetter {
     pub partition: i32,
     /// Source offset.
     pub offset: i64,
+    /// The assignment epoch of the partition when the letter was made (see
+    /// `pipeline::ledger`): a letter from an earlier assignment holds no offset of the current one.
+    pub epoch: u64,
     /// Original key, if any.
     pub key: Option<Vec<u8>>,
     /// Original bytes (or, for a row, the row as JSON).
@@ -65,6 +68,8 @@ pub enum Outcome {
         partition: i32,
         /// Source offset.
         offset: i64,
+        /// The letter's assignment epoch.
+        epoch: u64,
     },
     /// Not written (retryable): the caller must send it again; nothing past it is committed.
     Failed {

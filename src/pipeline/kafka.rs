@@ -50,16 +50,15 @@ fn settle(
     }
 }
 
-/// Exactly-once: commits the new streams the sink registered, synchronously, before the sink
-/// writes a row into them.
+/// Exactly-once: records the new streams the sink opened in the group's commit, synchronously,
+/// before the sink writes a row into them, where the ledger says.
 fn register(st: &mut State, consumer: &BaseConsumer<SourceContext>) {
     use crate::sink::exactly_once::Registered;
     for r in st.take_registrations() {
-        if !st.registration_is_current(&r) {
+        let Some(offset) = st.ledger.stream_opened(r.partition, r.epoch, r.offset) else {
             let _ = r.done.send(Registered::Stale);
             continue;
-        }
-        let offset = r.offset;
+        };
         let mut tpl = TopicPartitionList::new();
         let committed = add_offset(
             &mut tpl,
@@ -71,7 +70,7 @@ fn register(st: &mut State, consumer: &BaseConsumer<SourceContext>) {
         .and_then(|()| consumer.commit(&tpl, CommitMode::Sync));
         let answer = match committed {
             Ok(()) => {
-                st.registered(r.partition, offset, r.metadata);
+                st.ledger.stream_recorded(r.partition, offset, r.metadata);
                 Registered::Committed
             }
             Err(e) => {
@@ -98,46 +97,34 @@ fn add_offset(
     Ok(())
 }
 
-/// Commits every partition's acknowledged prefix that moved (only `only`, if given). In
-/// exactly-once mode each commit carries the partition's checkpoint as metadata.
+/// Commits what the ledger says may be committed (only `only`'s partitions, if given).
 fn commit(
     st: &mut State,
     consumer: &BaseConsumer<SourceContext>,
     only: Option<&[Partition]>,
     mode: CommitMode,
 ) {
-    let items: Vec<(Partition, i64)> = st
-        .tracker
-        .to_commit()
-        .filter(|(p, _)| only.is_none_or(|o| o.contains(p)))
-        .collect();
-    if items.is_empty() {
+    let points = st.ledger.commit_points(only);
+    if points.is_empty() {
         return;
     }
     let mut tpl = TopicPartitionList::new();
-    let mut done = Vec::new();
-    for (p, o) in items {
-        let (o, meta) = if st.exactly_once() {
-            st.commit_point(p, o)
-        } else {
-            (o, None)
-        };
-        if st.tracker.committed(p).is_some_and(|c| c >= o) {
-            continue;
-        }
-        if let Err(e) = add_offset(&mut tpl, &st.topic, p, o, meta) {
+    for p in &points {
+        if let Err(e) = add_offset(
+            &mut tpl,
+            &st.topic,
+            p.partition,
+            p.offset,
+            p.metadata.clone(),
+        ) {
             tracing::error!(error = %e, "cannot build the commit list");
             return;
         }
-        done.push((p, o));
-    }
-    if done.is_empty() {
-        return;
     }
     match consumer.commit(&tpl, mode) {
         Ok(()) => {
-            for (p, o) in done {
-                st.tracker.mark_committed(p, o);
+            for p in &points {
+                st.ledger.committed(p);
             }
             metrics::counter!(names::COMMITS).increment(1);
         }

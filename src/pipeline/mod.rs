@@ -4,11 +4,12 @@
 //! pipeline thread:  Kafka poll ─▶ decode into the batcher ─▶ batch ──(bounded channel)──▶ sink task
 //!                        ▲            │ rejected                                        │ all sinks ok
 //!                        │            ▼                                                 ▼
-//!                  commit acked ◀─ tracker ◀──── dead-letter acks ◀── DLQ target   Event::Acked
+//!                  commit acked ◀─ ledger ◀───── dead-letter acks ◀── DLQ target   Event::Acked
 //! tokio:            sink task, HTTP (/metrics /healthz /readyz), signals, metrics upkeep
 //! ```
 //!
-//! The consumer, the decoder, the batcher and the offset tracker live on one thread: decoding
+//! The consumer, the decoder, the batcher and the ledger (`ledger.rs`: every commit decision)
+//! live on one thread: decoding
 //! reads librdkafka's buffer in place (no copy, no per-message channel hop), and the rebalance
 //! callback, which librdkafka runs inside `poll` on that same thread, sees a consistent state.
 //! Batches cross to the sink task over a bounded channel; acknowledgements come back over a
@@ -24,6 +25,7 @@
 //! dead-letter target, commit, leave the group, exit 0, all within `consumer.drain_timeout`.
 
 mod kafka;
+mod ledger;
 mod replay;
 mod sinks;
 mod state;
@@ -203,6 +205,13 @@ pub fn run(cfg: Config, replay: Option<PathBuf>) -> ExitCode {
     }
     let (sink_tx, sink_rx) = tokio::sync::mpsc::channel(2);
     let (ev_tx, ev_rx) = mpsc::channel::<Event>();
+    if let Some(st) = &starts {
+        // Exactly-once: new streams come to the pipeline as events on its channel.
+        let tx = ev_tx.clone();
+        let _ = st
+            .registrar
+            .set(Box::new(move |r| tx.send(Event::Register(r)).is_ok()));
+    }
     let labels = sinks::ModelLabels {
         model_id: cfg.model_id.clone(),
         model_version: cfg.model_version.clone(),
@@ -277,7 +286,7 @@ pub fn run(cfg: Config, replay: Option<PathBuf>) -> ExitCode {
 
     let layout = Arc::new(TableLayout::from_config(&cfg));
     let batcher = Batcher::new(layout, cfg.batching.clone());
-    let mut state = State::new(
+    let state = State::new(
         topic.clone(),
         batcher,
         Arc::clone(&health),
@@ -285,10 +294,8 @@ pub fn run(cfg: Config, replay: Option<PathBuf>) -> ExitCode {
         sink_tx,
         dlq,
         cfg.batching.max_inflight_bytes,
+        starts.clone(),
     );
-    if let Some(st) = &starts {
-        state.set_starts(Arc::clone(st));
-    }
     let state = Arc::new(Mutex::new(state));
 
     let drained = match replay {

@@ -44,7 +44,7 @@ pub(crate) async fn run(
         () = hard_stop.cancelled() => None,
     } {
         let mut dead = Vec::new();
-        let mut metadata = Vec::new();
+        let mut checkpoints = Vec::new();
         for sink in sinks.iter_mut() {
             let name = sink.name();
             loop {
@@ -64,7 +64,7 @@ pub(crate) async fn run(
                         let written = job.batch.rows().saturating_sub(report.rejected.len());
                         metrics::counter!(names::ROWS_WRITTEN, names::SINK => name)
                             .increment(written as u64);
-                        metadata.extend(report.commit_metadata);
+                        checkpoints.extend(report.commit_metadata);
                         for r in report.rejected {
                             let Some((partition, offset)) = job.batch.source_of_row(r.row) else {
                                 continue;
@@ -77,6 +77,7 @@ pub(crate) async fn run(
                                 topic: topic.clone(),
                                 partition,
                                 offset,
+                                epoch: job.batch.epoch_of(partition),
                                 key: None,
                                 payload: crate::output::row_json(&job.batch.records, r.row),
                                 kind: Kind::Row,
@@ -114,7 +115,7 @@ pub(crate) async fn run(
             .send(Event::Acked {
                 id: job.id,
                 dead,
-                metadata,
+                checkpoints,
             })
             .is_err()
         {

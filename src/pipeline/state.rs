@@ -1,17 +1,21 @@
-//! The pipeline's state, owned by the polling thread: batcher, offset tracker, batches in
-//! flight, dead letters in flight. Every decision about what may be committed is made here.
+//! The pipeline's state, owned by the polling thread: the batcher, the [`Ledger`] (every
+//! commit decision), the batches waiting for room in the sink channel, the dead-letter target
+//! and its retries, and the exactly-once stream registrations waiting to be committed.
 //!
-//! Flow: a consumed message is registered with the tracker, then decoded into the batcher. A
-//! full batch is queued for the sink task (bounded channel); its offsets are acknowledged in the
-//! tracker when every sink has acknowledged it. A rejected message goes to the dead-letter
-//! target; its offset is acknowledged when the target has acknowledged the write. Only the
-//! contiguous acknowledged prefix per partition is ever committed.
+//! Flow: a consumed message is entered in the ledger, then decoded into the batcher. A full
+//! batch is stamped by the ledger and queued for the sink task (bounded channel); the ledger
+//! acknowledges its offsets when every sink has it. A rejected message goes to the dead-letter
+//! target; the ledger holds its offset until the letter is written. What may be committed is
+//! the ledger's answer alone; `kafka.rs` only carries it to the broker.
 
-use crate::batch::{Batch, Batcher, PartitionOffsets};
-use crate::commit::{OffsetRange, OffsetTracker, Partition};
+use super::ledger::{BatchId, Ledger};
+use crate::batch::{Batch, Batcher};
+use crate::commit::Partition;
 use crate::deadletter::{self, DeadLetter, Outcome};
 use crate::metrics::names;
 use crate::server::Health;
+use crate::sink::exactly_once::{PartitionStarts, Registration};
+use crate::sink::StreamCheckpoint;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
@@ -21,7 +25,7 @@ use tokio::sync::mpsc::error::TrySendError;
 /// A batch on its way to the sinks.
 #[derive(Clone)]
 pub(crate) struct SinkJob {
-    pub(crate) id: u64,
+    pub(crate) id: BatchId,
     pub(crate) batch: Arc<Batch>,
     /// When the batch's first message arrived (flush latency).
     pub(crate) opened: Instant,
@@ -30,19 +34,17 @@ pub(crate) struct SinkJob {
 /// What other threads report back to the pipeline.
 pub(crate) enum Event {
     /// Every sink acknowledged the batch; `dead` are rows a sink refused (to dead-letter);
-    /// `metadata` is exactly-once commit metadata per partition (last offset, metadata).
+    /// `checkpoints` are the exactly-once sink's stream positions after it.
     Acked {
-        id: u64,
+        id: BatchId,
         dead: Vec<DeadLetter>,
-        metadata: Vec<(Partition, i64, i64, String)>,
+        checkpoints: Vec<StreamCheckpoint>,
     },
     /// A dead-letter write finished.
     DeadLetter(Outcome),
-}
-
-struct Inflight {
-    offsets: Vec<(PartitionOffsets, u64)>,
-    bytes: usize,
+    /// Exactly-once: the sink opened a new stream and waits for it to be recorded in the
+    /// group's commit before writing to it.
+    Register(Registration),
 }
 
 /// Counters kept locally and published once per batch (telemetry is never per message).
@@ -104,27 +106,18 @@ impl RateLimit {
 pub(crate) struct State {
     pub(crate) topic: String,
     pub(crate) batcher: Batcher,
-    pub(crate) tracker: OffsetTracker,
+    pub(crate) ledger: Ledger,
     pub(crate) health: Arc<Health>,
     events: mpsc::Receiver<Event>,
     sink_tx: tokio::sync::mpsc::Sender<SinkJob>,
     dead_letters: Box<dyn deadletter::Target>,
-    next_id: u64,
-    inflight: HashMap<u64, Inflight>,
     queue: VecDeque<SinkJob>,
-    epochs: HashMap<Partition, u64>,
-    dlq_pending: usize,
-    /// Dead letters not yet written, per source offset (its ack waits for all of them).
-    dlq_waiting: HashMap<(Partition, i64), u32>,
     dlq_retry: VecDeque<(Instant, DeadLetter)>,
-    inflight_bytes: usize,
     budget: usize,
-    /// Exactly-once: per partition, commit metadata by the batch's last offset (increasing).
-    marks: HashMap<Partition, VecDeque<(i64, i64, String)>>,
-    /// Exactly-once: the metadata read at assignment, used until a batch of ours lands.
-    prior_marks: HashMap<Partition, String>,
     /// Exactly-once: the checkpoints handed to the sink at assignment.
-    starts: Option<crate::sink::exactly_once::PartitionStarts>,
+    starts: Option<PartitionStarts>,
+    /// Exactly-once: new streams waiting to be recorded (arrived as [`Event::Register`]).
+    registrations: Vec<Registration>,
     counts: Counts,
     pub(crate) totals: Totals,
     log_limit: RateLimit,
@@ -132,6 +125,7 @@ pub(crate) struct State {
 }
 
 impl State {
+    /// `starts` is `Some` in exactly-once mode (commits then carry checkpoints).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         topic: String,
@@ -141,27 +135,21 @@ impl State {
         sink_tx: tokio::sync::mpsc::Sender<SinkJob>,
         dead_letters: Box<dyn deadletter::Target>,
         budget: usize,
+        starts: Option<PartitionStarts>,
     ) -> Self {
         State {
             topic,
             batcher,
-            tracker: OffsetTracker::new(),
+            ledger: Ledger::new(starts.is_some()),
             health,
             events,
             sink_tx,
             dead_letters,
-            next_id: 0,
-            inflight: HashMap::new(),
             queue: VecDeque::new(),
-            epochs: HashMap::new(),
-            dlq_pending: 0,
-            dlq_waiting: HashMap::new(),
             dlq_retry: VecDeque::new(),
-            inflight_bytes: 0,
             budget,
-            marks: HashMap::new(),
-            prior_marks: HashMap::new(),
-            starts: None,
+            starts,
+            registrations: Vec::new(),
             counts: Counts::default(),
             totals: Totals::default(),
             log_limit: RateLimit::new(),
@@ -174,25 +162,22 @@ impl State {
     /// [`crate::source::consumer_config`]) come on top; validation keeps the budget at least
     /// `max_bytes`.
     pub(crate) fn inflight_bytes(&self) -> usize {
-        self.inflight_bytes
+        self.ledger.inflight_bytes()
     }
 
     /// Whether intake should pause (the in-flight budget is used up).
     pub(crate) fn over_budget(&self) -> bool {
-        self.inflight_bytes() >= self.budget || self.dlq_pending + self.dlq_retry.len() >= 100_000
+        self.inflight_bytes() >= self.budget || self.ledger.letters_held() >= 100_000
     }
 
     /// Whether paused intake may resume.
     pub(crate) fn under_half_budget(&self) -> bool {
-        self.inflight_bytes() < self.budget / 2 && self.dlq_pending + self.dlq_retry.len() < 50_000
+        self.inflight_bytes() < self.budget / 2 && self.ledger.letters_held() < 50_000
     }
 
     /// Nothing is waiting for an acknowledgement.
     pub(crate) fn settled(&self) -> bool {
-        self.inflight.is_empty()
-            && self.dlq_pending == 0
-            && self.dlq_retry.is_empty()
-            && self.batcher.is_empty()
+        self.ledger.settled() && self.batcher.is_empty()
     }
 
     /// Handles one consumed message.
@@ -204,13 +189,13 @@ impl State {
         payload: Option<&[u8]>,
         now: Instant,
     ) {
-        if self.tracker.register(partition, offset).is_err() {
-            // Delivered again after a rewind: it is already registered (and pending or done).
+        if !self.ledger.consumed(partition, offset) {
+            // Delivered again after a rewind: it is already accounted for.
             return;
         }
         let Some(payload) = payload else {
-            // A tombstone carries no log; Merlin skips them too. Acknowledge it at once.
-            self.tracker.ack(partition, OffsetRange::single(offset));
+            // A tombstone carries no log; Merlin skips them too. Nothing to write.
+            self.ledger.nothing_to_write(partition, offset);
             return;
         };
         self.counts.messages += 1;
@@ -235,37 +220,23 @@ impl State {
                         "log rejected; dead-lettered"
                     );
                 }
-                self.send_dead_letter(
-                    true,
-                    DeadLetter {
-                        topic: self.topic.clone(),
-                        partition,
-                        offset,
-                        key: key.map(<[u8]>::to_vec),
-                        payload: payload.to_vec(),
-                        kind: deadletter::Kind::Decode,
-                        code,
-                        message: failure.error.reason,
-                    },
-                );
+                let epoch = self.ledger.letter_sent(partition, offset);
+                self.dead_letters.send(DeadLetter {
+                    topic: self.topic.clone(),
+                    partition,
+                    offset,
+                    epoch,
+                    key: key.map(<[u8]>::to_vec),
+                    payload: payload.to_vec(),
+                    kind: deadletter::Kind::Decode,
+                    code,
+                    message: failure.error.reason,
+                });
             }
         }
         for b in ready {
             self.dispatch(b, now);
         }
-    }
-
-    /// Sends a dead letter; `fresh` (not a re-send) adds it to the letters its source offset
-    /// waits for.
-    fn send_dead_letter(&mut self, fresh: bool, letter: DeadLetter) {
-        if fresh {
-            *self
-                .dlq_waiting
-                .entry((letter.partition, letter.offset))
-                .or_insert(0) += 1;
-        }
-        self.dlq_pending += 1;
-        self.dead_letters.send(letter);
     }
 
     /// Flushes the open batch if its linger time has passed.
@@ -283,8 +254,6 @@ impl State {
     }
 
     fn dispatch(&mut self, mut batch: Batch, now: Instant) {
-        let id = self.next_id;
-        self.next_id += 1;
         metrics::histogram!(names::FLUSH_ROWS, names::REASON => batch.reason.code())
             .record(batch.rows() as f64);
         metrics::histogram!(names::FLUSH_BYTES).record(batch.bytes as f64);
@@ -292,21 +261,9 @@ impl State {
             .increment(std::mem::take(&mut self.counts.messages));
         metrics::counter!(names::BYTES_CONSUMED).increment(std::mem::take(&mut self.counts.bytes));
         metrics::counter!(names::ROWS_DECODED).increment(std::mem::take(&mut self.counts.rows));
-        let offsets: Vec<(PartitionOffsets, u64)> = batch
-            .offsets
-            .iter()
-            .map(|po| {
-                (
-                    po.clone(),
-                    self.epochs.get(&po.partition).copied().unwrap_or(0),
-                )
-            })
-            .collect();
-        batch.epochs = offsets.iter().map(|(po, e)| (po.partition, *e)).collect();
-        let bytes = batch.bytes;
-        self.inflight.insert(id, Inflight { offsets, bytes });
-        self.inflight_bytes += bytes;
-        metrics::gauge!(names::INFLIGHT_BYTES).set(self.inflight_bytes as f64);
+        let (id, epochs) = self.ledger.dispatched(&batch.offsets, batch.bytes);
+        batch.epochs = epochs;
+        metrics::gauge!(names::INFLIGHT_BYTES).set(self.inflight_bytes() as f64);
         let opened = batch.opened.unwrap_or(now);
         self.queue.push_back(SinkJob {
             id,
@@ -351,74 +308,37 @@ impl State {
 
     fn apply(&mut self, e: Event) {
         match e {
-            Event::Acked { id, dead, metadata } => {
-                if let Some(b) = self.inflight.remove(&id) {
-                    for (p, first, last, m) in metadata {
-                        let current = b.offsets.iter().any(|(po, e)| {
-                            po.partition == p && self.epochs.get(&p).copied().unwrap_or(0) == *e
-                        });
-                        if current {
-                            self.marks.entry(p).or_default().push_back((first, last, m));
-                        }
-                    }
-                    self.inflight_bytes -= b.bytes;
-                    metrics::gauge!(names::INFLIGHT_BYTES).set(self.inflight_bytes as f64);
-                    // Offsets with refused rows wait for their dead-letter writes.
-                    let mut held: Vec<(Partition, i64)> =
-                        dead.iter().map(|d| (d.partition, d.offset)).collect();
-                    held.sort_unstable();
-                    held.dedup();
-                    self.totals.dead_letters += dead.len() as u64;
-                    for letter in dead {
-                        self.send_dead_letter(true, letter);
-                    }
-                    for (po, epoch) in b.offsets {
-                        // Acks for a partition revoked (and perhaps re-assigned) since are
-                        // stale: the rows were written, but the offsets are no longer ours.
-                        if self.epochs.get(&po.partition).copied().unwrap_or(0) != epoch {
-                            continue;
-                        }
-                        for r in po.ranges {
-                            let mut first = r.first;
-                            for &(_, o) in held
-                                .iter()
-                                .filter(|(p, o)| *p == po.partition && r.contains(*o))
-                            {
-                                if o > first {
-                                    self.tracker
-                                        .ack(po.partition, OffsetRange::new(first, o - 1));
-                                }
-                                first = o + 1;
-                            }
-                            if first <= r.last {
-                                self.tracker
-                                    .ack(po.partition, OffsetRange::new(first, r.last));
-                            }
-                        }
-                    }
+            Event::Acked {
+                id,
+                dead,
+                checkpoints,
+            } => {
+                // Offsets with refused rows wait for their dead-letter writes.
+                let refused: Vec<(Partition, i64)> =
+                    dead.iter().map(|d| (d.partition, d.offset)).collect();
+                self.ledger.acked(id, &refused, checkpoints);
+                metrics::gauge!(names::INFLIGHT_BYTES).set(self.inflight_bytes() as f64);
+                self.totals.dead_letters += dead.len() as u64;
+                for letter in dead {
+                    self.dead_letters.send(letter);
                 }
             }
-            Event::DeadLetter(Outcome::Written { partition, offset }) => {
-                self.dlq_pending = self.dlq_pending.saturating_sub(1);
+            Event::DeadLetter(Outcome::Written {
+                partition,
+                offset,
+                epoch,
+            }) => {
                 self.health.dead_letter_ok.store(true, Ordering::Relaxed);
-                let key = (partition, offset);
-                let left = self.dlq_waiting.get_mut(&key).map(|n| {
-                    *n = n.saturating_sub(1);
-                    *n
-                });
-                if left.unwrap_or(0) == 0 {
-                    self.dlq_waiting.remove(&key);
-                    self.tracker.ack(partition, OffsetRange::single(offset));
-                }
+                self.ledger.letter_written(partition, offset, epoch);
             }
             Event::DeadLetter(Outcome::Failed { letter, error }) => {
-                self.dlq_pending = self.dlq_pending.saturating_sub(1);
                 self.health.dead_letter_ok.store(false, Ordering::Relaxed);
                 tracing::error!(partition = letter.partition, offset = letter.offset, error = %error,
                     "dead-letter write failed; retrying, nothing past it is committed");
                 self.dlq_retry
                     .push_back((Instant::now() + Duration::from_secs(1), *letter));
             }
+            Event::Register(r) => self.registrations.push(r),
         }
     }
 
@@ -426,7 +346,7 @@ impl State {
     pub(crate) fn retry_dead_letters(&mut self, now: Instant) {
         while self.dlq_retry.front().is_some_and(|(t, _)| *t <= now) {
             if let Some((_, l)) = self.dlq_retry.pop_front() {
-                self.send_dead_letter(false, l);
+                self.dead_letters.send(l);
             }
         }
     }
@@ -440,17 +360,7 @@ impl State {
             self.pump();
             let done = match partitions {
                 None => self.settled(),
-                Some(ps) => {
-                    self.dlq_pending == 0
-                        && self
-                            .dlq_retry
-                            .iter()
-                            .all(|(_, l)| !ps.contains(&l.partition))
-                        && self
-                            .inflight
-                            .values()
-                            .all(|b| b.offsets.iter().all(|(po, _)| !ps.contains(&po.partition)))
-                }
+                Some(ps) => self.ledger.settled_for(ps),
             };
             if done {
                 return true;
@@ -462,67 +372,22 @@ impl State {
         }
     }
 
-    /// Exactly-once: hands checkpoints to the sink through `starts`.
-    pub(crate) fn set_starts(&mut self, starts: crate::sink::exactly_once::PartitionStarts) {
-        self.starts = Some(starts);
-    }
-
-    /// Whether commits carry exactly-once metadata.
-    pub(crate) fn exactly_once(&self) -> bool {
-        self.starts.is_some()
-    }
-
-    /// Exactly-once: what to commit for a committable `offset` on `p`: the offset, moved back to
-    /// the start of a batch when it falls inside one (a checkpoint exists only at batch
-    /// boundaries), and the checkpoint of the last batch below it (else the one read at
-    /// assignment). Drops marks no longer needed.
-    pub(crate) fn commit_point(&mut self, p: Partition, offset: i64) -> (i64, Option<String>) {
-        let mut target = offset;
-        let mut found = None;
-        if let Some(marks) = self.marks.get_mut(&p) {
-            while let Some((first, last, _)) = marks.front() {
-                if *last < offset {
-                    found = marks.pop_front().map(|(_, _, m)| m);
-                } else {
-                    if *first < offset {
-                        target = *first; // inside this batch: commit up to its start
-                    }
-                    break;
-                }
-            }
-        }
-        if let Some(m) = &found {
-            // The floor for later commits that do not pass another batch.
-            self.prior_marks.insert(p, m.clone());
-        }
-        (target, found.or_else(|| self.prior_marks.get(&p).cloned()))
-    }
-
     /// A new assignment of `partitions`: acknowledgements of earlier batches no longer apply.
-    /// `checkpoints` (exactly-once) are the commit metadata read for them.
+    /// `checkpoints` (exactly-once) are the commit metadata read for them; the sink gets them
+    /// with the partition's new epoch.
     pub(crate) fn assigned_with(
         &mut self,
         partitions: &[Partition],
         checkpoints: &HashMap<Partition, String>,
     ) {
-        for p in partitions {
-            *self.epochs.entry(*p).or_insert(0) += 1;
-            self.marks.remove(p);
-            match checkpoints.get(p) {
-                Some(m) if !m.is_empty() => {
-                    self.prior_marks.insert(*p, m.clone());
-                }
-                _ => {
-                    self.prior_marks.remove(p);
-                }
-            }
-            if let Some(starts) = &self.starts {
-                let epoch = self.epochs[p];
-                let cp = checkpoints
-                    .get(p)
-                    .and_then(|m| crate::bigquery::exactly_once::Checkpoint::from_metadata(m));
-                if let Ok(mut s) = starts.starts.lock() {
-                    s.insert(*p, (epoch, cp));
+        let epochs = self.ledger.assigned(partitions, checkpoints);
+        if let Some(starts) = &self.starts {
+            if let Ok(mut s) = starts.starts.lock() {
+                for (p, epoch) in epochs {
+                    let cp = checkpoints
+                        .get(&p)
+                        .and_then(|m| crate::bigquery::exactly_once::Checkpoint::from_metadata(m));
+                    s.insert(p, (epoch, cp));
                 }
             }
         }
@@ -531,53 +396,27 @@ impl State {
         }
     }
 
-    /// Exactly-once: new streams the sink wants committed.
-    pub(crate) fn take_registrations(&self) -> Vec<crate::sink::exactly_once::Registration> {
-        self.starts
-            .as_ref()
-            .and_then(|s| {
-                s.registrations
-                    .lock()
-                    .ok()
-                    .map(|mut r| std::mem::take(&mut *r))
-            })
-            .unwrap_or_default()
-    }
-
-    /// Exactly-once: whether `r` was made for the partition's current assignment (batches
-    /// consumed in an earlier one never get this far: the sink checks their epoch).
-    pub(crate) fn registration_is_current(
-        &self,
-        r: &crate::sink::exactly_once::Registration,
-    ) -> bool {
-        self.epochs.get(&r.partition).copied().unwrap_or(0) == r.epoch
-    }
-
-    /// Exactly-once: `metadata` was committed at `offset`; later commits that pass no batch
-    /// carry it.
-    pub(crate) fn registered(&mut self, p: Partition, offset: i64, metadata: String) {
-        self.tracker.mark_committed(p, offset);
-        self.prior_marks.insert(p, metadata);
+    /// Exactly-once: new streams the sink wants recorded.
+    pub(crate) fn take_registrations(&mut self) -> Vec<Registration> {
+        std::mem::take(&mut self.registrations)
     }
 
     /// Forgets revoked partitions (after their committable offsets were committed).
     pub(crate) fn forget(&mut self, partitions: &[Partition]) {
-        for p in partitions {
-            let r = self.tracker.revoke(*p);
-            *self.epochs.entry(*p).or_insert(0) += 1;
-            self.marks.remove(p);
-            self.prior_marks.remove(p);
-            if let Some(starts) = &self.starts {
-                if let Ok(mut s) = starts.starts.lock() {
-                    s.remove(p);
-                }
-            }
+        for r in self.ledger.revoked(partitions) {
             if r.dropped > 0 {
                 tracing::info!(
-                    partition = p,
+                    partition = r.partition,
                     dropped = r.dropped,
                     "unacknowledged offsets of a revoked partition left uncommitted"
                 );
+            }
+        }
+        if let Some(starts) = &self.starts {
+            if let Ok(mut s) = starts.starts.lock() {
+                for p in partitions {
+                    s.remove(p);
+                }
             }
         }
     }

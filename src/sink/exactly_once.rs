@@ -19,7 +19,7 @@
 //! anyway, a gap or a fenced stream stops that partition without acknowledging (see
 //! `docs/bigquery.md` for the guarantee and its limits).
 
-use super::{Sink, SinkError, SinkErrorKind, WriteFuture, WriteReport};
+use super::{Sink, SinkError, SinkErrorKind, StreamCheckpoint, WriteFuture, WriteReport};
 use crate::batch::Batch;
 use crate::bigquery::exactly_once::{resume_partition, Checkpoint};
 use crate::bigquery::{self, AppendWriter, StorageClient, TableRef, WriterOptions};
@@ -59,13 +59,28 @@ pub enum Registered {
     Failed(String),
 }
 
+/// Hands a [`Registration`] to the pipeline; false when the pipeline is gone.
+pub type Registrar = Box<dyn Fn(Registration) -> bool + Send + Sync>;
+
 /// What the pipeline and this sink share.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct Handoff {
     /// Per partition: the assignment epoch and the checkpoint read from the group's commit.
+    /// Written by the rebalance callback (which librdkafka runs inside `poll`, on the pipeline
+    /// thread, but behind a `Send + Sync` context) and read by the sink task when a partition's
+    /// first batch arrives: one uncontended lock.
     pub starts: Mutex<HashMap<Partition, (u64, Option<Checkpoint>)>>,
-    /// New streams waiting for the pipeline to commit them.
-    pub registrations: Mutex<Vec<Registration>>,
+    /// Sends new streams to the pipeline, which records them in the group's commit (an event on
+    /// its channel). Set once, before the sink task starts.
+    pub registrar: std::sync::OnceLock<Registrar>,
+}
+
+impl std::fmt::Debug for Handoff {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Handoff")
+            .field("starts", &self.starts)
+            .finish_non_exhaustive()
+    }
 }
 
 /// The [`Handoff`], shared.
@@ -127,7 +142,7 @@ pub struct ExactlyOnceSink {
 #[derive(Default)]
 struct Progress {
     batch: std::sync::Weak<Batch>,
-    written: HashMap<Partition, (i64, i64, String)>,
+    written: HashMap<Partition, StreamCheckpoint>,
 }
 
 fn err(kind: SinkErrorKind, retryable: bool, e: impl std::fmt::Display) -> SinkError {
@@ -206,11 +221,14 @@ impl ExactlyOnceSink {
             .to_metadata(),
             done,
         };
-        self.starts
-            .registrations
-            .lock()
-            .map_err(|_| err(SinkErrorKind::Internal, false, "lock"))?
-            .push(registration);
+        let sent = self
+            .starts
+            .registrar
+            .get()
+            .is_some_and(|send| send(registration));
+        if !sent {
+            return Err(err(SinkErrorKind::Unavailable, true, "pipeline gone"));
+        }
         match answer.await {
             Ok(Registered::Committed) => {}
             Ok(Registered::Stale) => return Ok(false),
@@ -345,8 +363,8 @@ impl Sink for ExactlyOnceSink {
             }
             let mut report = WriteReport::default();
             for (p, rows, first_offset, last_offset) in by_partition(&batch) {
-                if let Some((first, last, m)) = self.progress.written.get(&p) {
-                    report.commit_metadata.push((p, *first, *last, m.clone()));
+                if let Some(done) = self.progress.written.get(&p) {
+                    report.commit_metadata.push(done.clone());
                     continue;
                 }
                 let epoch = batch.epochs.iter().find(|(q, _)| *q == p).map(|e| e.1);
@@ -357,16 +375,17 @@ impl Sink for ExactlyOnceSink {
                     );
                     continue;
                 }
-                let m = self
-                    .write_partition(p, &records, &rows)
-                    .await?
-                    .to_metadata();
-                self.progress
-                    .written
-                    .insert(p, (first_offset, last_offset, m.clone()));
-                report
-                    .commit_metadata
-                    .push((p, first_offset, last_offset, m));
+                let done = StreamCheckpoint {
+                    partition: p,
+                    first_offset,
+                    last_offset,
+                    metadata: self
+                        .write_partition(p, &records, &rows)
+                        .await?
+                        .to_metadata(),
+                };
+                self.progress.written.insert(p, done.clone());
+                report.commit_metadata.push(done);
             }
             self.progress = Progress::default();
             Ok(report)

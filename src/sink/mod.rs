@@ -40,10 +40,23 @@ pub struct RejectedRow {
 pub struct WriteReport {
     /// Rows the sink refused; every other row is durable.
     pub rejected: Vec<RejectedRow>,
-    /// Exactly-once sinks: per partition, the commit metadata that goes with committing right
-    /// after the batch's last offset of that partition (`(partition, first offset, last offset,
-    /// metadata)`; the first offset marks where a commit must not fall inside the batch).
-    pub commit_metadata: Vec<(crate::commit::Partition, i64, i64, String)>,
+    /// Exactly-once sinks: per partition of the batch, the stream position after it.
+    pub commit_metadata: Vec<StreamCheckpoint>,
+}
+
+/// Exactly-once: where a partition's stream stands after a batch: the commit metadata that goes
+/// with committing right after `last_offset`. `first_offset` is the batch's first offset of the
+/// partition: a commit must not fall between the two (no checkpoint exists there).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamCheckpoint {
+    /// The partition.
+    pub partition: crate::commit::Partition,
+    /// The batch's first offset of the partition.
+    pub first_offset: i64,
+    /// The batch's last offset of the partition.
+    pub last_offset: i64,
+    /// The checkpoint, as committed with the offset.
+    pub metadata: String,
 }
 
 /// The future a [`Sink::write`] returns.

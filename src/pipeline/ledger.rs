@@ -1,0 +1,383 @@
+//! The one owner of every commit decision: what may be committed now, with which metadata.
+//!
+//! Pure and synchronous, like [`OffsetTracker`] (which it wraps): no I/O, no clocks, no locks.
+//! The poll thread feeds it what happened and asks it what to commit; `kafka.rs` and the sink task
+//! are thin adapters that turn its answers into librdkafka calls and back.
+//!
+//! What it holds, per partition:
+//! - the **assignment epoch**, bumped on every assignment and revocation. Batches and dead
+//!   letters are stamped with the epoch they were consumed in; an acknowledgement from an
+//!   earlier epoch is a fact about rows, not about offsets that are ours, and is ignored.
+//! - the consumed offsets and which are acknowledged ([`OffsetTracker`]);
+//! - **batches in flight** (their offset ranges and Arrow bytes);
+//! - **offsets held by dead letters** not yet written (a rejected log, or a row a sink refused):
+//!   such an offset is acknowledged only when every letter for it is written;
+//! - exactly-once only: the **checkpoints** the sink reported per written batch, and the last one
+//!   committed (or read at assignment), so that every commit carries the checkpoint that belongs
+//!   exactly to its offset.
+//!
+//! The rule, for both delivery modes: a committed offset never passes a log that is neither in an
+//! acknowledged batch nor in a written dead letter. In exactly-once mode, additionally, the
+//! metadata committed with offset `c` describes the stream position at `c`: a commit never falls
+//! inside a batch (it moves back to the batch's start), and a new stream is recorded at the
+//! partition's first unacknowledged offset — never past a log still waiting for its dead letter.
+//! `ledger/tests.rs` checks both against a model under random interleavings.
+
+use crate::batch::PartitionOffsets;
+use crate::commit::{OffsetRange, OffsetTracker, Partition, Revoked};
+use crate::sink::StreamCheckpoint;
+use std::collections::{HashMap, VecDeque};
+
+/// Names one batch in flight.
+pub(crate) type BatchId = u64;
+
+/// One offset to commit, with its exactly-once checkpoint if the mode has one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct CommitPoint {
+    pub(crate) partition: Partition,
+    /// Kafka's "next offset to read".
+    pub(crate) offset: i64,
+    pub(crate) metadata: Option<String>,
+}
+
+/// A batch handed to the sinks: its offsets, stamped with the epoch they were consumed in.
+struct Flight {
+    offsets: Vec<(PartitionOffsets, u64)>,
+    bytes: usize,
+}
+
+/// Dead letters not yet written for one source offset, sent in `epoch`.
+#[derive(Debug, Clone, Copy)]
+struct Letters {
+    epoch: u64,
+    count: u32,
+}
+
+/// See the module docs.
+pub(crate) struct Ledger {
+    exactly_once: bool,
+    tracker: OffsetTracker,
+    epochs: HashMap<Partition, u64>,
+    flights: HashMap<BatchId, Flight>,
+    next_batch: BatchId,
+    inflight_bytes: usize,
+    letters: HashMap<(Partition, i64), Letters>,
+    letters_held: usize,
+    /// Exactly-once: checkpoints of acknowledged batches of the current epoch, by batch order.
+    marks: HashMap<Partition, VecDeque<StreamCheckpoint>>,
+    /// Exactly-once: the checkpoint of the last commit (or the one read at assignment), carried
+    /// by commits that pass no new batch.
+    floors: HashMap<Partition, String>,
+}
+
+impl Ledger {
+    /// An empty ledger; `exactly_once` makes commits carry checkpoints.
+    pub(crate) fn new(exactly_once: bool) -> Self {
+        Ledger {
+            exactly_once,
+            tracker: OffsetTracker::new(),
+            epochs: HashMap::new(),
+            flights: HashMap::new(),
+            next_batch: 0,
+            inflight_bytes: 0,
+            letters: HashMap::new(),
+            letters_held: 0,
+            marks: HashMap::new(),
+            floors: HashMap::new(),
+        }
+    }
+
+    /// The partition's current assignment epoch.
+    pub(crate) fn epoch(&self, p: Partition) -> u64 {
+        self.epochs.get(&p).copied().unwrap_or(0)
+    }
+
+    /// A message was consumed. False when it was delivered before in this assignment (a rewind):
+    /// it is already accounted for and must be skipped.
+    pub(crate) fn consumed(&mut self, p: Partition, offset: i64) -> bool {
+        self.tracker.register(p, offset).is_ok()
+    }
+
+    /// A consumed message that needs no write (a tombstone): done at once.
+    pub(crate) fn nothing_to_write(&mut self, p: Partition, offset: i64) {
+        self.tracker.ack(p, OffsetRange::single(offset));
+    }
+
+    /// A dead letter for `offset` is being sent: the offset waits for it. Returns the epoch to
+    /// stamp on the letter.
+    pub(crate) fn letter_sent(&mut self, p: Partition, offset: i64) -> u64 {
+        let epoch = self.epoch(p);
+        self.hold_letter(p, offset, epoch);
+        epoch
+    }
+
+    fn hold_letter(&mut self, p: Partition, offset: i64, epoch: u64) {
+        let e = self
+            .letters
+            .entry((p, offset))
+            .or_insert(Letters { epoch, count: 0 });
+        if e.epoch != epoch {
+            // Left over from an earlier assignment (forgotten at revoke, so not expected).
+            self.letters_held -= e.count as usize;
+            *e = Letters { epoch, count: 0 };
+        }
+        e.count += 1;
+        self.letters_held += 1;
+    }
+
+    /// A dead letter sent in `epoch` for `offset` is durably written. The offset counts as
+    /// acknowledged once all of its letters are; letters from an earlier epoch change nothing.
+    pub(crate) fn letter_written(&mut self, p: Partition, offset: i64, epoch: u64) {
+        let key = (p, offset);
+        let Some(l) = self.letters.get_mut(&key) else {
+            return;
+        };
+        if l.epoch != epoch {
+            return;
+        }
+        l.count -= 1;
+        self.letters_held -= 1;
+        if l.count == 0 {
+            self.letters.remove(&key);
+            self.tracker.ack(p, OffsetRange::single(offset));
+        }
+    }
+
+    /// A batch goes to the sinks. Returns its id and the epoch of each of its partitions.
+    pub(crate) fn dispatched(
+        &mut self,
+        offsets: &[PartitionOffsets],
+        bytes: usize,
+    ) -> (BatchId, Vec<(Partition, u64)>) {
+        let id = self.next_batch;
+        self.next_batch += 1;
+        let offsets: Vec<(PartitionOffsets, u64)> = offsets
+            .iter()
+            .map(|po| (po.clone(), self.epoch(po.partition)))
+            .collect();
+        let epochs = offsets.iter().map(|(po, e)| (po.partition, *e)).collect();
+        self.inflight_bytes += bytes;
+        self.flights.insert(id, Flight { offsets, bytes });
+        (id, epochs)
+    }
+
+    /// Every sink acknowledged batch `id`. `refused` names the source offset of each row a sink
+    /// refused (one entry per dead letter that will be sent for it): those offsets wait for
+    /// their letters. `checkpoints` are the exactly-once sink's per-partition stream positions.
+    pub(crate) fn acked(
+        &mut self,
+        id: BatchId,
+        refused: &[(Partition, i64)],
+        checkpoints: Vec<StreamCheckpoint>,
+    ) {
+        let Some(flight) = self.flights.remove(&id) else {
+            return;
+        };
+        self.inflight_bytes -= flight.bytes;
+        let current = |ledger: &Self, p: Partition| {
+            flight
+                .offsets
+                .iter()
+                .any(|(po, e)| po.partition == p && ledger.epoch(p) == *e)
+        };
+        for cp in checkpoints {
+            if current(self, cp.partition) {
+                self.marks.entry(cp.partition).or_default().push_back(cp);
+            }
+        }
+        for &(p, o) in refused {
+            if current(self, p) {
+                self.hold_letter(p, o, self.epoch(p));
+            }
+        }
+        for (po, epoch) in &flight.offsets {
+            if self.epoch(po.partition) != *epoch {
+                continue; // consumed in an earlier assignment: not ours to commit
+            }
+            for r in &po.ranges {
+                let mut first = r.first;
+                let mut held: Vec<i64> = refused
+                    .iter()
+                    .filter(|(p, o)| *p == po.partition && r.contains(*o))
+                    .map(|(_, o)| *o)
+                    .collect();
+                held.sort_unstable();
+                held.dedup();
+                for o in held {
+                    if o > first {
+                        self.tracker
+                            .ack(po.partition, OffsetRange::new(first, o - 1));
+                    }
+                    first = o + 1;
+                }
+                if first <= r.last {
+                    self.tracker
+                        .ack(po.partition, OffsetRange::new(first, r.last));
+                }
+            }
+        }
+    }
+
+    /// `partitions` were assigned; `checkpoints` are the commit metadata read for them
+    /// (exactly-once). Returns each partition's new epoch.
+    pub(crate) fn assigned(
+        &mut self,
+        partitions: &[Partition],
+        checkpoints: &HashMap<Partition, String>,
+    ) -> Vec<(Partition, u64)> {
+        partitions
+            .iter()
+            .map(|&p| {
+                let epoch = self.bump(p);
+                match checkpoints.get(&p) {
+                    Some(m) if !m.is_empty() => {
+                        self.floors.insert(p, m.clone());
+                    }
+                    _ => {
+                        self.floors.remove(&p);
+                    }
+                }
+                (p, epoch)
+            })
+            .collect()
+    }
+
+    /// `partitions` were revoked (after what could be committed for them was): their
+    /// unacknowledged offsets and letters are forgotten; the next owner reads them again.
+    pub(crate) fn revoked(&mut self, partitions: &[Partition]) -> Vec<Revoked> {
+        let revoked = partitions
+            .iter()
+            .map(|&p| {
+                self.bump(p);
+                self.floors.remove(&p);
+                self.tracker.revoke(p)
+            })
+            .collect();
+        let mut dropped = 0;
+        self.letters.retain(|(p, _), l| {
+            let keep = !partitions.contains(p);
+            if !keep {
+                dropped += l.count as usize;
+            }
+            keep
+        });
+        self.letters_held -= dropped;
+        revoked
+    }
+
+    fn bump(&mut self, p: Partition) -> u64 {
+        self.marks.remove(&p);
+        let e = self.epochs.entry(p).or_insert(0);
+        *e += 1;
+        *e
+    }
+
+    /// Exactly-once: the sink opened a new stream for `p` in `epoch`, for a batch whose first
+    /// offset of `p` is `first_offset`, and must have it recorded in the group's commit before
+    /// writing. Returns where to commit it, or `None` when the epoch is no longer current (the
+    /// rows are not ours to write). The offset is the partition's first unacknowledged one: a
+    /// log before the batch that still waits for its dead letter must be read again after a
+    /// crash, so the commit cannot pass it.
+    pub(crate) fn stream_opened(&self, p: Partition, epoch: u64, first_offset: i64) -> Option<i64> {
+        if self.epoch(p) != epoch {
+            return None;
+        }
+        Some(
+            self.tracker
+                .frontier(p)
+                .map_or(first_offset, |f| f.min(first_offset)),
+        )
+    }
+
+    /// Exactly-once: the new stream's `metadata` was committed at `offset`; later commits that
+    /// pass no batch carry it.
+    pub(crate) fn stream_recorded(&mut self, p: Partition, offset: i64, metadata: String) {
+        self.tracker.mark_committed(p, offset);
+        self.floors.insert(p, metadata);
+    }
+
+    /// What may be committed now (only `only`'s partitions, if given): per partition whose
+    /// acknowledged prefix moved, the offset and, in exactly-once mode, its checkpoint. Call
+    /// [`committed`](Self::committed) for each one the broker accepted.
+    pub(crate) fn commit_points(&mut self, only: Option<&[Partition]>) -> Vec<CommitPoint> {
+        let items: Vec<(Partition, i64)> = self
+            .tracker
+            .to_commit()
+            .filter(|(p, _)| only.is_none_or(|o| o.contains(p)))
+            .collect();
+        let mut out = Vec::new();
+        for (p, o) in items {
+            let (offset, metadata) = if self.exactly_once {
+                self.checkpoint_at(p, o)
+            } else {
+                (o, None)
+            };
+            if self.tracker.committed(p).is_some_and(|c| c >= offset) {
+                continue;
+            }
+            out.push(CommitPoint {
+                partition: p,
+                offset,
+                metadata,
+            });
+        }
+        out
+    }
+
+    /// The broker accepted `point`.
+    pub(crate) fn committed(&mut self, point: &CommitPoint) {
+        self.tracker.mark_committed(point.partition, point.offset);
+    }
+
+    /// Exactly-once: what to commit for a committable `offset` of `p`: the offset, moved back to
+    /// the start of a batch when it falls inside one (checkpoints exist only at batch
+    /// boundaries), and the checkpoint of the last batch below it (else the floor).
+    fn checkpoint_at(&mut self, p: Partition, offset: i64) -> (i64, Option<String>) {
+        let mut target = offset;
+        let mut found = None;
+        if let Some(marks) = self.marks.get_mut(&p) {
+            while let Some(m) = marks.front() {
+                if m.last_offset < offset {
+                    found = marks.pop_front().map(|m| m.metadata);
+                } else {
+                    if m.first_offset < offset {
+                        target = m.first_offset;
+                    }
+                    break;
+                }
+            }
+        }
+        if let Some(m) = &found {
+            self.floors.insert(p, m.clone());
+        }
+        (target, found.or_else(|| self.floors.get(&p).cloned()))
+    }
+
+    /// Arrow bytes of batches in flight.
+    pub(crate) fn inflight_bytes(&self) -> usize {
+        self.inflight_bytes
+    }
+
+    /// Dead letters not yet written (counted per letter).
+    pub(crate) fn letters_held(&self) -> usize {
+        self.letters_held
+    }
+
+    /// Nothing waits for an acknowledgement.
+    pub(crate) fn settled(&self) -> bool {
+        self.flights.is_empty() && self.letters.is_empty()
+    }
+
+    /// No batch in flight and no dead letter holds any of `partitions`.
+    pub(crate) fn settled_for(&self, partitions: &[Partition]) -> bool {
+        self.letters.keys().all(|(p, _)| !partitions.contains(p))
+            && self.flights.values().all(|f| {
+                f.offsets
+                    .iter()
+                    .all(|(po, _)| !partitions.contains(&po.partition))
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests;
