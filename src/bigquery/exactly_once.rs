@@ -9,8 +9,12 @@
 //!    Rows `[R, N)` of `S` came from messages at or after `O`, and so did `C` rows in streams
 //!    finalized before `S`: the runtime must drop exactly the first `C + N - R` rows it produces
 //!    from `O` on ([`Resume::skip_rows`]). Then a new COMMITTED stream `S'` is created.
-//! 2. Before the first row goes into `S'`, the runtime commits `O` again with
-//!    `Checkpoint { S', next_row: 0, carried: C + N - R }` and waits for the broker's answer.
+//! 2. Before the first row goes into `S'`, the runtime commits the partition's first
+//!    unacknowledged offset (`O`, or later when the logs from `O` on that precede the batch are
+//!    already safe, i.e. dead letters written; never past one still being written) with
+//!    `Checkpoint { S', next_row: 0, carried: C + N - R }` and waits for the broker's answer
+//!    (`pipeline::Ledger::stream_opened` decides the offset). Only rowless logs lie between that
+//!    offset and the batch, so the checkpoint holds there too.
 //!    Without this, an owner that dies after writing to `S'` but before its first ordinary
 //!    commit would leave `S'` unknown to the next owner, which would resume from `S` again and
 //!    write `S'`'s rows a second time.
