@@ -86,6 +86,55 @@ impl std::fmt::Debug for Handoff {
 /// The [`Handoff`], shared.
 pub type PartitionStarts = Arc<Handoff>;
 
+/// The sink's readiness: false while any partition's writer reports itself unhealthy. Each
+/// writer retries inside a write, so a write stuck on an unreachable BigQuery shows only here.
+struct Readiness {
+    tx: Arc<tokio::sync::watch::Sender<bool>>,
+    writers: Arc<Mutex<HashMap<u64, bool>>>,
+    next: u64,
+}
+
+impl Readiness {
+    fn new() -> Self {
+        Readiness {
+            tx: Arc::new(tokio::sync::watch::channel(true).0),
+            writers: Arc::default(),
+            next: 0,
+        }
+    }
+
+    /// Follows a writer's health until the writer is gone (inside a tokio runtime).
+    fn follow(&mut self, mut health: tokio::sync::watch::Receiver<bool>) {
+        let id = self.next;
+        self.next += 1;
+        let (tx, writers) = (Arc::clone(&self.tx), Arc::clone(&self.writers));
+        tokio::spawn(async move {
+            loop {
+                let ok = *health.borrow_and_update();
+                Self::set(&tx, &writers, id, Some(ok));
+                if health.changed().await.is_err() {
+                    Self::set(&tx, &writers, id, None);
+                    return;
+                }
+            }
+        });
+    }
+
+    fn set(
+        tx: &tokio::sync::watch::Sender<bool>,
+        writers: &Mutex<HashMap<u64, bool>>,
+        id: u64,
+        ok: Option<bool>,
+    ) {
+        let mut w = writers.lock().unwrap_or_else(|e| e.into_inner());
+        match ok {
+            Some(ok) => w.insert(id, ok),
+            None => w.remove(&id),
+        };
+        tx.send_replace(w.values().all(|ok| *ok));
+    }
+}
+
 struct Part {
     epoch: u64,
     writer: AppendWriter,
@@ -104,6 +153,7 @@ impl Part {
         p: Partition,
         schema: &SchemaRef,
         opts: &WriterOptions,
+        readiness: &mut Readiness,
     ) -> bool {
         match AppendWriter::start_committed(
             client.clone(),
@@ -114,6 +164,7 @@ impl Part {
             opts.clone(),
         ) {
             Ok(w) => {
+                readiness.follow(w.health());
                 self.writer = w;
                 true
             }
@@ -134,6 +185,7 @@ pub struct ExactlyOnceSink {
     starts: PartitionStarts,
     parts: HashMap<Partition, Part>,
     progress: Progress,
+    readiness: Readiness,
 }
 
 /// The batch being written and the partitions of it already written, with their checkpoints:
@@ -166,6 +218,7 @@ impl ExactlyOnceSink {
             starts,
             parts: HashMap::new(),
             progress: Progress::default(),
+            readiness: Readiness::new(),
         })
     }
 
@@ -246,6 +299,7 @@ impl ExactlyOnceSink {
             self.opts.clone(),
         )
         .map_err(super::bigquery::sink_error)?;
+        self.readiness.follow(writer.health());
         self.parts.insert(
             p,
             Part {
@@ -272,6 +326,7 @@ impl ExactlyOnceSink {
             client,
             schema,
             opts,
+            readiness,
             ..
         } = self;
         let part = parts
@@ -290,7 +345,9 @@ impl ExactlyOnceSink {
             let outcome = match appended {
                 Ok(o) => o,
                 Err(e) => {
-                    if !part.writer.is_healthy() && part.reconnect(client, p, schema, opts) {
+                    if !part.writer.is_healthy()
+                        && part.reconnect(client, p, schema, opts, readiness)
+                    {
                         tracing::warn!(partition = p, error = %e, "exactly-once: writer stopped; reconnected at row {}", part.next_row);
                         return Err(err(SinkErrorKind::Unavailable, true, e));
                     }
@@ -393,6 +450,47 @@ impl Sink for ExactlyOnceSink {
     }
 
     fn health(&self) -> Option<tokio::sync::watch::Receiver<bool>> {
-        None
+        Some(self.readiness.tx.subscribe())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Readiness;
+    use std::time::Duration;
+    use tokio::sync::watch;
+
+    async fn settled(rx: &mut watch::Receiver<bool>, want: bool) -> bool {
+        tokio::time::timeout(Duration::from_secs(5), rx.wait_for(|v| *v == want))
+            .await
+            .is_ok()
+    }
+
+    #[tokio::test]
+    async fn readiness_is_false_while_any_writer_is_unhealthy_and_forgets_closed_writers() {
+        let mut r = Readiness::new();
+        let mut ready = r.tx.subscribe();
+        let (a_tx, a_rx) = watch::channel(true);
+        let (b_tx, b_rx) = watch::channel(true);
+        r.follow(a_rx);
+        r.follow(b_rx);
+        assert!(settled(&mut ready, true).await);
+        b_tx.send_replace(false);
+        assert!(
+            settled(&mut ready, false).await,
+            "one writer cannot reach BigQuery"
+        );
+        a_tx.send_replace(false);
+        b_tx.send_replace(true);
+        assert!(settled(&mut ready, false).await);
+        a_tx.send_replace(true);
+        assert!(settled(&mut ready, true).await, "all writers healthy again");
+        a_tx.send_replace(false);
+        assert!(settled(&mut ready, false).await);
+        drop(a_tx); // the unhealthy writer was closed (partition revoked)
+        assert!(
+            settled(&mut ready, true).await,
+            "a closed writer no longer counts"
+        );
     }
 }

@@ -486,3 +486,127 @@ async fn exactly_once_owners_killed_before_their_first_commit_leave_no_duplicate
     assert_eq!(q.rows[0][1].as_deref(), Some("900"), "{q:?}");
     drop(cluster);
 }
+
+/// A TCP forwarder to the emulator's gRPC port that can be cut (every connection closed, new
+/// ones refused) and restored on the same port: BigQuery unreachable, as the network shows it.
+struct Link {
+    addr: std::net::SocketAddr,
+    upstream: String,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Link {
+    async fn start() -> Link {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let upstream = grpc_url().trim_start_matches("http://").to_string();
+        Link {
+            addr: listener.local_addr().unwrap(),
+            task: Some(tokio::spawn(Self::serve(listener, upstream.clone()))),
+            upstream,
+        }
+    }
+
+    async fn serve(listener: tokio::net::TcpListener, upstream: String) {
+        let mut conns = tokio::task::JoinSet::new();
+        while let Ok((mut client, _)) = listener.accept().await {
+            let up = upstream.clone();
+            conns.spawn(async move {
+                if let Ok(mut server) = tokio::net::TcpStream::connect(&up).await {
+                    let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                }
+            });
+        }
+    }
+
+    fn cut(&mut self) {
+        if let Some(t) = self.task.take() {
+            t.abort(); // drops the listener and every connection with it
+        }
+    }
+
+    async fn restore(&mut self) {
+        let listener = tokio::net::TcpListener::bind(self.addr).await.unwrap();
+        self.task = Some(tokio::spawn(Self::serve(listener, self.upstream.clone())));
+    }
+}
+
+/// exactly_once: readiness follows the partitions' writers. With BigQuery unreachable
+/// mid-stream, `/readyz` says so (503, "cannot reach its destination") while the writers retry;
+/// once it is back the pod is ready again and every row lands once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exactly_once_is_unready_while_bigquery_is_unreachable() {
+    let _serial = serial().await;
+    let ExactlyOnce {
+        cluster,
+        bootstrap,
+        topic,
+        dataset,
+        all,
+        run,
+        _dir,
+    } = ExactlyOnce::new("eo_ready", 1, 400, 77, 50, "200ms").await;
+    let mut link = Link::start().await;
+    let cfg = std::fs::read_to_string(&run.config)
+        .unwrap()
+        .replace(&grpc_url(), &format!("http://{}", link.addr));
+    std::fs::write(&run.config, cfg).unwrap();
+    let (b, t) = (bootstrap.clone(), topic.clone());
+    let first = all[..200].to_vec();
+    tokio::task::spawn_blocking(move || crate::runtime::produce_at(&b, &t, &first))
+        .await
+        .unwrap();
+    let child = run.start();
+    let port = run.port;
+    let ready = |want: u16, reason: &'static str| {
+        tokio::task::spawn_blocking(move || {
+            wait_for(LIMIT, || {
+                crate::runtime::http_get(port, "/readyz")
+                    .is_some_and(|(s, body)| s == want && body.contains(reason))
+            })
+        })
+    };
+    let landed = tokio::task::spawn_blocking(move || {
+        wait_for(LIMIT, || rows_written(port).is_some_and(|n| n >= 200))
+    });
+    assert!(landed.await.unwrap(), "first rows; log:\n{}", run.logs());
+    assert!(ready(200, "").await.unwrap(), "ready; log:\n{}", run.logs());
+
+    link.cut();
+    let (b, t) = (bootstrap.clone(), topic.clone());
+    let rest = all[200..].to_vec();
+    tokio::task::spawn_blocking(move || crate::runtime::produce_at(&b, &t, &rest))
+        .await
+        .unwrap();
+    let unready = ready(503, "a sink cannot reach its destination")
+        .await
+        .unwrap();
+    assert!(
+        unready,
+        "/readyz while BigQuery is unreachable: {:?}; log:\n{}",
+        crate::runtime::http_get(port, "/readyz"),
+        run.logs()
+    );
+
+    link.restore().await;
+    assert!(
+        ready(200, "").await.unwrap(),
+        "ready again; log:\n{}",
+        run.logs()
+    );
+    let (g, t, b) = (run.group.clone(), topic.clone(), bootstrap.clone());
+    let done = tokio::task::spawn_blocking(move || {
+        wait_for(LIMIT, || {
+            crate::runtime::committed_at(&b, &t, &g, 1)
+                .values()
+                .sum::<i64>()
+                == 400
+        })
+    });
+    assert!(done.await.unwrap(), "all committed; log:\n{}", run.logs());
+    let code = tokio::task::spawn_blocking(move || stop(child))
+        .await
+        .unwrap();
+    assert_eq!(code, Some(0));
+    assert_eq!(counts_in(&dataset).await, (400, 400), "every row once");
+    drop(cluster);
+}
