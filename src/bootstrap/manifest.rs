@@ -438,8 +438,9 @@ mod tests {
         let p = pod(&d);
         assert_eq!(
             p.service_account_name.as_deref(),
-            Some("sample-credit-model-3-publisher")
+            Some(s.names.workload.as_str())
         );
+        assert!(s.names.workload.starts_with("sample-credit-model-3-"));
         assert_eq!(p.automount_service_account_token, Some(false));
         assert!(p.termination_grace_period_seconds.unwrap() > 30);
         let c = &p.containers[0];
@@ -522,7 +523,7 @@ mod tests {
         assert_eq!(so.data["spec"]["maxReplicaCount"], 4);
         assert_eq!(
             so.data["spec"]["triggers"][0]["metadata"]["consumerGroup"],
-            "observation-publisher-sample-credit-model-3"
+            s.group_id()
         );
         assert!(build(&spec("")).scaled_object.is_none());
     }

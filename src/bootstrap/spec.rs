@@ -275,6 +275,20 @@ impl Spec {
             .map_or("", |s| s.topic.as_str())
     }
 
+    /// Uses `group` as the consumer group (in the validated config and in `config.yaml`).
+    pub fn set_group_id(&mut self, group: &str) {
+        if let Some(src) = self.config.observation_source.as_mut() {
+            src.group_id = group.to_string();
+        }
+        if let Some(Value::Mapping(sc)) = self
+            .run_config
+            .get_mut("observation_source")
+            .and_then(|s| s.get_mut("config"))
+        {
+            sc.insert("group_id".into(), Value::String(group.to_string()));
+        }
+    }
+
     /// The consumer group of this version.
     pub fn group_id(&self) -> &str {
         self.config
@@ -318,8 +332,17 @@ pub fn default_topic(project: &str, model: &str, version: &str) -> String {
     format!("caraml-{project}-{model}-{version}-prediction-log")
 }
 
-/// The consumer group of one model version (Merlin shares one group between all publishers).
+/// The consumer group of one model version (Merlin shares one group between all publishers):
+/// `observation-publisher-<project>-<model>-<version>-<identity hash>`, injective like the object
+/// names (see [`super::names`]).
 pub fn default_group(project: &str, model: &str, version: &str) -> String {
+    let hash = super::names::identity_hash(project, model, version);
+    format!("observation-publisher-{project}-{model}-{version}-{hash}")
+}
+
+/// The default consumer group of the previous naming scheme (kept when an upgrade adopts a
+/// running version, so its topic is not consumed again).
+pub fn legacy_default_group(project: &str, model: &str, version: &str) -> String {
     format!("observation-publisher-{project}-{model}-{version}")
 }
 
@@ -760,7 +783,16 @@ config:
     fn minimal_spec_gets_merlin_defaults() {
         let (s, warnings) = Spec::parse(MINIMAL).unwrap_or_else(|p| panic!("{p}"));
         assert_eq!(s.topic(), "caraml-sample-credit-model-3-prediction-log");
-        assert_eq!(s.group_id(), "observation-publisher-sample-credit-model-3");
+        let hash = crate::bootstrap::names::identity_hash("sample", "credit-model", "3");
+        assert_eq!(
+            s.group_id(),
+            format!("observation-publisher-sample-credit-model-3-{hash}")
+        );
+        // Colliding identities (Merlin's topic names collide too) get separate groups.
+        assert_ne!(
+            default_group("fraud-team", "model", "2"),
+            default_group("fraud", "team-model", "2")
+        );
         assert_eq!(s.replicas, 1);
         assert_eq!(s.revision, 2);
         assert_eq!(s.metrics_port(), 8000);

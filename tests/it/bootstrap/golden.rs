@@ -10,7 +10,7 @@ fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-fn check_golden(name: &str, actual: &str) {
+pub(crate) fn check_golden(name: &str, actual: &str) {
     let path = root().join("tests/golden").join(name);
     if std::env::var_os("UPDATE_GOLDEN").is_some() {
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
