@@ -11,6 +11,7 @@
 //! - [`owner`]: identity labels checked before writes and deletes; adopting older objects.
 //! - [`manifest`]: pure builders of the objects; `--dry-run` prints them.
 //! - [`revision`]: the revision rules on a marker ConfigMap with optimistic concurrency.
+//! - [`storage`]: emptyDir size limits; local files only on a named persistent volume.
 //! - [`rollout`]: whether a Deployment has rolled out (pure).
 //! - [`apply`], [`delete`], [`status`]: the three commands against the API server.
 //! - [`kafka`]: partition count and consumer lag.
@@ -31,6 +32,7 @@ pub mod revision;
 pub mod rollout;
 pub mod spec;
 pub mod status;
+pub mod storage;
 
 pub use cli::BootstrapArgs;
 pub use error::BootstrapError;
