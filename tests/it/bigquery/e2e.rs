@@ -587,3 +587,51 @@ async fn a_unicode_feature_name_lands_in_bigquery_end_to_end() {
     assert!(non_null > 0, "the Unicode column holds values: {q:?}");
     assert!(row[2].as_deref().is_some_and(|v| !v.is_empty()), "{q:?}");
 }
+
+/// Merlin's table ids collide: (`demo-fraud`, `detector`) and (`demo`, `fraud-detector`) both
+/// give `prediction_log_demo_fraud_detector`. `run` refuses to write into the other model's
+/// table: exit 2, naming both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_refuses_a_table_labelled_for_another_model() {
+    let _serial = serial().await;
+    let dataset = fresh_name("owned");
+    let tables = manager();
+    tables.create_dataset(PROJECT, &dataset).await.unwrap();
+    let (mut other, sink) = config(&dataset, FEATURES, "");
+    other.project = "demo-fraud".into();
+    other.model_id = "detector".into();
+    let spec = TableSpec::from_config(&other, &sink).unwrap();
+    assert_eq!(spec.table.table, "prediction_log_demo_fraud_detector");
+    assert!(tables.ensure_table(&spec).await.unwrap().created);
+
+    let dir = tempfile::tempdir().unwrap();
+    let topic = unique("bq-owned");
+    tokio::task::block_in_place(|| create_topic(&topic, 1));
+    let run = Run::new(dir.path(), &topic, &dataset);
+    let mut child = run.start();
+    let code = tokio::task::spawn_blocking(move || {
+        let end = std::time::Instant::now() + LIMIT;
+        loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                return s.code();
+            }
+            if std::time::Instant::now() > end {
+                let _ = child.kill();
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    })
+    .await
+    .unwrap();
+    let logs = run.logs();
+    assert_eq!(code, Some(2), "{logs}");
+    for both in [
+        "\\\"demo-fraud\\\"",
+        "\\\"detector\\\"",
+        "\\\"demo\\\"",
+        "\\\"fraud-detector\\\"",
+    ] {
+        assert!(logs.contains(both), "{both} in {logs}");
+    }
+}
