@@ -382,3 +382,34 @@ fn a_column_name_bigquery_refuses_exits_2_with_the_rule() {
         stderr(&o)
     );
 }
+
+#[test]
+fn names_that_break_bigquery_or_kafka_exit_2_naming_key_and_rule() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("c.yaml");
+    let text = std::fs::read_to_string(repo_config("merlin-binary.yaml"))
+        .unwrap()
+        .replace("project: sample", "project: \"sam/ple\"")
+        .replace("model_id: credit-model", "model_id: \"credit model\"")
+        .replace(
+            "topic: caraml-sample-credit-model-3-prediction-log",
+            "topic: \"bad topic/..\"",
+        );
+    std::fs::write(&cfg, text).unwrap();
+    let c = cfg.to_str().unwrap();
+    let o = run(&["check-config", "-c", c]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = stderr(&o);
+    for expected in [
+        "project, model_id: they make the BigQuery table id \"prediction_log_sam/ple_credit model\": '/'",
+        "observation_source.config.topic: \"bad topic/..\": ' ' (U+0020) is not allowed in a Kafka topic name",
+    ] {
+        assert!(err.contains(expected), "missing {expected:?} in {err}");
+    }
+    let o = run(&["schema", "-c", c]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("BigQuery table id"));
+    // `convert` writes no table and reads no topic.
+    let o = run(&["convert", "-c", c, "-i", "/dev/null"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+}
