@@ -12,6 +12,8 @@
 //! - [`config`]: Merlin's YAML plus our strict sections; layered; all problems at once.
 //! - [`proto`]: prost types generated from `proto/` (the readable reference of the wire format).
 //! - [`decode`]: the pure hot path: a protobuf walker appending straight into Arrow builders.
+//! - [`naming`]: BigQuery and Kafka name rules (columns, tables, datasets, topics), URL path
+//!   segments.
 //! - [`table`]: the table layout (columns, Arrow schema, BigQuery table resource).
 //! - [`framing`]: length-delimited streams of logs (files, stdin, dead letters, replay).
 //! - [`output`]: writers for jsonl, Arrow IPC and Parquet.
@@ -41,6 +43,7 @@ pub mod decode;
 pub mod framing;
 pub mod gen;
 pub mod metrics;
+pub mod naming;
 pub mod output;
 pub mod pipeline;
 pub mod proto;

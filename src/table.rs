@@ -225,12 +225,55 @@ pub fn table_id(project: &str, model: &str) -> String {
     format!("prediction_log_{project}_{model}").replace(['-', '.'], "_")
 }
 
+/// Table label holding the model identity the table belongs to: the first 32 hex digits of the
+/// SHA-256 of `<project> NUL <model>`. Merlin's table id is not injective (`fraud-team`/`model`
+/// and `fraud`/`team-model` both give `prediction_log_fraud_team_model`), so the publisher
+/// records whose table it created and refuses to write into a table labelled for another model.
+pub const IDENTITY_LABEL: &str = "observation-publisher-identity";
+/// Table label with the Merlin project (informational, rewritten to BigQuery's label rules).
+pub const PROJECT_LABEL: &str = "merlin_project";
+/// Table label with the Merlin model (informational, rewritten to BigQuery's label rules).
+pub const MODEL_LABEL: &str = "merlin_model";
+
+/// The identity label value of a model's table (see [`IDENTITY_LABEL`]).
+pub fn table_identity(project: &str, model: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let d = Sha256::digest(format!("{project}\u{0}{model}").as_bytes());
+    d.iter().take(16).map(|b| format!("{b:02x}")).collect()
+}
+
+/// `text` as a BigQuery label value: lower case, characters other than letters, digits, `_`
+/// and `-` replaced by `_`, at most 63 characters.
+pub fn label_value(text: &str) -> String {
+    text.to_lowercase()
+        .chars()
+        .map(|c| {
+            if c.is_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(63)
+        .collect()
+}
+
+/// The labels the publisher puts on a model's table.
+pub fn table_labels(project: &str, model: &str) -> Value {
+    json!({
+        IDENTITY_LABEL: table_identity(project, model),
+        PROJECT_LABEL: label_value(project),
+        MODEL_LABEL: label_value(model),
+    })
+}
+
 /// The optional source-position columns (`kafka_columns: true`), appended after the table's
 /// own columns.
 pub const KAFKA_COLUMNS: [&str; 2] = ["_kafka_partition", "_kafka_offset"];
 
 /// The BigQuery REST `Table` resource for the model's table: reference, schema (all NULLABLE),
-/// DAY partitioning on `request_timestamp` with expiration from `ttl_days`.
+/// DAY partitioning on `request_timestamp` with expiration from `ttl_days`, and the labels
+/// naming the model it belongs to ([`table_labels`]).
 pub fn bigquery_table_resource(
     layout: &TableLayout,
     project: &str,
@@ -259,6 +302,7 @@ pub fn bigquery_table_resource(
             "field": "request_timestamp",
             "expirationMs": (sink.ttl_days * 86_400_000).to_string(),
         },
+        "labels": table_labels(project, model),
     })
 }
 
@@ -272,5 +316,22 @@ mod tests {
             table_id("project-1", "model.1"),
             "prediction_log_project_1_model_1"
         );
+    }
+
+    #[test]
+    fn colliding_table_ids_get_different_identities() {
+        assert_eq!(
+            table_id("fraud-team", "model"),
+            table_id("fraud", "team-model")
+        );
+        assert_eq!(table_id("a.b", "m"), table_id("a-b", "m"));
+        assert_ne!(
+            table_identity("fraud-team", "model"),
+            table_identity("fraud", "team-model")
+        );
+        assert_ne!(table_identity("a.b", "m"), table_identity("a-b", "m"));
+        assert_eq!(table_identity("p", "m").len(), 32);
+        assert_eq!(label_value("Città Model/1"), "città_model_1");
+        assert_eq!(label_value(&"x".repeat(80)).len(), 63);
     }
 }

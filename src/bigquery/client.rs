@@ -3,7 +3,8 @@
 //! `https://…` endpoints use TLS (rustls with ring, system roots) and send an OAuth bearer token
 //! when [`Credentials`] are given; `http://…` endpoints are plain HTTP/2 (the emulator). Every
 //! call carries `x-goog-request-params: write_stream=…` (or `parent=…`), which BigQuery uses for
-//! routing.
+//! routing; the value is URL-encoded (as Google's client libraries do), so table names with
+//! spaces or non-ASCII letters fit in a header.
 
 use super::auth::Credentials;
 use super::proto::{
@@ -57,11 +58,13 @@ impl StorageClient {
         })
     }
 
-    /// Wraps `msg` with the routing header and, with credentials, a fresh bearer token.
-    async fn request<T>(&self, msg: T, params: &str) -> Result<Request<T>, Status> {
+    /// Wraps `msg` with the routing header `key=value` and, with credentials, a fresh bearer
+    /// token.
+    async fn request<T>(&self, msg: T, key: &str, value: &str) -> Result<Request<T>, Status> {
         let mut req = Request::new(msg);
         let md = req.metadata_mut();
-        let v = MetadataValue::try_from(params)
+        let params = routing_params(key, value);
+        let v = MetadataValue::try_from(params.as_str())
             .map_err(|e| Status::invalid_argument(format!("routing header: {e}")))?;
         md.insert("x-goog-request-params", v);
         if let Some(c) = &self.credentials {
@@ -91,9 +94,7 @@ impl StorageClient {
     where
         S: tokio_stream::Stream<Item = AppendRowsRequest> + Send + 'static,
     {
-        let req = self
-            .request(requests, &format!("write_stream={write_stream}"))
-            .await?;
+        let req = self.request(requests, "write_stream", write_stream).await?;
         Ok(self.grpc().append_rows(req).await?.into_inner())
     }
 
@@ -107,7 +108,7 @@ impl StorageClient {
             parent: table.to_string(),
             write_stream: Some(stream),
         };
-        let req = self.request(msg, &format!("parent={table}")).await?;
+        let req = self.request(msg, "parent", table).await?;
         Ok(self.grpc().create_write_stream(req).await?.into_inner())
     }
 
@@ -119,7 +120,7 @@ impl StorageClient {
         let msg = FinalizeWriteStreamRequest {
             name: name.to_string(),
         };
-        let req = self.request(msg, &format!("name={name}")).await?;
+        let req = self.request(msg, "name", name).await?;
         Ok(self.grpc().finalize_write_stream(req).await?.into_inner())
     }
 
@@ -129,7 +130,45 @@ impl StorageClient {
             name: name.to_string(),
             ..Default::default()
         };
-        let req = self.request(msg, &format!("name={name}")).await?;
+        let req = self.request(msg, "name", name).await?;
         Ok(self.grpc().get_write_stream(req).await?.into_inner())
+    }
+}
+
+/// `key=value` for `x-goog-request-params`, the value URL-encoded except for `/` (which resource
+/// names are made of): always a valid ASCII header value.
+fn routing_params(key: &str, value: &str) -> String {
+    use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
+    const VALUE: &AsciiSet = &NON_ALPHANUMERIC
+        .remove(b'-')
+        .remove(b'.')
+        .remove(b'_')
+        .remove(b'~')
+        .remove(b'/');
+    format!("{key}={}", utf8_percent_encode(value, VALUE))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routing_params_are_ascii_header_values() {
+        assert_eq!(
+            routing_params(
+                "write_stream",
+                "projects/p/datasets/d/tables/t/streams/_default"
+            ),
+            "write_stream=projects/p/datasets/d/tables/t/streams/_default"
+        );
+        let p = routing_params(
+            "parent",
+            "projects/p/datasets/d/tables/prediction_log_città model",
+        );
+        assert_eq!(
+            p,
+            "parent=projects/p/datasets/d/tables/prediction_log_citt%C3%A0%20model"
+        );
+        assert!(MetadataValue::try_from(p.as_str()).is_ok());
     }
 }

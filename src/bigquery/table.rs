@@ -9,7 +9,12 @@
 //!   physical table), its partition expiration follows `ttl_days`, its clustering follows the
 //!   configured one when one is configured;
 //! - a column whose type differs is a configuration error naming the column and both types
-//!   (`INT64`/`INTEGER`, `FLOAT64`/`FLOAT`, `BOOL`/`BOOLEAN` are the same type).
+//!   (`INT64`/`INTEGER`, `FLOAT64`/`FLOAT`, `BOOL`/`BOOLEAN` are the same type);
+//! - the table carries the model identity in its labels ([`crate::table::IDENTITY_LABEL`]): a new
+//!   table is created with it, an unlabelled one is labelled, and a table labelled for another
+//!   model is a configuration error naming both (Merlin's table ids are not injective).
+//!
+//! Every path segment (project, dataset, table, job) is percent-encoded.
 //!
 //! Errors are matched on HTTP status and `reason`, never on message text. A `jobs.query` answered
 //! with HTTP 200 and an `errors` list (the emulator's way) is a failure.
@@ -123,6 +128,8 @@ pub struct EnsureReport {
     pub expiration_changed: Option<(Option<i64>, Option<i64>)>,
     /// The clustering columns were changed.
     pub clustering_changed: bool,
+    /// The table had no identity label and was given ours.
+    pub labelled: bool,
     /// Things that could not be made to match and are left as they are.
     pub warnings: Vec<String>,
 }
@@ -157,6 +164,16 @@ pub enum TableError {
         table: String,
         /// Column name.
         column: String,
+    },
+    /// The table is labelled for another model (two identities map to one table id).
+    #[error("table {table} belongs to another model: its labels say {theirs}, this publisher is for {ours}; two Merlin models map to the same table id, so give one of them another name (or another dataset)")]
+    OtherModel {
+        /// `project.dataset.table`.
+        table: String,
+        /// The owner recorded in the table's labels.
+        theirs: String,
+        /// This publisher's model.
+        ours: String,
     },
     /// The table spec is malformed (a bug, not configuration).
     #[error("invalid table spec: {0}")]
@@ -194,6 +211,7 @@ impl TableError {
     pub fn is_config_error(&self) -> bool {
         match self {
             TableError::DatasetMissing { .. }
+            | TableError::OtherModel { .. }
             | TableError::TypeChanged { .. }
             | TableError::RequiredNotWritten { .. } => true,
             TableError::Api { status, .. } => matches!(status, 400 | 401 | 403 | 404),
@@ -305,8 +323,9 @@ impl TableManager {
 
     fn table_path(t: &TableRef) -> String {
         format!(
-            "projects/{}/datasets/{}/tables/{}",
-            t.project, t.dataset, t.table
+            "{}/tables/{}",
+            dataset_path(&t.project, &t.dataset),
+            seg(&t.table)
         )
     }
 
@@ -319,7 +338,7 @@ impl TableManager {
         self.call(
             "datasets.get",
             reqwest::Method::GET,
-            &format!("projects/{project}/datasets/{dataset}"),
+            &dataset_path(project, dataset),
             None,
         )
         .await
@@ -333,7 +352,7 @@ impl TableManager {
             .call(
                 "datasets.insert",
                 reqwest::Method::POST,
-                &format!("projects/{project}/datasets"),
+                &format!("projects/{}/datasets", seg(project)),
                 Some(&body),
             )
             .await
@@ -382,7 +401,7 @@ impl TableManager {
         let existing = match self.get_table(t).await? {
             Some(v) => v,
             None => {
-                let path = format!("projects/{}/datasets/{}/tables", t.project, t.dataset);
+                let path = format!("{}/tables", dataset_path(&t.project, &t.dataset));
                 match self
                     .call(
                         "tables.insert",
@@ -421,7 +440,10 @@ impl TableManager {
         existing: &Value,
     ) -> Result<EnsureReport, TableError> {
         let t = &spec.table;
-        let mut report = EnsureReport::default();
+        let mut report = EnsureReport {
+            labelled: self.check_owner(spec, existing).await?,
+            ..EnsureReport::default()
+        };
         let have: Vec<Value> = existing["schema"]["fields"]
             .as_array()
             .cloned()
@@ -431,7 +453,7 @@ impl TableManager {
             match have.iter().find(|f| {
                 f["name"]
                     .as_str()
-                    .is_some_and(|n| n.eq_ignore_ascii_case(name))
+                    .is_some_and(|n| crate::naming::same_column(n, name))
             }) {
                 Some(f) => {
                     let existing_ty = f["type"].as_str().unwrap_or("");
@@ -458,7 +480,7 @@ impl TableManager {
             let written = spec
                 .fields
                 .iter()
-                .any(|(n, _)| n.eq_ignore_ascii_case(name));
+                .any(|(n, _)| crate::naming::same_column(n, name));
             if !written && f["mode"].as_str() == Some("REQUIRED") {
                 return Err(TableError::RequiredNotWritten {
                     table: t.dotted(),
@@ -504,7 +526,7 @@ impl TableManager {
                 && have_cl
                     .iter()
                     .zip(&spec.clustering)
-                    .all(|(a, b)| a.eq_ignore_ascii_case(b));
+                    .all(|(a, b)| crate::naming::same_column(a, b));
             if !same {
                 self.patch_table(t, &json!({ "clustering": { "fields": spec.clustering } }))
                     .await?;
@@ -516,6 +538,44 @@ impl TableManager {
             warn!("{w}");
         }
         Ok(report)
+    }
+
+    /// Refuses a table labelled for another model; labels an unlabelled one (returns true).
+    async fn check_owner(&self, spec: &TableSpec, existing: &Value) -> Result<bool, TableError> {
+        use crate::table::{IDENTITY_LABEL, MODEL_LABEL, PROJECT_LABEL};
+        let wanted = &spec.resource["labels"];
+        let Some(ours) = wanted[IDENTITY_LABEL].as_str() else {
+            return Ok(false);
+        };
+        let have = &existing["labels"];
+        let owner = |l: &Value, id: &str| {
+            format!(
+                "project {:?}, model {:?} (identity {id})",
+                l[PROJECT_LABEL].as_str().unwrap_or("?"),
+                l[MODEL_LABEL].as_str().unwrap_or("?"),
+            )
+        };
+        match have[IDENTITY_LABEL].as_str() {
+            Some(theirs) if theirs == ours => Ok(false),
+            Some(theirs) => Err(TableError::OtherModel {
+                table: spec.table.dotted(),
+                theirs: owner(have, theirs),
+                ours: owner(wanted, ours),
+            }),
+            None => {
+                let mut labels = match have {
+                    Value::Object(m) => m.clone(),
+                    _ => serde_json::Map::new(),
+                };
+                if let Value::Object(w) = wanted {
+                    labels.extend(w.iter().map(|(k, v)| (k.clone(), v.clone())));
+                }
+                self.patch_table(&spec.table, &json!({ "labels": labels }))
+                    .await?;
+                info!(table = %spec.table.dotted(), identity = ours, "labelled the table with this model's identity");
+                Ok(true)
+            }
+        }
     }
 
     /// Adds NULLABLE columns (`tables.patch` with the full schema; with `emulator_compat` also
@@ -558,7 +618,7 @@ impl TableManager {
             "timeoutMs": 30000,
             "formatOptions": { "useInt64Timestamp": true },
         });
-        let path = format!("projects/{project}/queries");
+        let path = format!("projects/{}/queries", seg(project));
         let mut v = self
             .call("jobs.query", reqwest::Method::POST, &path, Some(&body))
             .await?
@@ -580,9 +640,13 @@ impl TableManager {
                 .as_str()
                 .unwrap_or("")
                 .to_string();
-            let mut p = format!("projects/{project}/queries/{job}?timeoutMs=10000&formatOptions.useInt64Timestamp=true");
+            let mut p = format!(
+                "projects/{}/queries/{}?timeoutMs=10000&formatOptions.useInt64Timestamp=true",
+                seg(project),
+                seg(&job)
+            );
             if let Some(loc) = v["jobReference"]["location"].as_str() {
-                p.push_str(&format!("&location={loc}"));
+                p.push_str(&format!("&location={}", seg(loc)));
             }
             v = self
                 .call("jobs.getQueryResults", reqwest::Method::GET, &p, None)
@@ -594,6 +658,17 @@ impl TableManager {
             message: "query did not complete".into(),
         })
     }
+}
+
+/// One URL path segment, percent-encoded: a name holding `/`, `?`, `#`, spaces or non-ASCII
+/// text always addresses the resource it names.
+fn seg(s: &str) -> String {
+    crate::naming::path_segment(s)
+}
+
+/// `projects/<p>/datasets/<d>`, every segment encoded.
+fn dataset_path(project: &str, dataset: &str) -> String {
+    format!("projects/{}/datasets/{}", seg(project), seg(dataset))
 }
 
 fn parse_rows(v: &Value) -> QueryResult {

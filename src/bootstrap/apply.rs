@@ -3,6 +3,7 @@
 
 use super::error::{is_not_found, BootstrapError};
 use super::manifest::{build, scaled_object_resource, FIELD_MANAGER};
+use super::owner::check;
 use super::poll::{pause_until, Backoff};
 use super::revision::{claim, release, ClaimOutcome};
 use super::rollout::{assess, deployed_revision, Rollout};
@@ -108,6 +109,7 @@ pub async fn apply(
     opts: ApplyOptions,
 ) -> Result<ApplyOutcome, BootstrapError> {
     let deadline = Instant::now() + opts.wait;
+    let spec = &super::owner::resolve(client, spec).await?;
     let holder = invocation_id();
     let claimed = match claim(client, spec, &holder, deadline, opts.backoff).await? {
         ClaimOutcome::Superseded(by) => return Ok(ApplyOutcome::Superseded { by }),
@@ -124,12 +126,27 @@ pub async fn apply(
 }
 
 /// Server-side applies ServiceAccount, Secret, Deployment and the optional ScaledObject (or
-/// removes a ScaledObject left from a revision that had autoscaling).
+/// removes a ScaledObject left from a revision that had autoscaling). Every object already under
+/// one of these names must carry this version's identity labels ([`super::owner::check`]).
 pub async fn write_objects(client: &Client, spec: &Spec) -> Result<(), BootstrapError> {
     let m = build(spec);
     let ns = &spec.namespace;
     let pp = PatchParams::apply(FIELD_MANAGER).force();
     let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
+    let scaled: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), ns, &scaled_object_resource());
+    check(&sas, "ServiceAccount", &spec.names.workload, spec).await?;
+    check(&secrets, "Secret", &spec.names.config_secret, spec).await?;
+    check(&deployments, "Deployment", &spec.names.workload, spec).await?;
+    match check(&scaled, "ScaledObject", &spec.names.workload, spec).await {
+        // KEDA not installed: the resource itself is unknown.
+        Err(BootstrapError::Kube { source, .. }) if is_not_found(&source) => {}
+        other => {
+            other?;
+        }
+    }
     sas.patch(&spec.names.workload, &pp, &Patch::Apply(&m.service_account))
         .await
         .map_err(|e| {
@@ -138,22 +155,18 @@ pub async fn write_objects(client: &Client, spec: &Spec) -> Result<(), Bootstrap
                 e,
             )
         })?;
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
     secrets
         .patch(&spec.names.config_secret, &pp, &Patch::Apply(&m.secret))
         .await
         .map_err(|e| {
             BootstrapError::kube(format!("apply Secret {ns}/{}", spec.names.config_secret), e)
         })?;
-    let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
     deployments
         .patch(&spec.names.workload, &pp, &Patch::Apply(&m.deployment))
         .await
         .map_err(|e| {
             BootstrapError::kube(format!("apply Deployment {ns}/{}", spec.names.workload), e)
         })?;
-    let scaled: Api<DynamicObject> =
-        Api::namespaced_with(client.clone(), ns, &scaled_object_resource());
     match &m.scaled_object {
         Some(so) => {
             scaled

@@ -4,6 +4,7 @@
 use super::error::{is_not_found, BootstrapError};
 use super::kafka::{wait_for_no_lag, Lag};
 use super::manifest::scaled_object_resource;
+use super::owner::check;
 use super::poll::Backoff;
 use super::spec::Spec;
 use k8s_openapi::api::apps::v1::Deployment;
@@ -31,18 +32,44 @@ pub struct DeleteReport {
     pub deleted: Vec<String>,
     /// Objects that were already gone.
     pub already_gone: Vec<String>,
+    /// Objects under this version's names that carry another version's identity labels; left
+    /// alone.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub not_ours: Vec<String>,
 }
 
 async fn delete_one<K>(
     api: Api<K>,
     kind: &str,
     name: &str,
+    spec: &Spec,
     report: &mut DeleteReport,
 ) -> Result<(), BootstrapError>
 where
     K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
     let what = format!("{kind}/{name}");
+    match check(&api, kind, name, spec).await {
+        Ok(None) => {
+            report.already_gone.push(what);
+            return Ok(());
+        }
+        Ok(Some(_)) => {}
+        Err(BootstrapError::NotOurs { owner, .. }) => {
+            tracing::warn!(
+                "{kind} {}/{name} belongs to {owner}; left alone",
+                spec.namespace
+            );
+            report.not_ours.push(what);
+            return Ok(());
+        }
+        // The resource itself is unknown (KEDA not installed).
+        Err(BootstrapError::Kube { source, .. }) if is_not_found(&source) => {
+            report.already_gone.push(what);
+            return Ok(());
+        }
+        Err(e) => return Err(e),
+    }
     // Background propagation: the Deployment's pods get SIGTERM and drain within their grace
     // period; the Secret they mounted stays readable to them meanwhile.
     match api.delete(name, &DeleteParams::background()).await {
@@ -54,7 +81,9 @@ where
 }
 
 /// Deletes the version's objects: ScaledObject, Deployment, Secret, ServiceAccount, then the
-/// revision marker. With `drain`, first waits until the consumer group has no lag; if it never
+/// revision marker — each only when it carries this version's identity labels (objects under
+/// these names labelled for another version are reported in `not_ours` and left alone; objects
+/// created under the previous naming scheme are found and deleted, see [`super::owner`]). With `drain`, first waits until the consumer group has no lag; if it never
 /// gets there, returns [`BootstrapError::DrainTimeout`] and deletes nothing.
 pub async fn delete(
     client: &Client,
@@ -69,15 +98,17 @@ pub async fn delete(
             })?;
         report.drained = Some(wait_for_no_lag(source, d.timeout, d.backoff).await?);
     }
+    let spec = &super::owner::resolve(client, spec).await?;
     let ns = &spec.namespace;
     let n = &spec.names;
     let scaled: Api<DynamicObject> =
         Api::namespaced_with(client.clone(), ns, &scaled_object_resource());
-    delete_one(scaled, "ScaledObject", &n.workload, &mut report).await?;
+    delete_one(scaled, "ScaledObject", &n.workload, spec, &mut report).await?;
     delete_one(
         Api::<Deployment>::namespaced(client.clone(), ns),
         "Deployment",
         &n.workload,
+        spec,
         &mut report,
     )
     .await?;
@@ -85,6 +116,7 @@ pub async fn delete(
         Api::<Secret>::namespaced(client.clone(), ns),
         "Secret",
         &n.config_secret,
+        spec,
         &mut report,
     )
     .await?;
@@ -92,6 +124,7 @@ pub async fn delete(
         Api::<ServiceAccount>::namespaced(client.clone(), ns),
         "ServiceAccount",
         &n.workload,
+        spec,
         &mut report,
     )
     .await?;
@@ -99,6 +132,7 @@ pub async fn delete(
         Api::<ConfigMap>::namespaced(client.clone(), ns),
         "ConfigMap",
         &n.marker,
+        spec,
         &mut report,
     )
     .await?;

@@ -44,6 +44,18 @@ pub enum BootstrapError {
         /// Remaining lag.
         lag: i64,
     },
+    /// An object under this version's name carries another version's identity labels.
+    #[error(
+        "{object} belongs to {owner}, not to this spec's {ours}; refusing to change or delete it"
+    )]
+    NotOurs {
+        /// `Kind namespace/name`.
+        object: String,
+        /// The identity its labels name.
+        owner: String,
+        /// This spec's identity.
+        ours: String,
+    },
     /// Kafka could not be queried.
     #[error("kafka: {0}")]
     Kafka(String),
@@ -67,7 +79,9 @@ impl BootstrapError {
     /// Whether running the same command again may succeed without changing anything.
     pub fn is_retryable(&self) -> bool {
         match self {
-            BootstrapError::Spec(_) | BootstrapError::ClientConfig(_) => false,
+            BootstrapError::Spec(_)
+            | BootstrapError::ClientConfig(_)
+            | BootstrapError::NotOurs { .. } => false,
             BootstrapError::Kube { source, .. } => match source {
                 kube::Error::Api(s) => s.code == 409 || s.code == 429 || s.code >= 500,
                 kube::Error::HyperError(_) | kube::Error::Service(_) => true,

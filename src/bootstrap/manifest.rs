@@ -8,8 +8,9 @@ use k8s_openapi::api::apps::v1::{
 };
 use k8s_openapi::api::core::v1::{
     Capabilities, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, HTTPGetAction,
-    PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile,
-    Secret, SecretVolumeSource, SecurityContext, ServiceAccount, Volume, VolumeMount,
+    PersistentVolumeClaimVolumeSource, PodSecurityContext, PodSpec, PodTemplateSpec, Probe,
+    ResourceRequirements, SeccompProfile, Secret, SecretVolumeSource, SecurityContext,
+    ServiceAccount, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
@@ -171,10 +172,13 @@ fn probe(path: &str, initial_delay: i32, period: i32) -> Probe {
     }
 }
 
-fn empty_dir(name: &str) -> Volume {
+fn empty_dir(name: &str, size_limit: &str) -> Volume {
     Volume {
         name: name.into(),
-        empty_dir: Some(EmptyDirVolumeSource::default()),
+        empty_dir: Some(EmptyDirVolumeSource {
+            size_limit: Some(Quantity(size_limit.into())),
+            ..EmptyDirVolumeSource::default()
+        }),
         ..Volume::default()
     }
 }
@@ -201,14 +205,25 @@ pub fn deployment(spec: &Spec) -> Deployment {
             }),
             ..Volume::default()
         },
-        empty_dir("data"),
-        empty_dir("tmp"),
+        empty_dir("data", &spec.storage.size_limit),
+        empty_dir("tmp", &spec.storage.size_limit),
     ];
     let mut mounts = vec![
         mount("config", CONFIG_DIR, true),
         mount("data", DATA_DIR, false),
         mount("tmp", TMP_DIR, false),
     ];
+    if let Some(p) = &spec.storage.persistent {
+        volumes.push(Volume {
+            name: "persistent".into(),
+            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                claim_name: p.claim.clone(),
+                ..PersistentVolumeClaimVolumeSource::default()
+            }),
+            ..Volume::default()
+        });
+        mounts.push(mount("persistent", &p.mount_path.to_string_lossy(), false));
+    }
     let mut env = Vec::new();
     if let Some(key) = &spec.identity.key_secret {
         volumes.push(Volume {
@@ -438,8 +453,9 @@ mod tests {
         let p = pod(&d);
         assert_eq!(
             p.service_account_name.as_deref(),
-            Some("sample-credit-model-3-publisher")
+            Some(s.names.workload.as_str())
         );
+        assert!(s.names.workload.starts_with("sample-credit-model-3-"));
         assert_eq!(p.automount_service_account_token, Some(false));
         assert!(p.termination_grace_period_seconds.unwrap() > 30);
         let c = &p.containers[0];
@@ -493,6 +509,38 @@ mod tests {
     }
 
     #[test]
+    fn empty_dirs_have_a_size_limit_and_a_named_claim_is_mounted() {
+        let p = deployment(&spec(""));
+        let vols = pod(&p).volumes.clone().unwrap();
+        let limits: Vec<_> = vols
+            .iter()
+            .filter_map(|v| v.empty_dir.as_ref())
+            .map(|e| e.size_limit.as_ref().map(|q| q.0.as_str()))
+            .collect();
+        assert_eq!(limits, [Some("1Gi"), Some("1Gi")]);
+        assert!(vols.iter().all(|v| v.persistent_volume_claim.is_none()));
+
+        let d = deployment(&spec(
+            "storage: {size_limit: 300Mi, persistent: {claim: pub-data, mount_path: /data}}",
+        ));
+        let p = pod(&d);
+        let vols = p.volumes.as_ref().unwrap();
+        assert!(vols
+            .iter()
+            .filter_map(|v| v.empty_dir.as_ref())
+            .all(|e| e.size_limit == Some(Quantity("300Mi".into()))));
+        let pv = vols.iter().find(|v| v.name == "persistent").unwrap();
+        assert_eq!(
+            pv.persistent_volume_claim.as_ref().unwrap().claim_name,
+            "pub-data"
+        );
+        let m = p.containers[0].volume_mounts.as_ref().unwrap();
+        assert!(m
+            .iter()
+            .any(|m| m.name == "persistent" && m.mount_path == "/data"));
+    }
+
+    #[test]
     fn config_change_changes_the_checksum() {
         let a = deployment(&spec(""));
         let text = MINIMAL.replace("ttl_days: 14", "ttl_days: 15");
@@ -522,7 +570,7 @@ mod tests {
         assert_eq!(so.data["spec"]["maxReplicaCount"], 4);
         assert_eq!(
             so.data["spec"]["triggers"][0]["metadata"]["consumerGroup"],
-            "observation-publisher-sample-credit-model-3"
+            s.group_id()
         );
         assert!(build(&spec("")).scaled_object.is_none());
     }

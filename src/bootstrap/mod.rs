@@ -7,9 +7,11 @@
 //!
 //! # Layout (one file, one job)
 //! - [`spec`]: the publisher spec and its validation (all problems at once).
-//! - [`names`]: DNS-1123 object names and label values, cut with a stable hash.
+//! - [`names`]: DNS-1123 object names carrying the identity hash; label values.
+//! - [`owner`]: identity labels checked before writes and deletes; adopting older objects.
 //! - [`manifest`]: pure builders of the objects; `--dry-run` prints them.
 //! - [`revision`]: the revision rules on a marker ConfigMap with optimistic concurrency.
+//! - [`storage`]: emptyDir size limits; local files only on a named persistent volume.
 //! - [`rollout`]: whether a Deployment has rolled out (pure).
 //! - [`apply`], [`delete`], [`status`]: the three commands against the API server.
 //! - [`kafka`]: partition count and consumer lag.
@@ -24,11 +26,13 @@ pub mod error;
 pub mod kafka;
 pub mod manifest;
 pub mod names;
+pub mod owner;
 pub mod poll;
 pub mod revision;
 pub mod rollout;
 pub mod spec;
 pub mod status;
+pub mod storage;
 
 pub use cli::BootstrapArgs;
 pub use error::BootstrapError;

@@ -2,10 +2,17 @@
 //!
 //! Object names must be DNS-1123 labels: at most 63 characters of `[a-z0-9-]`, starting and
 //! ending with an alphanumeric character. Label values allow `[A-Za-z0-9._-]`, at most 63
-//! characters, alphanumeric at both ends. Merlin's names are usually valid already; when one is
-//! not (too long, upper case, dots or underscores), it is cut and a stable hash of the *original*
-//! text is appended, so two different inputs never map to one name and the same input always
-//! maps to the same name.
+//! characters, alphanumeric at both ends.
+//!
+//! `{project}-{model}-{version}` is not injective: (`fraud-team`, `model`, 2) and (`fraud`,
+//! `team-model`, 2) read the same. So **every** generated name carries a short hash of the
+//! NUL-separated (project, model, version): `<readable part>-<hash>-<suffix>`, the readable part
+//! rewritten to `[a-z0-9-]` and cut so the name fits in 63 characters. Two identities never
+//! share a name (short of a 32-bit hash collision, which the identity labels still catch before
+//! any write or delete), and the same identity always gets the same names.
+//!
+//! [`Names::legacy`] gives the names of the previous scheme (a hash only when a name had to be
+//! rewritten), so `bootstrap` can find and adopt objects it created before.
 
 use sha2::{Digest, Sha256};
 
@@ -26,16 +33,54 @@ pub struct Names {
     pub marker: String,
 }
 
+/// The identity text every name's hash is computed from: project, model and version separated
+/// by NUL (which none of them can contain).
+pub fn identity(project: &str, model: &str, version: &str) -> String {
+    format!("{project}\u{0}{model}\u{0}{version}")
+}
+
+/// First 8 hex digits of the SHA-256 of the version's [`identity`].
+pub fn identity_hash(project: &str, model: &str, version: &str) -> String {
+    short_hash(&identity(project, model, version))
+}
+
 impl Names {
-    /// Derives every name for one model version.
+    /// Derives every name for one model version (injective: each carries the identity hash).
     pub fn new(project: &str, model: &str, version: &str) -> Self {
-        let identity = format!("{project}\u{0}{model}\u{0}{version}");
+        let hash = identity_hash(project, model, version);
+        let base = format!("{project}-{model}-{version}");
+        Names {
+            workload: hashed_name(&base, &hash, "publisher"),
+            config_secret: hashed_name(&base, &hash, "publisher-config"),
+            marker: hashed_name(&base, &hash, "publisher-revision"),
+        }
+    }
+
+    /// The names the previous scheme gave (a hash only when a name had to be rewritten):
+    /// objects created with them are found by these names and adopted when their identity
+    /// labels are this version's.
+    pub fn legacy(project: &str, model: &str, version: &str) -> Self {
+        let identity = identity(project, model, version);
         let base = format!("{project}-{model}-{version}");
         Names {
             workload: object_name(&base, "publisher", &identity),
             config_secret: object_name(&base, "publisher-config", &identity),
             marker: object_name(&base, "publisher-revision", &identity),
         }
+    }
+}
+
+/// `<readable base>-<hash>-<suffix>` as a DNS-1123 label of at most 63 characters.
+fn hashed_name(base: &str, hash: &str, suffix: &str) -> String {
+    let room = MAX_NAME - suffix.len() - hash.len() - 2;
+    let mut cut: String = sanitize_dns(base).chars().take(room).collect();
+    while cut.ends_with('-') {
+        cut.pop();
+    }
+    if cut.is_empty() {
+        format!("{hash}-{suffix}")
+    } else {
+        format!("{cut}-{hash}-{suffix}")
     }
 }
 
@@ -71,8 +116,9 @@ fn sanitize_dns(text: &str) -> String {
     out
 }
 
-/// `<base>-<suffix>` as a DNS-1123 label. When `base` had to be rewritten or the result would
-/// exceed 63 characters, the base is cut and `-<hash of identity>` inserted before the suffix.
+/// The previous scheme: `<base>-<suffix>` as a DNS-1123 label. When `base` had to be rewritten
+/// or the result would exceed 63 characters, the base is cut and `-<hash of identity>` inserted
+/// before the suffix.
 pub(crate) fn object_name(base: &str, suffix: &str, identity: &str) -> String {
     let clean = sanitize_dns(base);
     let plain = format!("{clean}-{suffix}");
@@ -168,11 +214,41 @@ mod tests {
     use super::*;
 
     #[test]
-    fn short_valid_names_are_kept() {
+    fn names_are_readable_and_carry_the_identity_hash() {
         let n = Names::new("sample", "credit-model", "3");
-        assert_eq!(n.workload, "sample-credit-model-3-publisher");
-        assert_eq!(n.config_secret, "sample-credit-model-3-publisher-config");
-        assert_eq!(n.marker, "sample-credit-model-3-publisher-revision");
+        let h = identity_hash("sample", "credit-model", "3");
+        assert_eq!(h.len(), HASH_LEN);
+        assert_eq!(n.workload, format!("sample-credit-model-3-{h}-publisher"));
+        assert_eq!(
+            n.config_secret,
+            format!("sample-credit-model-3-{h}-publisher-config")
+        );
+        assert_eq!(
+            n.marker,
+            format!("sample-credit-model-3-{h}-publisher-revision")
+        );
+    }
+
+    #[test]
+    fn colliding_identities_get_disjoint_names() {
+        let a = Names::new("fraud-team", "model", "2");
+        let b = Names::new("fraud", "team-model", "2");
+        for (x, y) in [
+            (&a.workload, &b.workload),
+            (&a.config_secret, &b.config_secret),
+            (&a.marker, &b.marker),
+        ] {
+            assert_ne!(x, y);
+        }
+        // The previous scheme gave both the same names.
+        assert_eq!(
+            Names::legacy("fraud-team", "model", "2"),
+            Names::legacy("fraud", "team-model", "2")
+        );
+        assert_eq!(
+            Names::legacy("sample", "credit-model", "3").workload,
+            "sample-credit-model-3-publisher"
+        );
     }
 
     #[test]
@@ -200,13 +276,33 @@ mod tests {
         let b = Names::new("p", "model-a", "1");
         assert!(is_dns_label(&a.workload), "{}", a.workload);
         assert_ne!(a.workload, b.workload);
-        assert_eq!(b.workload, "p-model-a-1-publisher");
     }
 
     #[test]
     fn names_of_only_invalid_characters_are_still_valid() {
         let n = Names::new("___", "...", "__");
         assert!(is_dns_label(&n.workload), "{}", n.workload);
+        let n = Names::legacy("___", "...", "__");
+        assert!(is_dns_label(&n.workload), "{}", n.workload);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn names_are_valid_and_injective(
+            a in ("[a-zA-Z0-9._-]{0,40}", "[a-zA-Z0-9._ -]{0,40}", "[0-9]{1,4}"),
+            b in ("[a-zA-Z0-9._-]{0,40}", "[a-zA-Z0-9._ -]{0,40}", "[0-9]{1,4}"),
+        ) {
+            let na = Names::new(&a.0, &a.1, &a.2);
+            let nb = Names::new(&b.0, &b.1, &b.2);
+            for n in [&na.workload, &na.config_secret, &na.marker] {
+                proptest::prop_assert!(is_dns_label(n) && n.len() <= MAX_NAME, "{}", n);
+            }
+            if a != b {
+                proptest::prop_assert_ne!(&na.workload, &nb.workload);
+                proptest::prop_assert_ne!(&na.config_secret, &nb.config_secret);
+                proptest::prop_assert_ne!(&na.marker, &nb.marker);
+            }
+        }
     }
 
     #[test]

@@ -226,6 +226,13 @@ pub async fn claim(
                     Err(e) => return Err(BootstrapError::kube(format!("create {what}"), e)),
                 }
             }
+            Some(cm) if !super::owner::is_ours(spec, &cm.metadata) => {
+                return Err(BootstrapError::NotOurs {
+                    object: what,
+                    owner: super::owner::owner(&cm.metadata),
+                    ours: super::owner::ours(spec),
+                })
+            }
             Some(cm) => {
                 let marker = Marker::from_config_map(&cm);
                 let dep = deployments

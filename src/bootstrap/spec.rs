@@ -28,7 +28,8 @@
 //! once.
 
 use super::names::{is_dns_label, is_dns_subdomain, is_label_key, is_label_value, Names};
-use crate::config::{Config, DeadLetter, Needs, Problems};
+use super::storage::Storage;
+use crate::config::{Config, Needs, Problems};
 use serde_yaml_ng::{Mapping, Value};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
@@ -71,6 +72,8 @@ pub struct Spec {
     pub identity: Identity,
     /// KEDA autoscaling on consumer lag, when asked for.
     pub autoscaling: Option<Autoscaling>,
+    /// emptyDir size limit and the optional persistent volume for local files.
+    pub storage: Storage,
     /// The run config as written into the Secret (completed with defaults).
     pub run_config: Value,
     /// The run config, validated.
@@ -131,6 +134,7 @@ const SPEC_KEYS: &[&str] = &[
     "labels",
     "identity",
     "autoscaling",
+    "storage",
     "config",
 ];
 
@@ -212,6 +216,7 @@ impl Spec {
             );
         }
         let autoscaling = r.autoscaling(root.get("autoscaling"), replicas);
+        let storage = Storage::read(root.get("storage"), r.problems);
 
         let names = Names::new(&project, &model, &version);
         let run_config = complete_config(
@@ -230,6 +235,7 @@ impl Spec {
                     Ok((c, w)) => {
                         warnings.extend(w.into_iter().map(|w| format!("config: {w}")));
                         check_runtime_fit(&c, &mut problems);
+                        storage.check_paths(&c, replicas, &mut problems, &mut warnings);
                         Some(c)
                     }
                     Err(p) => {
@@ -257,6 +263,7 @@ impl Spec {
                     labels,
                     identity,
                     autoscaling,
+                    storage,
                     run_config,
                     config,
                     names,
@@ -273,6 +280,20 @@ impl Spec {
             .observation_source
             .as_ref()
             .map_or("", |s| s.topic.as_str())
+    }
+
+    /// Uses `group` as the consumer group (in the validated config and in `config.yaml`).
+    pub fn set_group_id(&mut self, group: &str) {
+        if let Some(src) = self.config.observation_source.as_mut() {
+            src.group_id = group.to_string();
+        }
+        if let Some(Value::Mapping(sc)) = self
+            .run_config
+            .get_mut("observation_source")
+            .and_then(|s| s.get_mut("config"))
+        {
+            sc.insert("group_id".into(), Value::String(group.to_string()));
+        }
     }
 
     /// The consumer group of this version.
@@ -318,8 +339,17 @@ pub fn default_topic(project: &str, model: &str, version: &str) -> String {
     format!("caraml-{project}-{model}-{version}-prediction-log")
 }
 
-/// The consumer group of one model version (Merlin shares one group between all publishers).
+/// The consumer group of one model version (Merlin shares one group between all publishers):
+/// `observation-publisher-<project>-<model>-<version>-<identity hash>`, injective like the object
+/// names (see [`super::names`]).
 pub fn default_group(project: &str, model: &str, version: &str) -> String {
+    let hash = super::names::identity_hash(project, model, version);
+    format!("observation-publisher-{project}-{model}-{version}-{hash}")
+}
+
+/// The default consumer group of the previous naming scheme (kept when an upgrade adopts a
+/// running version, so its topic is not consumed again).
+pub fn legacy_default_group(project: &str, model: &str, version: &str) -> String {
     format!("observation-publisher-{project}-{model}-{version}")
 }
 
@@ -408,26 +438,9 @@ fn complete_config(
     Some(Value::Mapping(cfg))
 }
 
-/// Problems that only show in a pod: files outside the writable volumes, a listener the probes
-/// cannot reach.
+/// Problems that only show in a pod: a listener the probes cannot reach. (Local files:
+/// [`Storage::check_paths`].)
 fn check_runtime_fit(c: &Config, problems: &mut Problems) {
-    let writable = |p: &Path| p.is_relative() || p.starts_with(DATA_DIR) || p.starts_with(TMP_DIR);
-    if let DeadLetter::File { path } = &c.dead_letter {
-        if !writable(path) {
-            problems.push(
-                "config.dead_letter.path",
-                format_args!("{} is on the read-only root filesystem; use a relative path or one under {DATA_DIR} or {TMP_DIR}", path.display()),
-            );
-        }
-    }
-    if let Some(l) = &c.local_sink {
-        if !writable(&l.path) {
-            problems.push(
-                "config.local_sink.path",
-                format_args!("{} is on the read-only root filesystem; use a relative path or one under {DATA_DIR} or {TMP_DIR}", l.path.display()),
-            );
-        }
-    }
     if let Ok(addr) = c.server.listen.parse::<std::net::SocketAddr>() {
         if !addr.ip().is_unspecified() {
             problems.push(
@@ -760,7 +773,16 @@ config:
     fn minimal_spec_gets_merlin_defaults() {
         let (s, warnings) = Spec::parse(MINIMAL).unwrap_or_else(|p| panic!("{p}"));
         assert_eq!(s.topic(), "caraml-sample-credit-model-3-prediction-log");
-        assert_eq!(s.group_id(), "observation-publisher-sample-credit-model-3");
+        let hash = crate::bootstrap::names::identity_hash("sample", "credit-model", "3");
+        assert_eq!(
+            s.group_id(),
+            format!("observation-publisher-sample-credit-model-3-{hash}")
+        );
+        // Colliding identities (Merlin's topic names collide too) get separate groups.
+        assert_ne!(
+            default_group("fraud-team", "model", "2"),
+            default_group("fraud", "team-model", "2")
+        );
         assert_eq!(s.replicas, 1);
         assert_eq!(s.revision, 2);
         assert_eq!(s.metrics_port(), 8000);
@@ -814,19 +836,45 @@ config:
     }
 
     #[test]
-    fn local_files_must_be_on_writable_volumes() {
+    fn local_files_must_be_on_a_persistent_volume() {
         let bad = MINIMAL.replace(
             "  observation_source:",
-            "  dead_letter: {target: file, path: /data/dlq.bin}\n  server: {listen: \"127.0.0.1:8000\"}\n  observation_source:",
+            "  dead_letter: {target: file, path: dlq/dead.bin}\n  local_sink: {path: /tmp/rows}\n  server: {listen: \"127.0.0.1:8000\"}\n  observation_source:",
         );
         let text = Spec::parse(&bad).unwrap_err().to_string();
-        assert!(text.contains("config.dead_letter.path"), "{text}");
-        assert!(text.contains("config.server.listen"), "{text}");
-        let ok = MINIMAL.replace(
-            "  observation_source:",
-            "  dead_letter: {target: file, path: dlq/dead.bin}\n  observation_source:",
+        for key in ["config.dead_letter.path", "config.local_sink.path"] {
+            assert!(
+                text.contains(&format!("{key}: "))
+                    && text.contains("would be on an emptyDir, which dies with its pod"),
+                "{key}: {text}"
+            );
+        }
+        assert!(
+            text.contains("lost after its offsets were committed"),
+            "{text}"
         );
-        Spec::parse(&ok).unwrap_or_else(|p| panic!("{p}"));
+        assert!(text.contains("config.server.listen"), "{text}");
+        // On a persistent volume the spec names: accepted (relative paths are relative to the
+        // working directory).
+        let ok = bad
+            .replace("  server: {listen: \"127.0.0.1:8000\"}\n", "")
+            .replace("path: dlq/dead.bin", "path: persistent/dlq/dead.bin")
+            .replace(
+                "path: /tmp/rows",
+                "path: /var/lib/observation-publisher/persistent/rows",
+            )
+            .replace(
+                "namespace: mlobs",
+                "namespace: mlobs\nstorage: {persistent: {claim: publisher-data}}",
+            );
+        let (s, _) = Spec::parse(&ok).unwrap_or_else(|p| panic!("{p}"));
+        assert_eq!(s.storage.persistent.unwrap().claim, "publisher-data");
+        let elsewhere = ok.replace("path: persistent/dlq/dead.bin", "path: dlq/dead.bin");
+        let text = Spec::parse(&elsewhere).unwrap_err().to_string();
+        assert!(
+            text.contains("config.dead_letter.path: dlq/dead.bin is not on the persistent volume"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -78,8 +78,12 @@ pub async fn status(
     spec: &Spec,
     kafka_timeout: Option<Duration>,
 ) -> Result<StatusReport, BootstrapError> {
+    let spec = &super::owner::resolve(client, spec).await?;
     let ns = &spec.namespace;
     let n = &spec.names;
+    let ours = |m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
+        super::owner::is_ours(spec, m)
+    };
     let sa = Api::<ServiceAccount>::namespaced(client.clone(), ns)
         .get_opt(&n.workload)
         .await
@@ -105,6 +109,11 @@ pub async fn status(
             Err(e) if is_not_found(&e) => false,
             Err(e) => return Err(kube_err("ScaledObject")(e)),
         };
+    // Objects under these names but labelled for another version are not this version's.
+    let sa = sa.filter(|o| ours(&o.metadata));
+    let secret = secret.filter(|o| ours(&o.metadata));
+    let dep = dep.filter(|o| ours(&o.metadata));
+    let marker = marker.filter(|o| ours(&o.metadata));
     let marker = marker.as_ref().map(Marker::from_config_map);
     let (rollout, reason) = match dep.as_ref().map(|d| assess(d, None)) {
         None => ("absent", None),

@@ -386,7 +386,10 @@ fn read_bigquery_options(c: &mut Obj<'_>, problems: &mut Problems) -> BigQueryOp
         );
     }
     for (i, a) in clustering.iter().enumerate() {
-        if clustering[..i].iter().any(|b| b.eq_ignore_ascii_case(a)) {
+        if clustering[..i]
+            .iter()
+            .any(|b| crate::naming::same_column(b, a))
+        {
             problems.push(
                 &c.path_of("clustering"),
                 format_args!("column {a:?} is listed twice"),

@@ -211,6 +211,14 @@ impl Config {
                 problems.push(key, "must not contain control characters");
             }
         }
+        validate_names(
+            &project,
+            &model_id,
+            observation_source.as_ref(),
+            &dead_letter,
+            &observation_sinks,
+            &mut problems,
+        );
 
         match schema {
             Some(inference_schema) if problems.is_empty() => Ok((
@@ -252,6 +260,67 @@ impl Config {
     }
 }
 
+/// Names that end up in BigQuery and Kafka, checked against their rules ([`crate::naming`]):
+/// the table id derived from project and model and the dataset of every BIGQUERY sink, the
+/// source topic, the dead-letter topic and the consumer group.
+fn validate_names(
+    project: &str,
+    model_id: &str,
+    source: Option<&KafkaSource>,
+    dead_letter: &DeadLetter,
+    sinks: &[SinkConfig],
+    problems: &mut Problems,
+) {
+    use crate::naming::{dataset_id_problem, group_problem, table_id_problem, topic_problem};
+    let reported = |problems: &Problems, key: &str| problems.0.iter().any(|p| p.starts_with(key));
+    for (i, sink) in sinks.iter().enumerate() {
+        let SinkConfig::BigQuery(b) = sink else {
+            continue;
+        };
+        let key = format!("observation_sinks[{i}].config.dataset");
+        if let Some(why) = dataset_id_problem(&b.dataset) {
+            if !reported(problems, &key) {
+                problems.push(&key, format_args!("{:?}: {why}", b.dataset));
+            }
+        }
+        if !project.is_empty() && !model_id.is_empty() {
+            let table = crate::table::table_id(project, model_id);
+            if let Some(why) = table_id_problem(&table) {
+                problems.push(
+                    "project, model_id",
+                    format_args!("they make the BigQuery table id {table:?}: {why}"),
+                );
+            }
+        }
+    }
+    let Some(src) = source else {
+        return;
+    };
+    let topic_key = "observation_source.config.topic";
+    if let Some(why) = topic_problem(&src.topic) {
+        if !reported(problems, topic_key) {
+            problems.push(topic_key, format_args!("{:?}: {why}", src.topic));
+        }
+    }
+    let group_key = "observation_source.config.group_id";
+    if let Some(why) = group_problem(&src.group_id) {
+        if !reported(problems, group_key) {
+            problems.push(group_key, why);
+        }
+    }
+    if let DeadLetter::Kafka { topic } = dead_letter {
+        let (key, dlq) = match topic {
+            Some(t) => ("dead_letter.topic", t.clone()),
+            None => (topic_key, format!("{}-dlq", src.topic)),
+        };
+        if topic.is_some() || topic_problem(&src.topic).is_none() {
+            if let Some(why) = topic_problem(&dlq) {
+                problems.push(key, format_args!("dead-letter topic {dlq:?}: {why}"));
+            }
+        }
+    }
+}
+
 /// Names of the fixed (non-feature) columns, in table order.
 pub fn fixed_columns(s: &InferenceSchema) -> [&str; 4] {
     [
@@ -262,17 +331,9 @@ pub fn fixed_columns(s: &InferenceSchema) -> [&str; 4] {
     ]
 }
 
-/// BigQuery column-name rule: letters, digits and underscores, not starting with a digit,
-/// at most 300 characters.
-fn valid_column_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 300
-        && !name.starts_with(|c: char| c.is_ascii_digit())
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-}
-
-/// Checks column names: valid for BigQuery, unique (case-insensitively). `output` is `None` when
-/// the output class itself is invalid; the other columns are still checked.
+/// Checks column names: valid for BigQuery (flexible column names, see [`crate::naming`]), unique
+/// regardless of case. `output` is `None` when the output class itself is invalid; the other
+/// columns are still checked.
 pub(crate) fn validate_columns(
     session_id_column: &str,
     row_id_column: &str,
@@ -280,31 +341,27 @@ pub(crate) fn validate_columns(
     output: Option<&ModelOutput>,
     problems: &mut Problems,
 ) {
-    let fixed = [
+    use crate::naming::column_name_problem;
+    let mut all: Vec<(&str, String)> = Vec::new();
+    for (key, name) in [
+        ("inference_schema.session_id_column", session_id_column),
+        ("inference_schema.row_id_column", row_id_column),
+    ] {
+        if let Some(why) = column_name_problem(name) {
+            problems.push(key, format_args!("{name:?}: {why}"));
+        }
+    }
+    for name in [
         session_id_column,
         row_id_column,
         "request_timestamp",
         "model_version",
-    ];
-    let mut all: Vec<(&str, String)> = Vec::new();
-    for (i, name) in fixed.iter().enumerate() {
-        let key = [
-            "inference_schema.session_id_column",
-            "inference_schema.row_id_column",
-            "",
-            "",
-        ][i];
-        if !key.is_empty() && !valid_column_name(name) {
-            problems.push(key, format_args!("{name:?} is not a valid BigQuery column name (letters, digits, _; not starting with a digit)"));
-        }
+    ] {
         all.push((name, format!("fixed column {name:?}")));
     }
     for (name, _) in feature_types {
-        if !valid_column_name(name) {
-            problems.push(
-                &format!("inference_schema.feature_types.{name}"),
-                "not a valid BigQuery column name (letters, digits, _; not starting with a digit; at most 300 characters)",
-            );
+        if let Some(why) = column_name_problem(name) {
+            problems.push(&format!("inference_schema.feature_types.{name}"), why);
         }
         all.push((name, format!("feature {name:?}")));
     }
@@ -312,10 +369,10 @@ pub(crate) fn validate_columns(
         return check_unique(&all, problems);
     };
     for c in out.score_columns() {
-        if !valid_column_name(c) {
+        if let Some(why) = column_name_problem(c) {
             problems.push(
                 "inference_schema.model_prediction_output",
-                format_args!("score column {c:?} is not a valid BigQuery column name"),
+                format_args!("score column {c:?}: {why}"),
             );
         }
         all.push((c, format!("prediction column {c:?}")));
@@ -333,11 +390,11 @@ pub(crate) fn validate_columns(
     check_unique(&all, problems);
 }
 
-/// Columns must be unique, and BigQuery compares names case-insensitively.
+/// Columns must be unique, and BigQuery compares names without regard to case.
 fn check_unique(all: &[(&str, String)], problems: &mut Problems) {
     for i in 0..all.len() {
         for j in 0..i {
-            if all[i].0.eq_ignore_ascii_case(all[j].0) {
+            if crate::naming::same_column(all[i].0, all[j].0) {
                 let how = if all[i].0 == all[j].0 {
                     "is named like"
                 } else {
@@ -363,7 +420,7 @@ fn validate_clustering(s: &InferenceSchema, sinks: &[SinkConfig], problems: &mut
             match layout
                 .columns
                 .iter()
-                .find(|c| c.name.eq_ignore_ascii_case(name))
+                .find(|c| crate::naming::same_column(&c.name, name))
             {
                 None => problems.push(
                     &format!("observation_sinks[{i}].config.clustering"),

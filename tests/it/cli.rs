@@ -294,3 +294,122 @@ fn version_flag() {
     assert!(o.status.success());
     assert!(String::from_utf8_lossy(&o.stdout).contains(env!("CARGO_PKG_VERSION")));
 }
+
+/// Merlin's example config with the feature `merchant_id` renamed to `name` (a string feature).
+fn merlin_with_feature(dir: &Path, name: &str) -> std::path::PathBuf {
+    let cfg = dir.join("c.yaml");
+    let text = std::fs::read_to_string(repo_config("merlin-binary.yaml"))
+        .unwrap()
+        .replace(
+            "    merchant_id: string",
+            &format!("    \"{name}\": string"),
+        );
+    std::fs::write(&cfg, text).unwrap();
+    cfg
+}
+
+#[test]
+fn a_unicode_feature_name_works_in_every_offline_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = merlin_with_feature(dir.path(), "città");
+    let c = cfg.to_str().unwrap();
+    let o = run(&["check-config", "-c", c]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("città"));
+
+    let o = run(&["schema", "-c", c]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(doc["schema"]["fields"][5]["name"], "città");
+    assert_eq!(doc["schema"]["fields"][5]["type"], "STRING");
+
+    let logs = dir.path().join("logs.bin");
+    let o = run(&["gen", "-c", c, "-n", "20", "-o", logs.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let jsonl = dir.path().join("rows.jsonl");
+    let o = run(&[
+        "convert",
+        "-c",
+        c,
+        "-i",
+        logs.to_str().unwrap(),
+        "-o",
+        jsonl.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = std::fs::read_to_string(&jsonl).unwrap();
+    assert_eq!(text.lines().count(), 20);
+    for line in text.lines() {
+        let row: serde_json::Value = serde_json::from_str(line).unwrap();
+        assert!(row["città"].is_string(), "{line}");
+    }
+    let parquet = dir.path().join("rows.parquet");
+    let o = run(&[
+        "convert",
+        "-c",
+        c,
+        "-i",
+        logs.to_str().unwrap(),
+        "-f",
+        "parquet",
+        "-o",
+        parquet.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let file = std::fs::File::open(&parquet).unwrap();
+    let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file)
+        .unwrap()
+        .build()
+        .unwrap();
+    let mut rows = 0;
+    for b in reader {
+        let b = b.unwrap();
+        assert!(b.schema().field_with_name("città").is_ok());
+        rows += b.num_rows();
+    }
+    assert_eq!(rows, 20);
+}
+
+#[test]
+fn a_column_name_bigquery_refuses_exits_2_with_the_rule() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = merlin_with_feature(dir.path(), "_TABLE_SUFFIX");
+    let o = run(&["convert", "-c", cfg.to_str().unwrap(), "-i", "/dev/null"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("_TABLE_SUFFIX: BigQuery reserves column names starting with _TABLE_"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn names_that_break_bigquery_or_kafka_exit_2_naming_key_and_rule() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("c.yaml");
+    let text = std::fs::read_to_string(repo_config("merlin-binary.yaml"))
+        .unwrap()
+        .replace("project: sample", "project: \"sam/ple\"")
+        .replace("model_id: credit-model", "model_id: \"credit model\"")
+        .replace(
+            "topic: caraml-sample-credit-model-3-prediction-log",
+            "topic: \"bad topic/..\"",
+        );
+    std::fs::write(&cfg, text).unwrap();
+    let c = cfg.to_str().unwrap();
+    let o = run(&["check-config", "-c", c]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = stderr(&o);
+    for expected in [
+        "project, model_id: they make the BigQuery table id \"prediction_log_sam/ple_credit model\": '/'",
+        "observation_source.config.topic: \"bad topic/..\": ' ' (U+0020) is not allowed in a Kafka topic name",
+    ] {
+        assert!(err.contains(expected), "missing {expected:?} in {err}");
+    }
+    let o = run(&["schema", "-c", c]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("BigQuery table id"));
+    // `convert` writes no table and reads no topic.
+    let o = run(&["convert", "-c", c, "-i", "/dev/null"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+}

@@ -610,3 +610,152 @@ async fn exactly_once_is_unready_while_bigquery_is_unreachable() {
     assert_eq!(counts_in(&dataset).await, (400, 400), "every row once");
     drop(cluster);
 }
+
+/// A feature with a flexible (Unicode) column name goes through `gen`, Kafka, `run` and the
+/// Storage Write API (Arrow field names are the column names) into the emulator's table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_unicode_feature_name_lands_in_bigquery_end_to_end() {
+    let _serial = serial().await;
+    let dataset = fresh_name("unicode");
+    manager()
+        .create_dataset(PROJECT, &dataset)
+        .await
+        .expect("emulator reachable");
+    let dir = tempfile::tempdir().unwrap();
+    let topic = unique("bq-unicode");
+    tokio::task::block_in_place(|| create_topic(&topic, 1));
+    let run = Run::new(dir.path(), &topic, &dataset);
+    let cfg = std::fs::read_to_string(&run.config).unwrap().replace(
+        "    merchant_id: string\n",
+        "    \"città d'origine\": string\n",
+    );
+    assert!(cfg.contains("città"));
+    std::fs::write(&run.config, cfg).unwrap();
+    let c = run.config.to_str().unwrap();
+    for cmd in ["check-config", "schema"] {
+        let o = crate::common::run(&[cmd, "-c", c]);
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{cmd}: {}",
+            crate::common::stderr(&o)
+        );
+    }
+    let logs = dir.path().join("logs.bin");
+    let o = crate::common::run(&[
+        "gen",
+        "-c",
+        c,
+        "-n",
+        "30",
+        "--start-time",
+        "now",
+        "-o",
+        logs.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", crate::common::stderr(&o));
+    let o = crate::common::run(&[
+        "produce",
+        "--topic",
+        &topic,
+        "--brokers",
+        &crate::runtime::brokers(),
+        "--input",
+        logs.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", crate::common::stderr(&o));
+
+    let child = run.start();
+    let (group, t) = (run.group.clone(), topic.clone());
+    let done = tokio::task::spawn_blocking(move || {
+        wait_for(LIMIT, || committed_total(&t, &group, 1) == 30)
+    })
+    .await
+    .unwrap();
+    let code = tokio::task::spawn_blocking(move || stop(child))
+        .await
+        .unwrap();
+    assert!(done, "every offset committed: {}", run.logs());
+    assert_eq!(code, Some(0), "{}", run.logs());
+
+    let table = format!("`{PROJECT}.{dataset}.prediction_log_demo_fraud_detector`");
+    let t = manager()
+        .get_table(&observation_publisher::bigquery::TableRef {
+            project: PROJECT.into(),
+            dataset: dataset.clone(),
+            table: "prediction_log_demo_fraud_detector".into(),
+        })
+        .await
+        .unwrap()
+        .expect("table created");
+    assert!(
+        t["schema"]["fields"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["name"] == "città d'origine"),
+        "{t}"
+    );
+    let q = manager()
+        .query(
+            PROJECT,
+            &format!(
+                "SELECT COUNT(*), COUNT(`città d'origine`), MIN(`città d'origine`) FROM {table}"
+            ),
+        )
+        .await
+        .unwrap();
+    let row = &q.rows[0];
+    assert_eq!(row[0].as_deref(), Some("30"));
+    let non_null: u64 = row[1].as_deref().unwrap().parse().unwrap();
+    assert!(non_null > 0, "the Unicode column holds values: {q:?}");
+    assert!(row[2].as_deref().is_some_and(|v| !v.is_empty()), "{q:?}");
+}
+
+/// Merlin's table ids collide: (`demo-fraud`, `detector`) and (`demo`, `fraud-detector`) both
+/// give `prediction_log_demo_fraud_detector`. `run` refuses to write into the other model's
+/// table: exit 2, naming both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_refuses_a_table_labelled_for_another_model() {
+    let _serial = serial().await;
+    let dataset = fresh_name("owned");
+    let tables = manager();
+    tables.create_dataset(PROJECT, &dataset).await.unwrap();
+    let (mut other, sink) = config(&dataset, FEATURES, "");
+    other.project = "demo-fraud".into();
+    other.model_id = "detector".into();
+    let spec = TableSpec::from_config(&other, &sink).unwrap();
+    assert_eq!(spec.table.table, "prediction_log_demo_fraud_detector");
+    assert!(tables.ensure_table(&spec).await.unwrap().created);
+
+    let dir = tempfile::tempdir().unwrap();
+    let topic = unique("bq-owned");
+    tokio::task::block_in_place(|| create_topic(&topic, 1));
+    let run = Run::new(dir.path(), &topic, &dataset);
+    let mut child = run.start();
+    let code = tokio::task::spawn_blocking(move || {
+        let end = std::time::Instant::now() + LIMIT;
+        loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                return s.code();
+            }
+            if std::time::Instant::now() > end {
+                let _ = child.kill();
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    })
+    .await
+    .unwrap();
+    let logs = run.logs();
+    assert_eq!(code, Some(2), "{logs}");
+    for both in [
+        "\\\"demo-fraud\\\"",
+        "\\\"detector\\\"",
+        "\\\"demo\\\"",
+        "\\\"fraud-detector\\\"",
+    ] {
+        assert!(logs.contains(both), "{both} in {logs}");
+    }
+}

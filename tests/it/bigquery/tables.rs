@@ -242,3 +242,113 @@ async fn a_failed_query_in_a_200_body_is_an_error() {
         .expect("query");
     assert_eq!(ok.scalar(), Some("42"));
 }
+
+/// The table spec of `project`/`model` in `dataset` (otherwise the fixture's configuration).
+fn spec_for(project: &str, model: &str, dataset: &str) -> TableSpec {
+    let (mut c, sink) = config(dataset, FEATURES, "");
+    c.project = project.into();
+    c.model_id = model.into();
+    TableSpec::from_config(&c, &sink).expect("spec")
+}
+
+#[tokio::test]
+async fn a_table_labelled_for_another_model_is_refused_naming_both() {
+    let _serial = serial().await;
+    let dataset = fresh_name("owner");
+    let tables = manager();
+    tables.create_dataset(PROJECT, &dataset).await.unwrap();
+    // Merlin's naming maps both identities to prediction_log_fraud_team_model.
+    let ours = spec_for("fraud-team", "model", &dataset);
+    let theirs = spec_for("fraud", "team-model", &dataset);
+    assert_eq!(ours.table, theirs.table);
+
+    assert!(tables.ensure_table(&ours).await.unwrap().created);
+    let t = tables.get_table(&ours.table).await.unwrap().unwrap();
+    assert_eq!(t["labels"]["merlin_project"], "fraud-team");
+    assert_eq!(t["labels"]["merlin_model"], "model");
+    let err = tables.ensure_table(&theirs).await.unwrap_err();
+    assert!(matches!(err, TableError::OtherModel { .. }), "{err:?}");
+    assert!(err.is_config_error(), "exit 2 at start-up");
+    let text = err.to_string();
+    for both in ["\"fraud-team\"", "\"model\"", "\"fraud\"", "\"team-model\""] {
+        assert!(text.contains(both), "{both} in {text}");
+    }
+    // The owner itself still starts.
+    let again = tables.ensure_table(&ours).await.unwrap();
+    assert!(!again.created && !again.labelled, "{again:?}");
+}
+
+#[tokio::test]
+async fn an_unlabelled_table_is_claimed_by_the_first_publisher() {
+    let _serial = serial().await;
+    let dataset = fresh_name("claim");
+    let tables = manager();
+    tables.create_dataset(PROJECT, &dataset).await.unwrap();
+    let spec = spec_for("it", "fraud", &dataset);
+    // A table as Merlin's publisher created it: no labels.
+    let mut merlin = spec.resource.clone();
+    merlin.as_object_mut().unwrap().remove("labels");
+    let merlin = TableSpec::from_resource(merlin, &[]).unwrap();
+    assert!(tables.ensure_table(&merlin).await.unwrap().created);
+
+    let report = tables.ensure_table(&spec).await.unwrap();
+    assert!(report.labelled, "{report:?}");
+    let t = tables.get_table(&spec.table).await.unwrap().unwrap();
+    assert_eq!(
+        t["labels"]["observation-publisher-identity"],
+        spec.resource["labels"]["observation-publisher-identity"]
+    );
+    let other = spec_for("it", "fraud-2", &dataset);
+    let mut other = other.resource.clone();
+    other["tableReference"] = spec.resource["tableReference"].clone();
+    let other = TableSpec::from_resource(other, &[]).unwrap();
+    assert!(matches!(
+        tables.ensure_table(&other).await,
+        Err(TableError::OtherModel { .. })
+    ));
+}
+
+/// What reaches the wire (the emulator's HTTP stack decodes `%2F` before routing, so it cannot
+/// show this): a server that records the raw request paths and answers 404.
+#[tokio::test]
+async fn rest_paths_are_percent_encoded() {
+    use std::sync::{Arc, Mutex};
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let record = Arc::clone(&seen);
+    let app = axum::Router::new().fallback(move |req: axum::extract::Request| {
+        let record = Arc::clone(&record);
+        async move {
+            record.lock().unwrap().push(req.uri().to_string());
+            (
+                axum::http::StatusCode::NOT_FOUND,
+                r#"{"error":{"code":404,"errors":[{"reason":"notFound"}]}}"#,
+            )
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+    let tables = TableManager::new(RestOptions {
+        base_url: format!("http://{addr}/bigquery/v2"),
+        credentials: None,
+        emulator_compat: false,
+        timeout: Duration::from_secs(10),
+    })
+    .unwrap();
+    // Unencoded, this dataset name would address table t of dataset d.
+    assert_eq!(tables.get_dataset("p", "d/tables/t").await.unwrap(), None);
+    let t = TableRef {
+        project: "sam/ple".into(),
+        dataset: "d".into(),
+        table: "prediction_log_città model?x=1#y".into(),
+    };
+    assert_eq!(tables.get_table(&t).await.unwrap(), None);
+    server.abort();
+    assert_eq!(
+        *seen.lock().unwrap(),
+        [
+            "/bigquery/v2/projects/p/datasets/d%2Ftables%2Ft",
+            "/bigquery/v2/projects/sam%2Fple/datasets/d/tables/prediction_log_citt%C3%A0%20model%3Fx%3D1%23y",
+        ]
+    );
+}

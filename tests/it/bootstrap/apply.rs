@@ -151,7 +151,11 @@ async fn an_older_revision_is_superseded_and_writes_nothing() {
     );
     assert_eq!(writes_to(&fake, "deployments"), deployment_writes);
     let d = fake
-        .get(NS, "deployments", "sample-credit-model-3-publisher")
+        .get(
+            NS,
+            "deployments",
+            &spec("sample", "credit-model", "3", 3, "").names.workload,
+        )
         .unwrap();
     assert_eq!(revision(&d), "3");
     assert_eq!(d["spec"]["replicas"], 1);
@@ -359,10 +363,11 @@ async fn losing_the_marker_create_race_to_a_newer_revision_supersedes() {
     let s = spec("sample", "credit-model", "3", 1, "");
     let key = object_path(NS, "configmaps", &s.names.marker);
     let name = s.names.marker.clone();
+    let labels = observation_publisher::bootstrap::manifest::labels(&s);
     fake.before_next(Method::POST, "/configmaps", move |st| {
         st.insert(
             &key,
-            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": NS},
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": NS, "labels": labels},
                    "data": {"revision": "9", "phase": "applied", "holder": "other", "expires": "2000-01-01T00:00:00Z"}}),
         );
     });

@@ -297,6 +297,14 @@ impl FakeApiServer {
             .collect()
     }
 
+    /// Stores an object as if created by someone else.
+    pub(crate) fn put(&self, ns: &str, plural: &str, name: &str, obj: Value) {
+        self.store
+            .lock()
+            .unwrap()
+            .insert(&object_path(ns, plural, name), obj);
+    }
+
     /// Every request so far.
     pub(crate) fn requests(&self) -> Vec<Recorded> {
         self.store.lock().unwrap().requests.clone()

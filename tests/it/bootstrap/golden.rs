@@ -10,7 +10,7 @@ fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-fn check_golden(name: &str, actual: &str) {
+pub(crate) fn check_golden(name: &str, actual: &str) {
     let path = root().join("tests/golden").join(name);
     if std::env::var_os("UPDATE_GOLDEN").is_some() {
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
@@ -158,4 +158,55 @@ fn an_unreachable_cluster_exits_1() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(String::from_utf8_lossy(&out.stderr).contains("retryable"));
+}
+
+#[test]
+fn a_file_dead_letter_target_on_an_empty_dir_exits_2_saying_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("spec.yaml");
+    let text = std::fs::read_to_string(root().join("deploy/example-spec.yaml"))
+        .unwrap()
+        .replace(
+            "  consumer:\n",
+            "  dead_letter: {target: file, path: dead.bin}\n  consumer:\n",
+        );
+    assert!(text.contains("dead.bin"));
+    std::fs::write(&path, &text).unwrap();
+    let out = bin()
+        .args(["bootstrap", "apply", "--dry-run", "--spec"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("config.dead_letter.path: dead.bin would be on an emptyDir"),
+        "{err}"
+    );
+    // Named persistent volume, path on it: accepted.
+    std::fs::write(
+        &path,
+        text.replace("path: dead.bin", "path: /mnt/pv/dead.bin")
+            .replace(
+                "namespace: mlobs\n",
+                "namespace: mlobs\nstorage: {persistent: {claim: pub-data, mount_path: /mnt/pv}}\n",
+            ),
+    )
+    .unwrap();
+    let out = bin()
+        .args(["bootstrap", "apply", "--dry-run", "--spec"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let yaml = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        yaml.contains("claimName: pub-data") && yaml.contains("mountPath: /mnt/pv"),
+        "{yaml}"
+    );
 }

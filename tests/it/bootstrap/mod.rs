@@ -2,10 +2,12 @@
 
 mod apply;
 mod canary;
+mod collide;
 mod drain;
 mod fake_apiserver;
 mod golden;
 mod smoke;
+mod upgrade;
 
 use observation_publisher::bootstrap::apply::ApplyOptions;
 use observation_publisher::bootstrap::poll::Backoff;
