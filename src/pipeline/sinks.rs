@@ -26,9 +26,10 @@ pub(crate) struct ModelLabels {
     pub(crate) project: String,
 }
 
-/// How long to wait before retrying a batch after a permanent (non-retryable) error. Nothing is
-/// acknowledged meanwhile; readiness turns false and the error is logged loudly.
-const PERMANENT_RETRY: Duration = Duration::from_secs(30);
+/// How long to wait before trying a batch again after an error that retrying at once cannot fix
+/// ([`RetryError::NeedsFix`]: a permission, a schema). Nothing is acknowledged meanwhile;
+/// readiness turns false and the error is logged loudly.
+const NEEDS_FIX_RETRY: Duration = Duration::from_secs(30);
 
 pub(crate) async fn run(
     mut rx: tokio::sync::mpsc::Receiver<SinkJob>,
@@ -88,14 +89,14 @@ pub(crate) async fn run(
                         break;
                     }
                     Err(RetryError::Cancelled(_)) => return,
-                    Err(RetryError::Permanent(e)) => {
+                    Err(RetryError::NeedsFix(e)) => {
                         health.sinks_ok.store(false, Ordering::Relaxed);
                         metrics::counter!(names::SINK_ERRORS, names::SINK => name, names::ERROR_CODE => e.kind.code(), names::RETRYABLE => "false")
                             .increment(1);
-                        tracing::error!(sink = name, error = %e, "sink rejected a batch permanently; it stays unacknowledged and is retried");
+                        tracing::error!(sink = name, error = %e, "sink refuses the batch until the cause is fixed; it stays unacknowledged and is tried again every 30 s");
                         tokio::select! {
                             () = hard_stop.cancelled() => return,
-                            () = tokio::time::sleep(PERMANENT_RETRY) => {}
+                            () = tokio::time::sleep(NEEDS_FIX_RETRY) => {}
                         }
                     }
                 }

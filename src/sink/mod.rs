@@ -68,9 +68,11 @@ pub trait Sink: Send {
     /// A short, stable name (metric label `sink`, log field).
     fn name(&self) -> &'static str;
 
-    /// Writes one batch. Resolves to `Ok(())` only once the rows are durable; on error nothing
-    /// of the batch may be considered written (the batch is retried or given up whole, so a
-    /// sink that can fail half-way must make a retry safe, e.g. by writing atomically).
+    /// Writes one batch. Resolves to `Ok(report)` only once the rows are durable, except those
+    /// the report lists as rejected (dead-lettered by the runtime), with the exactly-once
+    /// checkpoints if the sink has them. On error nothing of the batch may be considered written:
+    /// the batch is tried again whole (never given up), so a sink that can fail half-way must
+    /// make a retry safe, e.g. by writing atomically or remembering what it already wrote.
     fn write(&mut self, batch: Arc<Batch>) -> WriteFuture<'_>;
 
     /// A live view of the sink's connection health (for readiness), if it has one. A sink that
@@ -166,7 +168,7 @@ impl fmt::Display for SinkError {
         let retry = if self.retryable {
             "retryable"
         } else {
-            "permanent"
+            "needs its cause fixed"
         };
         write!(f, "{} ({}, {retry})", self.message, self.kind.code())?;
         if let Some(cause) = &self.source {
@@ -214,7 +216,7 @@ mod tests {
         assert!(s.starts_with("writing x (io, retryable): "), "{s}");
         let p = SinkError::new(SinkErrorKind::Rejected, false, "bad rows");
         assert!(!p.is_retryable());
-        assert_eq!(p.to_string(), "bad rows (rejected, permanent)");
+        assert_eq!(p.to_string(), "bad rows (rejected, needs its cause fixed)");
         assert_eq!(p.message(), "bad rows");
     }
 

@@ -1,7 +1,7 @@
 //! Retrying sink writes: a pure backoff schedule and the async loop around [`Sink::write`].
 //!
 //! Input: a sink, a batch, a [`Backoff`] and a cancellation token. Output: `Ok(())` once the sink
-//! acknowledged the batch, [`RetryError::Permanent`] on the first non-retryable error, or
+//! acknowledged the batch, [`RetryError::NeedsFix`] on the first non-retryable error, or
 //! [`RetryError::Cancelled`] when the runtime gives up (drain deadline, shutdown). Retryable
 //! errors are retried for ever: the process never exits on a transient error, and since nothing
 //! is acknowledged meanwhile, no offset is committed past the failing batch.
@@ -22,8 +22,10 @@ pub use crate::backoff::Backoff;
 /// Why [`write_with_retry`] stopped without an acknowledgement.
 #[derive(Debug)]
 pub enum RetryError {
-    /// A non-retryable error: the batch cannot be written by this sink.
-    Permanent(SinkError),
+    /// An error that retrying at once cannot fix (a permission, a schema, a refused batch): the
+    /// sink needs its cause fixed first. The runtime keeps the batch unacknowledged and tries
+    /// again slowly; it never drops it.
+    NeedsFix(SinkError),
     /// Cancelled while waiting to retry; carries the last error, if any attempt was made.
     Cancelled(Option<SinkError>),
 }
@@ -31,7 +33,7 @@ pub enum RetryError {
 impl fmt::Display for RetryError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            RetryError::Permanent(e) => write!(f, "write failed permanently: {e}"),
+            RetryError::NeedsFix(e) => write!(f, "write failed until its cause is fixed: {e}"),
             RetryError::Cancelled(Some(e)) => write!(f, "cancelled while retrying after: {e}"),
             RetryError::Cancelled(None) => f.write_str("cancelled before the first attempt"),
         }
@@ -41,7 +43,7 @@ impl fmt::Display for RetryError {
 impl std::error::Error for RetryError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            RetryError::Permanent(e) | RetryError::Cancelled(Some(e)) => Some(e),
+            RetryError::NeedsFix(e) | RetryError::Cancelled(Some(e)) => Some(e),
             RetryError::Cancelled(None) => None,
         }
     }
@@ -66,7 +68,7 @@ pub async fn write_with_retry(
         }
         match sink.write(Arc::clone(batch)).await {
             Ok(report) => return Ok(report),
-            Err(e) if !e.is_retryable() => return Err(RetryError::Permanent(e)),
+            Err(e) if !e.is_retryable() => return Err(RetryError::NeedsFix(e)),
             Err(e) => {
                 let wait = backoff.delay(attempt, fastrand::f64());
                 on_retry(&e, attempt, wait);
@@ -182,7 +184,7 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn stops_at_a_permanent_error() {
+    async fn stops_at_an_error_retrying_cannot_fix() {
         let mut sink = Scripted {
             errors: vec![
                 transient(),
@@ -198,7 +200,7 @@ mod tests {
             |_, _, _| {},
         )
         .await;
-        assert!(matches!(r, Err(RetryError::Permanent(e)) if e.kind == SinkErrorKind::Rejected));
+        assert!(matches!(r, Err(RetryError::NeedsFix(e)) if e.kind == SinkErrorKind::Rejected));
         assert_eq!(sink.calls, 2);
     }
 
