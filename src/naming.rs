@@ -178,6 +178,18 @@ pub fn path_segment(segment: &str) -> String {
     }
 }
 
+/// Merlin's table id: `prediction_log_<project>_<model>` with every `-` and `.` replaced by `_`.
+pub fn table_id(project: &str, model: &str) -> String {
+    format!("prediction_log_{project}_{model}").replace(['-', '.'], "_")
+}
+
+/// The identity label value of a model's table (see `table::IDENTITY_LABEL`).
+pub fn table_identity(project: &str, model: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let d = Sha256::digest(format!("{project}\u{0}{model}").as_bytes());
+    d.iter().take(16).map(|b| format!("{b:02x}")).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -5,41 +5,15 @@
 //! `model_version`, the features in `feature_types` order, the score column(s), then the derived
 //! column (`_prediction_label` for binary and multiclass, `_rank` for ranking).
 
-use crate::config::{
-    BigQuerySink, Config, FeatureType, InferenceSchema, ModelOutput, PREDICTION_LABEL_COLUMN,
-    RANK_COLUMN,
-};
+use crate::config::{BigQuerySink, Config, InferenceSchema, ModelOutput};
 use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use serde_json::{json, Value};
 use std::sync::Arc;
 
-/// Storage type of a column.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ColumnType {
-    /// STRING / Utf8.
-    String,
-    /// INTEGER / Int64.
-    Int64,
-    /// FLOAT / Float64.
-    Float64,
-    /// BOOLEAN / Boolean.
-    Boolean,
-    /// TIMESTAMP / `timestamp[us, tz=UTC]`.
-    Timestamp,
-}
+pub use crate::config::{Column, ColumnType};
+pub use crate::naming::{table_id, table_identity};
 
 impl ColumnType {
-    /// BigQuery legacy type name as the REST API spells it.
-    pub fn bigquery_name(self) -> &'static str {
-        match self {
-            ColumnType::String => "STRING",
-            ColumnType::Int64 => "INTEGER",
-            ColumnType::Float64 => "FLOAT",
-            ColumnType::Boolean => "BOOLEAN",
-            ColumnType::Timestamp => "TIMESTAMP",
-        }
-    }
-
     /// Arrow type.
     pub fn arrow(self) -> DataType {
         match self {
@@ -48,17 +22,6 @@ impl ColumnType {
             ColumnType::Float64 => DataType::Float64,
             ColumnType::Boolean => DataType::Boolean,
             ColumnType::Timestamp => DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
-        }
-    }
-}
-
-impl From<FeatureType> for ColumnType {
-    fn from(t: FeatureType) -> Self {
-        match t {
-            FeatureType::Int64 => ColumnType::Int64,
-            FeatureType::Float64 => ColumnType::Float64,
-            FeatureType::Boolean => ColumnType::Boolean,
-            FeatureType::String => ColumnType::String,
         }
     }
 }
@@ -86,15 +49,6 @@ pub enum Derived {
     Rank,
 }
 
-/// One column of the table.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Column {
-    /// Column name.
-    pub name: String,
-    /// Column type.
-    pub ty: ColumnType,
-}
-
 /// Index of the first feature column (after session id, row id, timestamp, version).
 pub const FIRST_FEATURE: usize = 4;
 
@@ -120,71 +74,22 @@ pub struct TableLayout {
 impl TableLayout {
     /// Builds the layout from the inference schema and the configured model version.
     pub fn new(schema: &InferenceSchema, model_version: &str) -> Self {
-        let mut columns = vec![
-            Column {
-                name: schema.session_id_column.clone(),
-                ty: ColumnType::String,
-            },
-            Column {
-                name: schema.row_id_column.clone(),
-                ty: ColumnType::String,
-            },
-            Column {
-                name: "request_timestamp".into(),
-                ty: ColumnType::Timestamp,
-            },
-            Column {
-                name: "model_version".into(),
-                ty: ColumnType::String,
-            },
-        ];
-        for (name, ty) in &schema.feature_types {
-            columns.push(Column {
-                name: name.clone(),
-                ty: (*ty).into(),
-            });
-        }
-        let out = &schema.model_prediction_output;
-        let scores = out.score_columns();
-        for s in &scores {
-            columns.push(Column {
-                name: (*s).to_string(),
-                ty: ColumnType::Float64,
-            });
-        }
-        let derived = match out {
+        let columns = schema.columns();
+        let derived = match &schema.model_prediction_output {
             ModelOutput::Binary {
                 positive_class_label,
                 negative_class_label,
                 score_threshold,
                 ..
-            } => {
-                columns.push(Column {
-                    name: PREDICTION_LABEL_COLUMN.into(),
-                    ty: ColumnType::String,
-                });
-                Derived::BinaryLabel {
-                    positive: positive_class_label.clone(),
-                    negative: negative_class_label.clone(),
-                    threshold: *score_threshold,
-                }
-            }
-            ModelOutput::Multiclass { class_labels, .. } => {
-                columns.push(Column {
-                    name: PREDICTION_LABEL_COLUMN.into(),
-                    ty: ColumnType::String,
-                });
-                Derived::ArgmaxLabel {
-                    labels: class_labels.clone(),
-                }
-            }
-            ModelOutput::Ranking { .. } => {
-                columns.push(Column {
-                    name: RANK_COLUMN.into(),
-                    ty: ColumnType::Int64,
-                });
-                Derived::Rank
-            }
+            } => Derived::BinaryLabel {
+                positive: positive_class_label.clone(),
+                negative: negative_class_label.clone(),
+                threshold: *score_threshold,
+            },
+            ModelOutput::Multiclass { class_labels, .. } => Derived::ArgmaxLabel {
+                labels: class_labels.clone(),
+            },
+            ModelOutput::Ranking { .. } => Derived::Rank,
             ModelOutput::Regression { .. } => Derived::None,
         };
         let arrow = Arc::new(Schema::new(
@@ -195,7 +100,7 @@ impl TableLayout {
         ));
         TableLayout {
             n_features: schema.feature_types.len(),
-            n_scores: scores.len(),
+            n_scores: schema.model_prediction_output.score_columns().len(),
             derived,
             feature_orders: schema.feature_orders.clone(),
             model_version: model_version.to_string(),
@@ -220,11 +125,6 @@ impl TableLayout {
     }
 }
 
-/// Merlin's table id: `prediction_log_<project>_<model>` with every `-` and `.` replaced by `_`.
-pub fn table_id(project: &str, model: &str) -> String {
-    format!("prediction_log_{project}_{model}").replace(['-', '.'], "_")
-}
-
 /// Table label holding the model identity the table belongs to: the first 32 hex digits of the
 /// SHA-256 of `<project> NUL <model>`. Merlin's table id is not injective (`fraud-team`/`model`
 /// and `fraud`/`team-model` both give `prediction_log_fraud_team_model`), so the publisher
@@ -234,13 +134,6 @@ pub const IDENTITY_LABEL: &str = "observation-publisher-identity";
 pub const PROJECT_LABEL: &str = "merlin_project";
 /// Table label with the Merlin model (informational, rewritten to BigQuery's label rules).
 pub const MODEL_LABEL: &str = "merlin_model";
-
-/// The identity label value of a model's table (see [`IDENTITY_LABEL`]).
-pub fn table_identity(project: &str, model: &str) -> String {
-    use sha2::{Digest, Sha256};
-    let d = Sha256::digest(format!("{project}\u{0}{model}").as_bytes());
-    d.iter().take(16).map(|b| format!("{b:02x}")).collect()
-}
 
 /// `text` as a BigQuery label value: lower case, characters other than letters, digits, `_`
 /// and `-` replaced by `_`, at most 63 characters.

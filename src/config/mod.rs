@@ -36,7 +36,10 @@ pub use merlin::{
 pub use ours::{
     Batching, Consumer, DeadLetter, Delivery, LocalSink, LogFormat, Logging, Server, StartFrom,
 };
-pub use schema::{FeatureType, InferenceSchema, ModelOutput, PREDICTION_LABEL_COLUMN, RANK_COLUMN};
+pub use schema::{
+    Column, ColumnType, FeatureType, InferenceSchema, ModelOutput, PREDICTION_LABEL_COLUMN,
+    RANK_COLUMN,
+};
 pub use value::{parse_bytes, parse_duration, Problems};
 
 use serde::Serialize;
@@ -284,7 +287,7 @@ fn validate_names(
             }
         }
         if !project.is_empty() && !model_id.is_empty() {
-            let table = crate::table::table_id(project, model_id);
+            let table = crate::naming::table_id(project, model_id);
             if let Some(why) = table_id_problem(&table) {
                 problems.push(
                     "project, model_id",
@@ -411,14 +414,13 @@ fn check_unique(all: &[(&str, String)], problems: &mut Problems) {
 
 /// Clustering columns must be columns of the table and of a type BigQuery can cluster on.
 fn validate_clustering(s: &InferenceSchema, sinks: &[SinkConfig], problems: &mut Problems) {
-    let layout = crate::table::TableLayout::new(s, "");
+    let columns = s.columns();
     for (i, sink) in sinks.iter().enumerate() {
         let SinkConfig::BigQuery(b) = sink else {
             continue;
         };
         for name in &b.clustering {
-            match layout
-                .columns
+            match columns
                 .iter()
                 .find(|c| crate::naming::same_column(&c.name, name))
             {
@@ -426,7 +428,7 @@ fn validate_clustering(s: &InferenceSchema, sinks: &[SinkConfig], problems: &mut
                     &format!("observation_sinks[{i}].config.clustering"),
                     format_args!("{name:?} is not a column of the table"),
                 ),
-                Some(c) if c.ty == crate::table::ColumnType::Float64 => problems.push(
+                Some(c) if c.ty == ColumnType::Float64 => problems.push(
                     &format!("observation_sinks[{i}].config.clustering"),
                     format_args!("{name:?} is a FLOAT column; BigQuery cannot cluster on FLOAT"),
                 ),

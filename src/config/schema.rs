@@ -116,6 +116,54 @@ pub const PREDICTION_LABEL_COLUMN: &str = "_prediction_label";
 /// Name of the derived rank column (ranking).
 pub const RANK_COLUMN: &str = "_rank";
 
+/// Storage type of a table column.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ColumnType {
+    /// STRING / Utf8.
+    String,
+    /// INTEGER / Int64.
+    Int64,
+    /// FLOAT / Float64.
+    Float64,
+    /// BOOLEAN / Boolean.
+    Boolean,
+    /// TIMESTAMP / `timestamp[us, tz=UTC]`.
+    Timestamp,
+}
+
+impl ColumnType {
+    /// BigQuery legacy type name as the REST API spells it.
+    pub fn bigquery_name(self) -> &'static str {
+        match self {
+            ColumnType::String => "STRING",
+            ColumnType::Int64 => "INTEGER",
+            ColumnType::Float64 => "FLOAT",
+            ColumnType::Boolean => "BOOLEAN",
+            ColumnType::Timestamp => "TIMESTAMP",
+        }
+    }
+}
+
+impl From<FeatureType> for ColumnType {
+    fn from(t: FeatureType) -> Self {
+        match t {
+            FeatureType::Int64 => ColumnType::Int64,
+            FeatureType::Float64 => ColumnType::Float64,
+            FeatureType::Boolean => ColumnType::Boolean,
+            FeatureType::String => ColumnType::String,
+        }
+    }
+}
+
+/// One column of the model's table.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Column {
+    /// Column name.
+    pub name: String,
+    /// Column type.
+    pub ty: ColumnType,
+}
+
 /// The model's schema.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct InferenceSchema {
@@ -134,6 +182,41 @@ pub struct InferenceSchema {
 }
 
 impl InferenceSchema {
+    /// The table's columns in Merlin's BigQuery order: session id, row id, `request_timestamp`,
+    /// `model_version`, the features in declaration order, the score column(s), then the derived
+    /// column (`_prediction_label` for binary and multiclass, `_rank` for ranking).
+    pub fn columns(&self) -> Vec<Column> {
+        let col = |name: &str, ty| Column {
+            name: name.to_string(),
+            ty,
+        };
+        let mut columns = vec![
+            col(&self.session_id_column, ColumnType::String),
+            col(&self.row_id_column, ColumnType::String),
+            col("request_timestamp", ColumnType::Timestamp),
+            col("model_version", ColumnType::String),
+        ];
+        columns.extend(
+            self.feature_types
+                .iter()
+                .map(|(name, ty)| col(name, (*ty).into())),
+        );
+        let out = &self.model_prediction_output;
+        columns.extend(
+            out.score_columns()
+                .into_iter()
+                .map(|s| col(s, ColumnType::Float64)),
+        );
+        match out {
+            ModelOutput::Binary { .. } | ModelOutput::Multiclass { .. } => {
+                columns.push(col(PREDICTION_LABEL_COLUMN, ColumnType::String));
+            }
+            ModelOutput::Ranking { .. } => columns.push(col(RANK_COLUMN, ColumnType::Int64)),
+            ModelOutput::Regression { .. } => {}
+        }
+        columns
+    }
+
     /// Reads `inference_schema` from `o`, recording problems and warnings.
     pub(crate) fn read(
         mut o: Obj<'_>,
