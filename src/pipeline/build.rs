@@ -4,7 +4,6 @@
 use super::state::Event;
 use crate::config::{Config, DeadLetter as DeadLetterCfg, KafkaSource, SinkConfig};
 use crate::deadletter::{self, OutcomeFn};
-use crate::metrics::names;
 use crate::server::Health;
 use crate::sink::bigquery::{BigQueryTableSink, StartError};
 use crate::sink::exactly_once::{ExactlyOnceSink, PartitionStarts};
@@ -185,8 +184,12 @@ pub(super) fn consumer(
                         ps.consumer_lag
                     };
                     if lag >= 0 {
-                        metrics::gauge!(names::CONSUMER_LAG, names::TOPIC => lag_topic.clone(), names::PARTITION => p.to_string())
-                            .set(lag as f64);
+                        super::events::ConsumerLag {
+                            topic: &lag_topic,
+                            partition: *p,
+                            lag,
+                        }
+                        .emit();
                     }
                 }
             }

@@ -2,10 +2,10 @@
 //! pipeline thread (librdkafka calls the rebalance callback from inside `poll`), so the state
 //! behind the mutex is never contended.
 
-use super::state::{RateLimit, State};
+use super::events::{self, RateLimit};
+use super::state::State;
 use crate::commit::Partition;
 use crate::config::StartFrom;
-use crate::metrics::names;
 use crate::server::Health;
 use crate::source::{RebalanceListener, SourceContext};
 use rdkafka::config::ClientConfig;
@@ -126,12 +126,9 @@ fn commit(
             for p in &points {
                 st.ledger.committed(p);
             }
-            metrics::counter!(names::COMMITS).increment(1);
+            events::Committed::Done.emit();
         }
-        Err(e) => {
-            metrics::counter!(names::COMMIT_FAILURES).increment(1);
-            tracing::warn!(error = %e, "offset commit failed; retried at the next interval");
-        }
+        Err(e) => events::Committed::Failed(&e).emit(),
     }
 }
 
@@ -326,20 +323,24 @@ pub(crate) fn run(
             if (over && !paused) || (paused && gen != paused_gen) {
                 if let Ok(a) = consumer.assignment() {
                     if consumer.pause(&a).is_ok() {
-                        if !paused {
-                            tracing::info!("in-flight budget used up: partitions paused");
+                        events::Intake {
+                            paused_partitions: a.count(),
+                            changed: !paused,
                         }
+                        .emit();
                         paused = true;
                         paused_gen = gen;
-                        metrics::gauge!(names::PAUSED_PARTITIONS).set(a.count() as f64);
                     }
                 }
             } else if paused && under {
                 if let Ok(a) = consumer.assignment() {
                     if consumer.resume(&a).is_ok() {
-                        tracing::info!("in-flight budget available: partitions resumed");
+                        events::Intake {
+                            paused_partitions: 0,
+                            changed: true,
+                        }
+                        .emit();
                         paused = false;
-                        metrics::gauge!(names::PAUSED_PARTITIONS).set(0.0);
                     }
                 }
             }

@@ -25,6 +25,7 @@
 //! dead-letter target, commit, leave the group, exit 0, all within `consumer.drain_timeout`.
 
 mod build;
+mod events;
 mod kafka;
 mod ledger;
 mod replay;
@@ -166,7 +167,7 @@ impl Publisher {
             ev_tx.clone(),
             Arc::clone(&health),
             hard_stop.clone(),
-            sinks::ModelLabels {
+            events::ModelLabels {
                 model_id: cfg.model_id.clone(),
                 model_version: cfg.model_version.clone(),
                 project: cfg.project.clone(),

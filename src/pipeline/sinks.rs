@@ -4,9 +4,9 @@
 //! (rendered as JSON with their source coordinates, to be dead-lettered before their offsets
 //! count as acknowledged). Merlin's metrics are updated here, on success.
 
+use super::events::{self, ModelLabels, RateLimit};
 use super::state::{Event, SinkJob};
 use crate::deadletter::{DeadLetter, Kind};
-use crate::metrics::names;
 use crate::server::Health;
 use crate::sink::retry::{write_with_retry, Backoff, RetryError};
 use crate::sink::Sink;
@@ -17,14 +17,6 @@ use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
-
-/// Merlin's metric labels.
-#[derive(Clone)]
-pub(crate) struct ModelLabels {
-    pub(crate) model_id: String,
-    pub(crate) model_version: String,
-    pub(crate) project: String,
-}
 
 /// How long to wait before trying a batch again after an error that retrying at once cannot fix
 /// ([`RetryError::NeedsFix`]: a permission, a schema). Nothing is acknowledged meanwhile;
@@ -40,6 +32,7 @@ pub(crate) async fn run(
     labels: ModelLabels,
     topic: String,
 ) {
+    let mut rows_log = RateLimit::new();
     while let Some(job) = tokio::select! {
         j = rx.recv() => j,
         () = hard_stop.cancelled() => None,
@@ -50,30 +43,46 @@ pub(crate) async fn run(
             let name = sink.name();
             loop {
                 let started = Instant::now();
-                let r = write_with_retry(sink.as_mut(), &job.batch, Backoff::default(), &hard_stop, |e, attempt, wait| {
-                    health.sinks_ok.store(false, Ordering::Relaxed);
-                    metrics::counter!(names::SINK_ERRORS, names::SINK => name, names::ERROR_CODE => e.kind.code(), names::RETRYABLE => "true")
-                        .increment(1);
-                    tracing::warn!(sink = name, attempt, wait_ms = wait.as_millis() as u64, error = %e, "sink write failed; retrying");
-                })
+                let r = write_with_retry(
+                    sink.as_mut(),
+                    &job.batch,
+                    Backoff::default(),
+                    &hard_stop,
+                    |error, attempt, wait| {
+                        health.sinks_ok.store(false, Ordering::Relaxed);
+                        events::SinkRetrying {
+                            sink: name,
+                            attempt,
+                            wait,
+                            error,
+                        }
+                        .emit();
+                    },
+                )
                 .await;
                 match r {
                     Ok(report) => {
                         health.sinks_ok.store(true, Ordering::Relaxed);
-                        metrics::histogram!(names::SINK_LATENCY, names::SINK => name)
-                            .record(started.elapsed().as_secs_f64());
-                        let written = job.batch.rows().saturating_sub(report.rejected.len());
-                        metrics::counter!(names::ROWS_WRITTEN, names::SINK => name)
-                            .increment(written as u64);
+                        events::SinkWrote {
+                            sink: name,
+                            rows: job.batch.rows().saturating_sub(report.rejected.len()),
+                            latency: started.elapsed(),
+                        }
+                        .emit();
                         checkpoints.extend(report.commit_metadata);
                         for r in report.rejected {
                             let Some((partition, offset)) = job.batch.source_of_row(r.row) else {
                                 continue;
                             };
-                            metrics::counter!(names::DEAD_LETTERS, names::KIND => "row", names::REASON => r.code)
-                                .increment(1);
-                            tracing::warn!(sink = name, partition, offset, row = r.row, code = r.code,
-                                reason = %r.message, "row rejected by the sink; dead-lettered");
+                            events::RowRejected {
+                                sink: name,
+                                partition,
+                                offset,
+                                row: r.row,
+                                code: r.code,
+                                reason: &r.message,
+                            }
+                            .emit(&mut rows_log, Instant::now());
                             dead.push(DeadLetter {
                                 topic: topic.clone(),
                                 partition,
@@ -91,9 +100,12 @@ pub(crate) async fn run(
                     Err(RetryError::Cancelled(_)) => return,
                     Err(RetryError::NeedsFix(e)) => {
                         health.sinks_ok.store(false, Ordering::Relaxed);
-                        metrics::counter!(names::SINK_ERRORS, names::SINK => name, names::ERROR_CODE => e.kind.code(), names::RETRYABLE => "false")
-                            .increment(1);
-                        tracing::error!(sink = name, error = %e, "sink refuses the batch until the cause is fixed; it stays unacknowledged and is tried again every 30 s");
+                        events::SinkNeedsFix {
+                            sink: name,
+                            wait: NEEDS_FIX_RETRY,
+                            error: &e,
+                        }
+                        .emit();
                         tokio::select! {
                             () = hard_stop.cancelled() => return,
                             () = tokio::time::sleep(NEEDS_FIX_RETRY) => {}
@@ -102,16 +114,13 @@ pub(crate) async fn run(
                 }
             }
         }
-        metrics::histogram!(names::FLUSH_LATENCY).record(job.opened.elapsed().as_secs_f64());
-        let l = &labels;
-        metrics::counter!(names::PREDICTION_LOGS_PROCESSED, names::MODEL_ID => l.model_id.clone(),
-            names::MODEL_VERSION => l.model_version.clone(), names::MERLIN_PROJECT => l.project.clone())
-        .increment(job.batch.messages as u64);
-        if let Some(ts) = max_timestamp_seconds(&job.batch.records) {
-            metrics::gauge!(names::LAST_PROCESSED_TIMESTAMP, names::MODEL_ID => l.model_id.clone(),
-                names::MODEL_VERSION => l.model_version.clone(), names::MERLIN_PROJECT => l.project.clone())
-            .set(ts);
+        events::BatchAcknowledged {
+            labels: &labels,
+            messages: job.batch.messages,
+            newest: max_timestamp_seconds(&job.batch.records),
+            since_opened: job.opened.elapsed(),
         }
+        .emit();
         if events
             .send(Event::Acked {
                 id: job.id,

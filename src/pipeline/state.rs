@@ -8,11 +8,11 @@
 //! target; the ledger holds its offset until the letter is written. What may be committed is
 //! the ledger's answer alone; `kafka.rs` only carries it to the broker.
 
+use super::events::{self, RateLimit};
 use super::ledger::{BatchId, Ledger};
 use crate::batch::{Batch, Batcher};
 use crate::commit::Partition;
 use crate::deadletter::{self, DeadLetter, Outcome};
-use crate::metrics::names;
 use crate::server::Health;
 use crate::sink::exactly_once::{PartitionStarts, Registration};
 use crate::sink::StreamCheckpoint;
@@ -63,45 +63,6 @@ pub(crate) struct Totals {
     pub(crate) dead_letters: u64,
 }
 
-/// Logs at most `burst` lines per window, then a summary of what was suppressed.
-pub(crate) struct RateLimit {
-    window: Instant,
-    emitted: u32,
-    suppressed: u64,
-}
-
-impl RateLimit {
-    pub(crate) fn new() -> Self {
-        RateLimit {
-            window: Instant::now(),
-            emitted: 0,
-            suppressed: 0,
-        }
-    }
-
-    /// Whether to log now (at most 10 lines per 10 s).
-    pub(crate) fn allow(&mut self, now: Instant) -> bool {
-        if now.duration_since(self.window) >= Duration::from_secs(10) {
-            if self.suppressed > 0 {
-                tracing::warn!(
-                    suppressed = self.suppressed,
-                    "dead-letter log lines suppressed in the last window"
-                );
-            }
-            self.window = now;
-            self.emitted = 0;
-            self.suppressed = 0;
-        }
-        if self.emitted < 10 {
-            self.emitted += 1;
-            true
-        } else {
-            self.suppressed += 1;
-            false
-        }
-    }
-}
-
 /// The pipeline state.
 pub(crate) struct State {
     pub(crate) topic: String,
@@ -121,6 +82,7 @@ pub(crate) struct State {
     counts: Counts,
     pub(crate) totals: Totals,
     log_limit: RateLimit,
+    dlq_log_limit: RateLimit,
     sink_closed: bool,
 }
 
@@ -153,6 +115,7 @@ impl State {
             counts: Counts::default(),
             totals: Totals::default(),
             log_limit: RateLimit::new(),
+            dlq_log_limit: RateLimit::new(),
             sink_closed: false,
         }
     }
@@ -213,13 +176,14 @@ impl State {
             Err(failure) => {
                 self.totals.dead_letters += 1;
                 let code = failure.error.kind.code();
-                metrics::counter!(names::DEAD_LETTERS, names::KIND => "decode", names::REASON => code).increment(1);
-                if self.log_limit.allow(now) {
-                    tracing::warn!(
-                        topic = %self.topic, partition, offset, code, reason = %failure.error.reason,
-                        "log rejected; dead-lettered"
-                    );
+                events::LogRejected {
+                    topic: &self.topic,
+                    partition,
+                    offset,
+                    code,
+                    reason: &failure.error.reason,
                 }
+                .emit(&mut self.log_limit, now);
                 let epoch = self.ledger.letter_sent(partition, offset);
                 self.dead_letters.send(DeadLetter {
                     topic: self.topic.clone(),
@@ -254,16 +218,19 @@ impl State {
     }
 
     fn dispatch(&mut self, mut batch: Batch, now: Instant) {
-        metrics::histogram!(names::FLUSH_ROWS, names::REASON => batch.reason.code())
-            .record(batch.rows() as f64);
-        metrics::histogram!(names::FLUSH_BYTES).record(batch.bytes as f64);
-        metrics::counter!(names::MESSAGES_CONSUMED)
-            .increment(std::mem::take(&mut self.counts.messages));
-        metrics::counter!(names::BYTES_CONSUMED).increment(std::mem::take(&mut self.counts.bytes));
-        metrics::counter!(names::ROWS_DECODED).increment(std::mem::take(&mut self.counts.rows));
         let (id, epochs) = self.ledger.dispatched(&batch.offsets, batch.bytes);
         batch.epochs = epochs;
-        metrics::gauge!(names::INFLIGHT_BYTES).set(self.inflight_bytes() as f64);
+        let counts = std::mem::take(&mut self.counts);
+        events::BatchFlushed {
+            reason: batch.reason.code(),
+            rows: batch.rows(),
+            bytes: batch.bytes,
+            messages: counts.messages,
+            input_bytes: counts.bytes,
+            rows_decoded: counts.rows,
+            inflight_bytes: self.inflight_bytes(),
+        }
+        .emit();
         let opened = batch.opened.unwrap_or(now);
         self.queue.push_back(SinkJob {
             id,
@@ -317,7 +284,7 @@ impl State {
                 let refused: Vec<(Partition, i64)> =
                     dead.iter().map(|d| (d.partition, d.offset)).collect();
                 self.ledger.acked(id, &refused, checkpoints);
-                metrics::gauge!(names::INFLIGHT_BYTES).set(self.inflight_bytes() as f64);
+                events::InflightBytes(self.inflight_bytes()).emit();
                 self.totals.dead_letters += dead.len() as u64;
                 for letter in dead {
                     self.dead_letters.send(letter);
@@ -333,10 +300,15 @@ impl State {
             }
             Event::DeadLetter(Outcome::Failed { letter, error }) => {
                 self.health.dead_letter_ok.store(false, Ordering::Relaxed);
-                tracing::error!(partition = letter.partition, offset = letter.offset, error = %error,
-                    "dead-letter write failed; retrying, nothing past it is committed");
+                let now = Instant::now();
+                events::DeadLetterFailed {
+                    partition: letter.partition,
+                    offset: letter.offset,
+                    error: &error,
+                }
+                .emit(&mut self.dlq_log_limit, now);
                 self.dlq_retry
-                    .push_back((Instant::now() + Duration::from_secs(1), *letter));
+                    .push_back((now + Duration::from_secs(1), *letter));
             }
             Event::Register(r) => self.registrations.push(r),
         }

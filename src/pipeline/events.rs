@@ -1,0 +1,343 @@
+//! What happens in the pipeline, one type per kind of event. Each event emits its metric and its
+//! log line together (rate-limited where a flood is possible), so the two never drift apart and
+//! a call site says what happened, not how it is reported. Metric names and labels are those of
+//! [`crate::metrics::names`] (Merlin's dashboards and `deploy/grafana-dashboard.json` use them).
+
+use crate::metrics::names;
+use crate::sink::SinkError;
+use std::time::{Duration, Instant};
+
+/// Logs at most `burst` lines per window, then a summary of what was suppressed.
+pub(crate) struct RateLimit {
+    window: Instant,
+    emitted: u32,
+    suppressed: u64,
+}
+
+impl RateLimit {
+    pub(crate) fn new() -> Self {
+        RateLimit {
+            window: Instant::now(),
+            emitted: 0,
+            suppressed: 0,
+        }
+    }
+
+    /// Whether to log now (at most 10 lines per 10 s).
+    pub(crate) fn allow(&mut self, now: Instant) -> bool {
+        if now.duration_since(self.window) >= Duration::from_secs(10) {
+            if self.suppressed > 0 {
+                tracing::warn!(
+                    suppressed = self.suppressed,
+                    "log lines suppressed in the last window"
+                );
+            }
+            self.window = now;
+            self.emitted = 0;
+            self.suppressed = 0;
+        }
+        if self.emitted < 10 {
+            self.emitted += 1;
+            true
+        } else {
+            self.suppressed += 1;
+            false
+        }
+    }
+}
+
+/// The decoder rejected a log; it goes to the dead-letter target.
+pub(crate) struct LogRejected<'a> {
+    pub(crate) topic: &'a str,
+    pub(crate) partition: i32,
+    pub(crate) offset: i64,
+    pub(crate) code: &'static str,
+    pub(crate) reason: &'a str,
+}
+
+impl LogRejected<'_> {
+    pub(crate) fn emit(&self, limit: &mut RateLimit, now: Instant) {
+        metrics::counter!(names::DEAD_LETTERS, names::KIND => "decode", names::REASON => self.code)
+            .increment(1);
+        if limit.allow(now) {
+            tracing::warn!(topic = %self.topic, partition = self.partition, offset = self.offset,
+                code = self.code, reason = %self.reason, "log rejected; dead-lettered");
+        }
+    }
+}
+
+/// A sink refused one row for good; it goes to the dead-letter target.
+pub(crate) struct RowRejected<'a> {
+    pub(crate) sink: &'static str,
+    pub(crate) partition: i32,
+    pub(crate) offset: i64,
+    pub(crate) row: usize,
+    pub(crate) code: &'static str,
+    pub(crate) reason: &'a str,
+}
+
+impl RowRejected<'_> {
+    pub(crate) fn emit(&self, limit: &mut RateLimit, now: Instant) {
+        metrics::counter!(names::DEAD_LETTERS, names::KIND => "row", names::REASON => self.code)
+            .increment(1);
+        if limit.allow(now) {
+            tracing::warn!(sink = self.sink, partition = self.partition, offset = self.offset,
+                row = self.row, code = self.code, reason = %self.reason,
+                "row rejected by the sink; dead-lettered");
+        }
+    }
+}
+
+/// A dead-letter write failed; the letter is sent again and its offset stays uncommitted.
+pub(crate) struct DeadLetterFailed<'a> {
+    pub(crate) partition: i32,
+    pub(crate) offset: i64,
+    pub(crate) error: &'a str,
+}
+
+impl DeadLetterFailed<'_> {
+    pub(crate) fn emit(&self, limit: &mut RateLimit, now: Instant) {
+        if limit.allow(now) {
+            tracing::error!(partition = self.partition, offset = self.offset, error = %self.error,
+                "dead-letter write failed; retrying, nothing past it is committed");
+        }
+    }
+}
+
+/// A batch left the batcher for the sinks. Carries the consumption counted since the last batch
+/// (telemetry is per batch, never per message).
+pub(crate) struct BatchFlushed {
+    pub(crate) reason: &'static str,
+    pub(crate) rows: usize,
+    pub(crate) bytes: usize,
+    pub(crate) messages: u64,
+    pub(crate) input_bytes: u64,
+    pub(crate) rows_decoded: u64,
+    pub(crate) inflight_bytes: usize,
+}
+
+impl BatchFlushed {
+    pub(crate) fn emit(&self) {
+        metrics::histogram!(names::FLUSH_ROWS, names::REASON => self.reason)
+            .record(self.rows as f64);
+        metrics::histogram!(names::FLUSH_BYTES).record(self.bytes as f64);
+        metrics::counter!(names::MESSAGES_CONSUMED).increment(self.messages);
+        metrics::counter!(names::BYTES_CONSUMED).increment(self.input_bytes);
+        metrics::counter!(names::ROWS_DECODED).increment(self.rows_decoded);
+        InflightBytes(self.inflight_bytes).emit();
+    }
+}
+
+/// Arrow bytes of unacknowledged batches changed.
+pub(crate) struct InflightBytes(pub(crate) usize);
+
+impl InflightBytes {
+    pub(crate) fn emit(&self) {
+        metrics::gauge!(names::INFLIGHT_BYTES).set(self.0 as f64);
+    }
+}
+
+/// A sink write failed with an error that retrying may fix; it is retried after `wait`.
+pub(crate) struct SinkRetrying<'a> {
+    pub(crate) sink: &'static str,
+    pub(crate) attempt: u32,
+    pub(crate) wait: Duration,
+    pub(crate) error: &'a SinkError,
+}
+
+impl SinkRetrying<'_> {
+    pub(crate) fn emit(&self) {
+        metrics::counter!(names::SINK_ERRORS, names::SINK => self.sink,
+            names::ERROR_CODE => self.error.kind.code(), names::RETRYABLE => "true")
+        .increment(1);
+        tracing::warn!(sink = self.sink, attempt = self.attempt,
+            wait_ms = self.wait.as_millis() as u64, error = %self.error, "sink write failed; retrying");
+    }
+}
+
+/// A sink refuses a batch until an operator fixes the cause; it is tried again after `wait`.
+pub(crate) struct SinkNeedsFix<'a> {
+    pub(crate) sink: &'static str,
+    pub(crate) wait: Duration,
+    pub(crate) error: &'a SinkError,
+}
+
+impl SinkNeedsFix<'_> {
+    pub(crate) fn emit(&self) {
+        metrics::counter!(names::SINK_ERRORS, names::SINK => self.sink,
+            names::ERROR_CODE => self.error.kind.code(), names::RETRYABLE => "false")
+        .increment(1);
+        tracing::error!(sink = self.sink, error = %self.error, wait_s = self.wait.as_secs(),
+            "sink refuses the batch until the cause is fixed; it stays unacknowledged and is tried again");
+    }
+}
+
+/// One sink has a batch.
+pub(crate) struct SinkWrote {
+    pub(crate) sink: &'static str,
+    pub(crate) rows: usize,
+    pub(crate) latency: Duration,
+}
+
+impl SinkWrote {
+    pub(crate) fn emit(&self) {
+        metrics::histogram!(names::SINK_LATENCY, names::SINK => self.sink)
+            .record(self.latency.as_secs_f64());
+        metrics::counter!(names::ROWS_WRITTEN, names::SINK => self.sink)
+            .increment(self.rows as u64);
+    }
+}
+
+/// Every sink has a batch: Merlin's two metrics, and the flush latency.
+pub(crate) struct BatchAcknowledged<'a> {
+    pub(crate) labels: &'a ModelLabels,
+    pub(crate) messages: usize,
+    /// Newest `request_timestamp` of the batch, in unix seconds.
+    pub(crate) newest: Option<f64>,
+    pub(crate) since_opened: Duration,
+}
+
+/// Merlin's metric labels.
+#[derive(Clone)]
+pub(crate) struct ModelLabels {
+    pub(crate) model_id: String,
+    pub(crate) model_version: String,
+    pub(crate) project: String,
+}
+
+impl BatchAcknowledged<'_> {
+    pub(crate) fn emit(&self) {
+        let l = self.labels;
+        metrics::histogram!(names::FLUSH_LATENCY).record(self.since_opened.as_secs_f64());
+        metrics::counter!(names::PREDICTION_LOGS_PROCESSED, names::MODEL_ID => l.model_id.clone(),
+            names::MODEL_VERSION => l.model_version.clone(), names::MERLIN_PROJECT => l.project.clone())
+        .increment(self.messages as u64);
+        if let Some(ts) = self.newest {
+            metrics::gauge!(names::LAST_PROCESSED_TIMESTAMP, names::MODEL_ID => l.model_id.clone(),
+                names::MODEL_VERSION => l.model_version.clone(), names::MERLIN_PROJECT => l.project.clone())
+            .set(ts);
+        }
+    }
+}
+
+/// Offsets were committed (or the commit failed and is retried at the next interval).
+pub(crate) enum Committed<'a> {
+    Done,
+    Failed(&'a rdkafka::error::KafkaError),
+}
+
+impl Committed<'_> {
+    pub(crate) fn emit(&self) {
+        match self {
+            Committed::Done => metrics::counter!(names::COMMITS).increment(1),
+            Committed::Failed(e) => {
+                metrics::counter!(names::COMMIT_FAILURES).increment(1);
+                tracing::warn!(error = %e, "offset commit failed; retried at the next interval");
+            }
+        }
+    }
+}
+
+/// Intake paused (`partitions` paused: the in-flight budget is used up) or resumed (0).
+pub(crate) struct Intake {
+    pub(crate) paused_partitions: usize,
+    /// Whether this changes the state (a re-pause after a rebalance logs nothing).
+    pub(crate) changed: bool,
+}
+
+impl Intake {
+    pub(crate) fn emit(&self) {
+        metrics::gauge!(names::PAUSED_PARTITIONS).set(self.paused_partitions as f64);
+        if self.changed {
+            if self.paused_partitions > 0 {
+                tracing::info!("in-flight budget used up: partitions paused");
+            } else {
+                tracing::info!("in-flight budget available: partitions resumed");
+            }
+        }
+    }
+}
+
+/// librdkafka's statistics: how far a partition's committed offset is behind its high watermark.
+pub(crate) struct ConsumerLag<'a> {
+    pub(crate) topic: &'a str,
+    pub(crate) partition: i32,
+    pub(crate) lag: i64,
+}
+
+impl ConsumerLag<'_> {
+    pub(crate) fn emit(&self) {
+        metrics::gauge!(names::CONSUMER_LAG, names::TOPIC => self.topic.to_string(),
+            names::PARTITION => self.partition.to_string())
+        .set(self.lag as f64);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Emits with a recorder of our own and returns the Prometheus text.
+    fn render(emit: impl FnOnce()) -> String {
+        let recorder = crate::metrics::prometheus_builder()
+            .unwrap()
+            .build_recorder();
+        let handle = recorder.handle();
+        metrics::with_local_recorder(&recorder, emit);
+        handle.render()
+    }
+
+    #[test]
+    fn each_event_keeps_its_metric_names_and_labels() {
+        let text = render(|| {
+            let mut limit = RateLimit::new();
+            let now = Instant::now();
+            for _ in 0..3 {
+                LogRejected {
+                    topic: "t",
+                    partition: 1,
+                    offset: 7,
+                    code: "shape_mismatch",
+                    reason: "r",
+                }
+                .emit(&mut limit, now);
+            }
+            let labels = ModelLabels {
+                model_id: "m".into(),
+                model_version: "2".into(),
+                project: "p".into(),
+            };
+            BatchAcknowledged {
+                labels: &labels,
+                messages: 5,
+                newest: Some(1.5e9),
+                since_opened: Duration::from_millis(3),
+            }
+            .emit();
+            Committed::Done.emit();
+            Intake {
+                paused_partitions: 3,
+                changed: true,
+            }
+            .emit();
+        });
+        for line in [
+            "observation_publisher_dead_letters_total{kind=\"decode\",reason=\"shape_mismatch\"} 3",
+            "total_prediction_logs_processed_total{model_id=\"m\",model_version=\"2\",merlin_project=\"p\"} 5",
+            "last_processed_timestamp{model_id=\"m\",model_version=\"2\",merlin_project=\"p\"} 1500000000",
+            "observation_publisher_commits_total 1",
+            "observation_publisher_paused_partitions 3",
+        ] {
+            assert!(text.contains(line), "{line} missing from:\n{text}");
+        }
+    }
+
+    #[test]
+    fn rate_limit_allows_ten_lines_per_window() {
+        let mut limit = RateLimit::new();
+        let t0 = Instant::now();
+        let allowed = (0..25).filter(|_| limit.allow(t0)).count();
+        assert_eq!(allowed, 10);
+        assert!(limit.allow(t0 + Duration::from_secs(10)), "a new window");
+    }
+}
