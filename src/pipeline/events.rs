@@ -321,14 +321,18 @@ mod tests {
             }
             .emit();
         });
+        let model = r#"{model_id="m",model_version="2",merlin_project="p"}"#;
         for line in [
-            "observation_publisher_dead_letters_total{kind=\"decode\",reason=\"shape_mismatch\"} 3",
-            "total_prediction_logs_processed_total{model_id=\"m\",model_version=\"2\",merlin_project=\"p\"} 5",
-            "last_processed_timestamp{model_id=\"m\",model_version=\"2\",merlin_project=\"p\"} 1500000000",
-            "observation_publisher_commits_total 1",
-            "observation_publisher_paused_partitions 3",
+            format!(
+                r#"{}{{kind="decode",reason="shape_mismatch"}} 3"#,
+                names::DEAD_LETTERS
+            ),
+            format!("{}{model} 5", names::PREDICTION_LOGS_PROCESSED),
+            format!("{}{model} 1500000000", names::LAST_PROCESSED_TIMESTAMP),
+            format!("{} 1", names::COMMITS),
+            format!("{} 3", names::PAUSED_PARTITIONS),
         ] {
-            assert!(text.contains(line), "{line} missing from:\n{text}");
+            assert!(text.contains(&line), "{line} missing from:\n{text}");
         }
     }
 

@@ -25,6 +25,11 @@ pub(crate) struct KafkaLoop {
     pub(crate) drain_timeout: Duration,
 }
 
+/// The pipeline state is used by the poll loop and by the rebalance callbacks. librdkafka runs
+/// those callbacks inside `poll`, on the same thread, so the lock is never contended; it exists
+/// because the consumer context holding the listener must be `Send + Sync` (and `unsafe` is
+/// forbidden here). It is the only lock on the pipeline's own state (the exactly-once `Handoff`,
+/// shared with the sink task, has its own).
 fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
     // A panic while holding the lock is a bug; the data is still consistent enough to drain.
     state.lock().unwrap_or_else(|e| e.into_inner())
@@ -143,8 +148,6 @@ pub(crate) struct Listener {
     pub(crate) generation: Arc<AtomicU64>,
     /// Exactly-once: read the commit metadata of assigned partitions.
     pub(crate) exactly_once: bool,
-    /// Metadata read in `assigning`, applied in `assigned`.
-    pub(crate) pending_metadata: Mutex<std::collections::HashMap<Partition, String>>,
 }
 
 impl Listener {
@@ -241,19 +244,14 @@ impl RebalanceListener for Listener {
                 // partitions start without them only if the group has no commits either.
                 Err(e) => tracing::error!(error = %e, "exactly-once: cannot read commit metadata"),
             }
-            if let Ok(mut m) = self.pending_metadata.lock() {
-                *m = found;
-            }
+            lock(&self.state).checkpoints_read = found;
         }
     }
 
     fn assigned(&self, partitions: &[i32]) {
-        let meta = self
-            .pending_metadata
-            .lock()
-            .map(|mut m| std::mem::take(&mut *m))
-            .unwrap_or_default();
-        lock(&self.state).assigned_with(partitions, &meta);
+        let mut st = lock(&self.state);
+        let checkpoints = std::mem::take(&mut st.checkpoints_read);
+        st.assigned_with(partitions, &checkpoints);
         self.generation.fetch_add(1, Ordering::Relaxed);
     }
 

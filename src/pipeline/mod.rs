@@ -247,7 +247,6 @@ impl Publisher {
                     connection: crate::source::connection_config(&src),
                     generation: Arc::clone(&generation),
                     exactly_once,
-                    pending_metadata: Mutex::new(Default::default()),
                 }));
                 let loop_cfg = kafka::KafkaLoop {
                     topic: src.topic,

@@ -79,6 +79,9 @@ pub(crate) struct State {
     starts: Option<PartitionStarts>,
     /// Exactly-once: new streams waiting to be recorded (arrived as [`Event::Register`]).
     registrations: Vec<Registration>,
+    /// Exactly-once: the commit metadata read while partitions are being assigned, applied
+    /// once the assignment is done.
+    pub(crate) checkpoints_read: HashMap<Partition, String>,
     counts: Counts,
     pub(crate) totals: Totals,
     log_limit: RateLimit,
@@ -112,6 +115,7 @@ impl State {
             budget,
             starts,
             registrations: Vec::new(),
+            checkpoints_read: HashMap::new(),
             counts: Counts::default(),
             totals: Totals::default(),
             log_limit: RateLimit::new(),
