@@ -35,6 +35,7 @@ pub use merlin::{
 };
 pub use ours::{
     Batching, Consumer, DeadLetter, Delivery, LocalSink, LogFormat, Logging, Server, StartFrom,
+    DEFAULT_MAX_FRAME_BYTES, DEFAULT_MAX_LOG_BYTES,
 };
 pub use schema::{FeatureType, InferenceSchema, ModelOutput, PREDICTION_LABEL_COLUMN, RANK_COLUMN};
 pub use value::{parse_bytes, parse_duration, Problems};

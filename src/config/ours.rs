@@ -19,7 +19,25 @@ pub struct Batching {
     /// Upper bound on bytes held between the consumer and the sink acknowledgement, including
     /// librdkafka's prefetch queue. When it is reached the partitions are paused.
     pub max_inflight_bytes: usize,
+    /// Largest decoded size of one log (an upper bound on its Arrow bytes, computed from its
+    /// wire bytes before any row is appended). A log over it is rejected whole (`too_large`)
+    /// and dead-lettered. One log larger than `max_bytes` but within this limit still makes a
+    /// batch of its own.
+    pub max_log_bytes: usize,
+    /// Largest frame (length prefix) accepted from a length-delimited input (`convert`,
+    /// `run --replay`): a larger prefix stops the input with an error before anything is read.
+    pub max_frame_bytes: usize,
 }
+
+/// Default of `batching.max_log_bytes`: 256 MiB. A legitimate log decodes to about its wire
+/// size plus the session id and model version once per row; the largest Kafka message a default
+/// broker accepts (1 MB) would need a 256× amplification to reach it.
+pub const DEFAULT_MAX_LOG_BYTES: usize = 256 << 20;
+/// Default of `batching.max_frame_bytes`: 64 MiB (64× a default Kafka message).
+pub const DEFAULT_MAX_FRAME_BYTES: usize = 64 << 20;
+/// Upper limit of `batching.max_bytes` and `batching.max_log_bytes`: a batch plus one log must
+/// stay under Arrow's 2 GiB of string data per column.
+const MAX_BATCH_OR_LOG_BYTES: usize = 1 << 30;
 
 impl Default for Batching {
     fn default() -> Self {
@@ -28,6 +46,8 @@ impl Default for Batching {
             max_bytes: 8 << 20,
             linger: Duration::from_secs(1),
             max_inflight_bytes: 64 << 20,
+            max_log_bytes: DEFAULT_MAX_LOG_BYTES,
+            max_frame_bytes: DEFAULT_MAX_FRAME_BYTES,
         }
     }
 }
@@ -46,12 +66,27 @@ impl Batching {
             max_inflight_bytes: o
                 .bytes("max_inflight_bytes", problems)
                 .map_or(d.max_inflight_bytes, |v| v as usize),
+            max_log_bytes: o
+                .bytes("max_log_bytes", problems)
+                .map_or(d.max_log_bytes, |v| v as usize),
+            max_frame_bytes: o
+                .bytes("max_frame_bytes", problems)
+                .map_or(d.max_frame_bytes, |v| v as usize),
         };
         if b.max_rows == 0 {
             problems.push(&o.path_of("max_rows"), "must be at least 1");
         }
         if b.max_bytes < 1024 {
             problems.push(&o.path_of("max_bytes"), "must be at least 1KiB");
+        }
+        if b.max_bytes > MAX_BATCH_OR_LOG_BYTES {
+            problems.push(&o.path_of("max_bytes"), "must be at most 1GiB");
+        }
+        if !(1024..=MAX_BATCH_OR_LOG_BYTES).contains(&b.max_log_bytes) {
+            problems.push(&o.path_of("max_log_bytes"), "must be between 1KiB and 1GiB");
+        }
+        if b.max_frame_bytes < 1024 {
+            problems.push(&o.path_of("max_frame_bytes"), "must be at least 1KiB");
         }
         if b.linger.is_zero() {
             problems.push(&o.path_of("linger"), "must be greater than 0");

@@ -243,3 +243,27 @@ fn bigquery_options_are_known_and_validated() {
         assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
     }
 }
+
+#[test]
+fn per_log_and_frame_limits_have_defaults_and_bounds() {
+    let c = parse(MERLIN, Needs::RUN).unwrap().0;
+    assert_eq!(c.batching.max_log_bytes, 256 << 20);
+    assert_eq!(c.batching.max_frame_bytes, 64 << 20);
+    let y = format!("{MERLIN}\nbatching: {{max_log_bytes: 32MiB, max_frame_bytes: 2MiB}}\n");
+    let c = parse(&y, Needs::RUN).unwrap().0;
+    assert_eq!(
+        (c.batching.max_log_bytes, c.batching.max_frame_bytes),
+        (32 << 20, 2 << 20)
+    );
+    let y = format!(
+        "{MERLIN}\nbatching: {{max_log_bytes: 2GiB, max_frame_bytes: 10, max_bytes: 2GiB, max_inflight_bytes: 4GiB}}\n"
+    );
+    let text = parse(&y, Needs::RUN).unwrap_err().to_string();
+    for expected in [
+        "batching.max_log_bytes: must be between 1KiB and 1GiB",
+        "batching.max_frame_bytes: must be at least 1KiB",
+        "batching.max_bytes: must be at most 1GiB",
+    ] {
+        assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
+    }
+}

@@ -45,6 +45,10 @@ impl Validity {
         }
     }
 
+    fn allocated_bytes(&self) -> usize {
+        self.valid.capacity()
+    }
+
     fn finish(&mut self) -> Option<NullBuffer> {
         let out = (self.nulls > 0).then(|| {
             let v = &self.valid;
@@ -215,6 +219,18 @@ impl Col {
         match self {
             Col::Str(c) => c.data_len(),
             _ => 0,
+        }
+    }
+
+    /// Bytes allocated by the builder (capacities).
+    pub(crate) fn allocated_bytes(&self) -> usize {
+        match self {
+            Col::Str(c) => {
+                c.offsets.capacity() * 4 + c.values.capacity() + c.nulls.allocated_bytes()
+            }
+            Col::I64(c) | Col::Ts(c) => c.values.capacity() * 8 + c.nulls.allocated_bytes(),
+            Col::F64(c) => c.values.capacity() * 8 + c.nulls.allocated_bytes(),
+            Col::Bool(c) => c.values.capacity() / 8 + c.nulls.allocated_bytes(),
         }
     }
 

@@ -295,14 +295,15 @@ pub fn run(cfg: Config, replay: Option<PathBuf>) -> ExitCode {
         Some(path) => {
             health.joined.store(true, Ordering::Relaxed);
             health.topic_exists.store(true, Ordering::Relaxed);
-            let (s, sd, d) = (
+            let (s, sd, d, max_frame) = (
                 Arc::clone(&state),
                 shutdown.clone(),
                 cfg.consumer.drain_timeout,
+                cfg.batching.max_frame_bytes,
             );
             std::thread::Builder::new()
                 .name("pipeline".into())
-                .spawn(move || replay::run(&path, s, sd, d))
+                .spawn(move || replay::run(&path, s, sd, d, max_frame))
                 .map(|t| t.join().unwrap_or(false))
                 .unwrap_or(false)
         }
