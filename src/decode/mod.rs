@@ -419,7 +419,17 @@ impl Decoder {
         let session = std::str::from_utf8(parts.prediction_id).map_err(|_| {
             DecodeError::new(ErrorKind::InvalidValue, "prediction_id is not valid UTF-8")
         })?;
-        self.check_size(f_data, row_ids, p_data, session.len())?;
+        let rows = self.check_size(f_data, row_ids, p_data, session.len())?;
+        // Grow every builder once to what this log needs (session id and model version exactly;
+        // other strings as they come).
+        for (i, c) in self.cols.iter_mut().enumerate() {
+            let bytes = match i {
+                0 => rows * session.len(),
+                3 => rows * self.layout.model_version.len(),
+                _ => 0,
+            };
+            c.reserve(rows, bytes);
+        }
 
         // Resolve column lists (cached by their encoded bytes: logs of one model repeat them).
         let n_features = self.layout.n_features;
@@ -601,7 +611,8 @@ impl Decoder {
 }
 
 impl Decoder {
-    /// Rejects a log before any of its rows is appended when its row counts disagree or the
+    /// Returns the rows the log can have at most. Rejects a log before any of its rows is
+    /// appended when its row counts disagree or the
     /// upper bound of its decoded size is over `max_log_bytes`. The bound is
     /// `rows × (row_bound_bytes + session id length) + row-id bytes + feature-data bytes` (every
     /// string cell is a slice of the feature data, every row id of the row-id list). Counting the
@@ -614,7 +625,7 @@ impl Decoder {
         row_ids: &[u8],
         p_data: &[u8],
         session_len: usize,
-    ) -> Result<(), DecodeError> {
+    ) -> Result<usize, DecodeError> {
         let (nf, f_whole) = count_items(f_data);
         let (np, p_whole) = count_items(p_data);
         let (ni, i_whole) = count_items(row_ids);
@@ -629,7 +640,7 @@ impl Decoder {
         if bound > self.max_log_bytes {
             return Err(too_large(bound, rows, self.max_log_bytes));
         }
-        Ok(())
+        Ok(rows)
     }
 }
 
