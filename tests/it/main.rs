@@ -6,4 +6,5 @@ mod bigquery;
 mod bootstrap;
 mod cli;
 mod common;
+mod hostile;
 mod runtime;
