@@ -43,6 +43,7 @@ pub mod metrics;
 pub mod output;
 pub mod pipeline;
 pub mod proto;
+pub mod redact;
 pub mod server;
 pub mod shutdown;
 pub mod sink;

@@ -190,6 +190,16 @@ fn secrets_are_redacted() {
     let out = c.to_redacted_yaml();
     assert!(!out.contains("hunter2"), "{out}");
     assert!(out.contains("sasl.password: <redacted>"), "{out}");
+    // Every consumer value is a secret unless its key is a known non-secret one.
+    let y = y.replace(
+        "      fetch.min.bytes: \"1024000\"",
+        "      fetch.min.bytes: \"1024000\"\n      sasl.oauthbearer.config: principal=p1",
+    );
+    let (c, _) = parse(&y, Needs::RUN).unwrap();
+    let out = c.to_redacted_yaml();
+    assert!(out.contains("sasl.oauthbearer.config: <redacted>"), "{out}");
+    assert!(out.contains("fetch.min.bytes: '1024000'"), "{out}");
+    assert_eq!(c.scrubber().scrub("a principal=p1 b"), "a <redacted> b");
 }
 
 #[test]

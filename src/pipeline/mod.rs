@@ -119,7 +119,7 @@ fn build_sinks(
 
 /// Runs the publisher until SIGTERM/SIGINT (or, with `replay`, until the file is consumed).
 pub fn run(cfg: Config, replay: Option<PathBuf>) -> ExitCode {
-    crate::telemetry::init(cfg.logging.format, &cfg.logging.level);
+    crate::telemetry::init(cfg.logging.format, &cfg.logging.level, cfg.scrubber());
     tracing::info!(version = env!("CARGO_PKG_VERSION"), config = %cfg.to_redacted_yaml(), "starting");
     let handle = match crate::metrics::install() {
         Ok(h) => h,

@@ -8,3 +8,4 @@ mod cli;
 mod common;
 mod hostile;
 mod runtime;
+mod secrets;
