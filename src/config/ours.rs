@@ -270,9 +270,27 @@ impl Delivery {
 pub struct Server {
     /// Listen address; defaults to `0.0.0.0:<prometheus_port>` (8000).
     pub listen: String,
+    /// How long a client has to send a request's headers, counted from when the server starts
+    /// waiting for them (a new connection, or the previous response on a kept-alive one); then
+    /// the connection is closed.
+    #[serde(with = "humantime_serde_compat")]
+    pub header_read_timeout: Duration,
+    /// A connection on which no byte moves either way for this long is closed (a client that
+    /// stops reading a response, or stalls in a body).
+    #[serde(with = "humantime_serde_compat")]
+    pub idle_timeout: Duration,
+    /// Connections served at once; further clients wait in the listen backlog until one closes.
+    pub max_connections: usize,
 }
 
 impl Server {
+    /// Default `header_read_timeout`.
+    pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+    /// Default `idle_timeout`.
+    pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+    /// Default `max_connections`.
+    pub const MAX_CONNECTIONS: usize = 64;
+
     pub(crate) fn read(mut o: Obj<'_>, prometheus_port: u64, problems: &mut Problems) -> Self {
         let listen = o
             .string("listen", problems)
@@ -283,8 +301,31 @@ impl Server {
                 format_args!("{listen:?} is not an address such as 0.0.0.0:8000"),
             );
         }
+        let s = Server {
+            listen,
+            header_read_timeout: o
+                .duration("header_read_timeout", problems)
+                .unwrap_or(Self::HEADER_READ_TIMEOUT),
+            idle_timeout: o
+                .duration("idle_timeout", problems)
+                .unwrap_or(Self::IDLE_TIMEOUT),
+            max_connections: o
+                .u64("max_connections", problems)
+                .map_or(Self::MAX_CONNECTIONS, |v| v as usize),
+        };
+        for (key, d) in [
+            ("header_read_timeout", s.header_read_timeout),
+            ("idle_timeout", s.idle_timeout),
+        ] {
+            if d.is_zero() {
+                problems.push(&o.path_of(key), "must be greater than 0");
+            }
+        }
+        if s.max_connections == 0 {
+            problems.push(&o.path_of("max_connections"), "must be at least 1");
+        }
         o.deny_unknown(problems);
-        Server { listen }
+        s
     }
 }
 

@@ -277,3 +277,25 @@ fn per_log_and_frame_limits_have_defaults_and_bounds() {
         assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
     }
 }
+
+#[test]
+fn server_limits_have_defaults_and_are_validated() {
+    let c = parse(MERLIN, Needs::RUN).unwrap().0;
+    assert_eq!(
+        c.server.header_read_timeout,
+        std::time::Duration::from_secs(10)
+    );
+    assert_eq!(c.server.idle_timeout, std::time::Duration::from_secs(60));
+    assert_eq!(c.server.max_connections, 64);
+    let y = format!(
+        "{MERLIN}\nserver: {{header_read_timeout: 0s, idle_timeout: 0s, max_connections: 0}}\n"
+    );
+    let text = parse(&y, Needs::RUN).unwrap_err().to_string();
+    for expected in [
+        "server.header_read_timeout: must be greater than 0",
+        "server.idle_timeout: must be greater than 0",
+        "server.max_connections: must be at least 1",
+    ] {
+        assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
+    }
+}

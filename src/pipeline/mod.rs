@@ -158,6 +158,7 @@ pub fn run(cfg: Config, replay: Option<PathBuf>) -> ExitCode {
         Arc::clone(&health),
         Arc::new(move || h2.render()),
         hard_stop.clone(),
+        cfg.server.clone(),
     ));
     let upkeep = handle.clone();
     let stop = hard_stop.clone();
