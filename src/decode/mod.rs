@@ -83,6 +83,8 @@ use wire::{Reader, WireType};
 const DROP: u32 = u32::MAX;
 /// Initial row capacity of the builders.
 const INITIAL_ROWS: usize = 1024;
+/// Logs with at least this many rows reserve their room in the builders up front.
+const RESERVE_ROWS: usize = 256;
 
 /// The shape of one `Value` as the walker sees it.
 #[derive(Clone, Copy)]
@@ -420,15 +422,18 @@ impl Decoder {
             DecodeError::new(ErrorKind::InvalidValue, "prediction_id is not valid UTF-8")
         })?;
         let rows = self.check_size(f_data, row_ids, p_data, session.len())?;
-        // Grow every builder once to what this log needs (session id and model version exactly;
-        // other strings as they come).
-        for (i, c) in self.cols.iter_mut().enumerate() {
-            let bytes = match i {
-                0 => rows * session.len(),
-                3 => rows * self.layout.model_version.len(),
-                _ => 0,
-            };
-            c.reserve(rows, bytes);
+        // A large log grows every builder once to what it needs (session id and model version
+        // exactly; other strings as they come) instead of doubling past it. Small logs skip
+        // this: the usual amortized growth costs them nothing extra.
+        if rows >= RESERVE_ROWS {
+            for (i, c) in self.cols.iter_mut().enumerate() {
+                let bytes = match i {
+                    0 => rows * session.len(),
+                    3 => rows * self.layout.model_version.len(),
+                    _ => 0,
+                };
+                c.reserve(rows, bytes);
+            }
         }
 
         // Resolve column lists (cached by their encoded bytes: logs of one model repeat them).
