@@ -52,9 +52,10 @@
 //! - a list or struct as a cell value or a struct as a row ([`ErrorKind::NestedValue`]);
 //! - a declared column named twice in one table's column list ([`ErrorKind::DuplicateColumn`]);
 //! - a log whose decoded size could exceed the per-log limit (`batching.max_log_bytes`,
-//!   [`Decoder::with_max_log_bytes`]) ([`ErrorKind::TooLarge`]). The bound and the row counts
-//!   are checked from the wire bytes **before** any row is appended, so neither a too-large log
-//!   nor one with disagreeing row counts costs more memory than the limit.
+//!   [`Decoder::with_max_log_bytes`]) ([`ErrorKind::TooLarge`]). The bound is checked from the
+//!   wire bytes **before** any row is appended; the row counts too, for every log that could
+//!   decode to more than 1 MiB, so a log with disagreeing counts costs at most that before it is
+//!   rejected.
 //!
 //! # Wire-format notes
 //! Fields the publisher reads are validated fully (wire types, lengths, UTF-8). Fields it does
@@ -85,6 +86,9 @@ const DROP: u32 = u32::MAX;
 const INITIAL_ROWS: usize = 1024;
 /// Logs with at least this many rows reserve their room in the builders up front.
 const RESERVE_ROWS: usize = 256;
+/// Logs whose size bound from their byte lengths alone is at most this are not counted before
+/// decoding (see `Decoder::check_size`).
+const COUNT_ABOVE_BYTES: usize = 1 << 20;
 
 /// The shape of one `Value` as the walker sees it.
 #[derive(Clone, Copy)]
@@ -616,20 +620,45 @@ impl Decoder {
 }
 
 impl Decoder {
-    /// Returns the rows the log can have at most. Rejects a log before any of its rows is
-    /// appended when its row counts disagree or the
-    /// upper bound of its decoded size is over `max_log_bytes`. The bound is
+    /// Rejects a log before any of its rows is appended when the upper bound of its decoded size
+    /// is over `max_log_bytes`, or when its row counts disagree. The bound is
     /// `rows × (row_bound_bytes + session id length) + row-id bytes + feature-data bytes` (every
-    /// string cell is a slice of the feature data, every row id of the row-id list). Counting the
-    /// rows reads one key and one length per element. A list that is itself malformed makes the
+    /// string cell is a slice of the feature data, every row id of the row-id list).
+    ///
+    /// Every list element takes at least two bytes (key and length), which bounds the rows
+    /// without reading the lists; a log whose bound is at most [`COUNT_ABOVE_BYTES`] even so
+    /// (the usual log) is not counted, and `Ok(0)` is returned: a shape mismatch is then found
+    /// by the row loop, after appending at most that much. Otherwise the rows are counted (one
+    /// key and one length per element) and returned. A list that is itself malformed makes the
     /// row loop stop at its first bad element, so the rows counted before it still bound what
     /// would be appended; the loop then reports the malformation.
+    #[inline]
     fn check_size(
         &self,
         f_data: &[u8],
         row_ids: &[u8],
         p_data: &[u8],
         session_len: usize,
+    ) -> Result<usize, DecodeError> {
+        let bound = |rows: usize| {
+            rows.saturating_mul(self.row_bound_bytes.saturating_add(session_len))
+                .saturating_add(row_ids.len())
+                .saturating_add(f_data.len())
+        };
+        let most_rows = f_data.len().min(p_data.len()).min(row_ids.len()) / 2;
+        if bound(most_rows) <= COUNT_ABOVE_BYTES.min(self.max_log_bytes) {
+            return Ok(0);
+        }
+        self.count_and_check(f_data, row_ids, p_data, bound)
+    }
+
+    #[inline(never)]
+    fn count_and_check(
+        &self,
+        f_data: &[u8],
+        row_ids: &[u8],
+        p_data: &[u8],
+        bound: impl Fn(usize) -> usize,
     ) -> Result<usize, DecodeError> {
         let (nf, f_whole) = count_items(f_data);
         let (np, p_whole) = count_items(p_data);
@@ -638,10 +667,7 @@ impl Decoder {
             return Err(shape_error(nf, np, ni));
         }
         let rows = nf.min(np).min(ni);
-        let bound = rows
-            .saturating_mul(self.row_bound_bytes.saturating_add(session_len))
-            .saturating_add(row_ids.len())
-            .saturating_add(f_data.len());
+        let bound = bound(rows);
         if bound > self.max_log_bytes {
             return Err(too_large(bound, rows, self.max_log_bytes));
         }
