@@ -17,6 +17,15 @@ use tracing_subscriber::EnvFilter;
 /// The scrubber of the process's log output (set once, by [`init`]).
 static SCRUBBER: OnceLock<Scrubber> = OnceLock::new();
 
+/// `text` scrubbed as log lines are: for messages printed to stderr outside the log (a start-up
+/// error repeated for the operator).
+pub fn scrub(text: &str) -> std::borrow::Cow<'_, str> {
+    match SCRUBBER.get() {
+        Some(s) => s.scrub(text),
+        None => crate::redact::strip_userinfo(text),
+    }
+}
+
 /// stderr through the scrubber. The fmt layer writes each event with one `write_all` of the
 /// whole formatted line, so a secret is never split between two writes.
 struct ScrubbedStderr;
@@ -24,11 +33,7 @@ struct ScrubbedStderr;
 impl Write for ScrubbedStderr {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         let text = String::from_utf8_lossy(buf);
-        let out = match SCRUBBER.get() {
-            Some(s) => s.scrub(&text),
-            None => crate::redact::strip_userinfo(&text),
-        };
-        io::stderr().lock().write_all(out.as_bytes())?;
+        io::stderr().lock().write_all(scrub(&text).as_bytes())?;
         Ok(buf.len())
     }
 

@@ -182,7 +182,7 @@ pub fn run(cfg: Config, replay: Option<PathBuf>) -> ExitCode {
         Ok(s) => s,
         Err((code, e)) => {
             tracing::error!(error = %e, "cannot start the sinks");
-            eprintln!("{e}");
+            eprintln!("{}", crate::telemetry::scrub(&e.to_string()));
             return ExitCode::from(code);
         }
     };
