@@ -154,8 +154,9 @@ pub fn convert(a: ConvertArgs) -> ExitCode {
         }
     };
     let pb = progress(total, "converting");
-    let mut reader = FrameReader::new(input);
-    let mut decoder = Decoder::new(Arc::clone(&layout));
+    let mut reader = FrameReader::new(input).with_max_frame(cfg.batching.max_frame_bytes);
+    let mut decoder =
+        Decoder::new(Arc::clone(&layout)).with_max_log_bytes(cfg.batching.max_log_bytes);
     let mut buf = Vec::new();
     let (mut logs, mut rows, mut bad) = (0u64, 0u64, 0u64);
     let mut failure = None;

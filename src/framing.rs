@@ -1,8 +1,9 @@
 //! Length-delimited streams of messages: each message is prefixed by its length as a protobuf
 //! varint (the framing of `convert`, `gen`, `run --replay` and the file dead-letter target).
 //!
-//! The reader never trusts a length: it grows its buffer only as bytes actually arrive, so a
-//! corrupt prefix claiming gigabytes costs nothing before the input runs out.
+//! The reader never trusts a length: a prefix over the reader's maximum frame size
+//! (`batching.max_frame_bytes`) is an error before any of the frame is read, and below it the
+//! buffer grows only as bytes actually arrive.
 
 use std::io::{self, BufRead, Write};
 
@@ -28,21 +29,43 @@ pub enum FrameError {
         /// Bytes present.
         got: u64,
     },
+    /// The length prefix declares more than the largest frame accepted.
+    #[error("frame at byte {offset} declares {len} bytes, over the limit of {max} bytes (batching.max_frame_bytes)")]
+    TooLarge {
+        /// Byte offset of the prefix.
+        offset: u64,
+        /// Declared length.
+        len: u64,
+        /// The limit.
+        max: u64,
+    },
 }
 
 /// Reads frames one by one into a reused buffer.
 pub struct FrameReader<R> {
     inner: R,
     pos: u64,
+    /// Largest frame accepted.
+    max_frame: u64,
 }
 
 /// Most bytes reserved ahead of actually reading them.
 const CHUNK: usize = 1 << 20;
 
 impl<R: BufRead> FrameReader<R> {
-    /// Wraps a buffered reader.
+    /// Wraps a buffered reader; frames up to [`crate::config::DEFAULT_MAX_FRAME_BYTES`].
     pub fn new(inner: R) -> Self {
-        FrameReader { inner, pos: 0 }
+        FrameReader {
+            inner,
+            pos: 0,
+            max_frame: crate::config::DEFAULT_MAX_FRAME_BYTES as u64,
+        }
+    }
+
+    /// Sets the largest frame accepted (`batching.max_frame_bytes`).
+    pub fn with_max_frame(mut self, max: usize) -> Self {
+        self.max_frame = max as u64;
+        self
     }
 
     /// Bytes consumed so far.
@@ -77,6 +100,13 @@ impl<R: BufRead> FrameReader<R> {
             if byte < 0x80 {
                 break;
             }
+        }
+        if len > self.max_frame {
+            return Err(FrameError::TooLarge {
+                offset,
+                len,
+                max: self.max_frame,
+            });
         }
         buf.clear();
         let mut got: u64 = 0;
@@ -140,11 +170,11 @@ mod tests {
 
     #[test]
     fn a_huge_length_is_never_allocated() {
-        // Claims 2^62 bytes, has 3.
+        // Claims 2^62 bytes, has 3; even without a frame limit nothing is reserved ahead.
         let input = [
             0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x40, 1, 2, 3,
         ];
-        let mut r = FrameReader::new(&input[..]);
+        let mut r = FrameReader::new(&input[..]).with_max_frame(usize::MAX);
         let mut buf = Vec::new();
         match r.next_into(&mut buf) {
             Err(FrameError::Truncated {
@@ -153,6 +183,31 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert!(buf.capacity() < 1 << 21);
+    }
+
+    #[test]
+    fn a_frame_over_the_limit_is_refused_before_it_is_read() {
+        // Claims 2^40 bytes and 3 MiB follow: refused at the prefix, not after reading them.
+        let mut input = vec![0x80, 0x80, 0x80, 0x80, 0x80, 0x20];
+        input.resize(input.len() + (3 << 20), 7);
+        let mut r = FrameReader::new(&input[..]).with_max_frame(1 << 20);
+        let mut buf = Vec::new();
+        match r.next_into(&mut buf) {
+            Err(FrameError::TooLarge {
+                offset: 0,
+                len,
+                max,
+            }) => assert_eq!((len, max), (1 << 40, 1 << 20)),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(r.position(), 6, "nothing after the prefix was read");
+        assert!(buf.capacity() < 1 << 20);
+        // A frame of exactly the limit is accepted.
+        let mut ok = Vec::new();
+        write_frame(&mut ok, &vec![1u8; 1 << 20]).unwrap();
+        let mut r = FrameReader::new(&ok[..]).with_max_frame(1 << 20);
+        assert_eq!(r.next_into(&mut buf).unwrap(), Some(0));
+        assert_eq!(buf.len(), 1 << 20);
     }
 
     #[test]

@@ -47,6 +47,7 @@ pub mod naming;
 pub mod output;
 pub mod pipeline;
 pub mod proto;
+pub mod redact;
 pub mod server;
 pub mod shutdown;
 pub mod sink;

@@ -194,11 +194,12 @@ pub struct Batcher {
 }
 
 impl Batcher {
-    /// A batcher for `layout` with the flush limits of `cfg` (`max_inflight_bytes` is the
+    /// A batcher for `layout` with the flush limits of `cfg` and its per-log limit
+    /// (`max_log_bytes`: a larger log is rejected as `too_large`; `max_inflight_bytes` is the
     /// runtime's business and ignored here). `max_rows` is capped at `u32::MAX`.
     pub fn new(layout: Arc<TableLayout>, cfg: Batching) -> Self {
         Batcher {
-            decoder: Decoder::new(layout),
+            decoder: Decoder::new(layout).with_max_log_bytes(cfg.max_log_bytes),
             max_rows: cfg.max_rows.clamp(1, u32::MAX as usize),
             max_bytes: cfg.max_bytes.max(1),
             linger: cfg.linger,

@@ -13,6 +13,7 @@ fn cfg(max_rows: usize, max_bytes: usize, linger_ms: u64) -> Batching {
         max_bytes,
         linger: Duration::from_millis(linger_ms),
         max_inflight_bytes: 1 << 30,
+        ..Batching::default()
     }
 }
 
@@ -146,6 +147,26 @@ fn linger_is_driven_by_the_callers_clock() {
         .unwrap();
     assert_eq!(ready.len(), 1);
     assert_eq!((ready[0].rows(), ready[0].reason), (2, FlushReason::Linger));
+}
+
+#[test]
+fn a_log_over_max_log_bytes_is_rejected_but_one_over_max_bytes_is_not() {
+    let t0 = Instant::now();
+    let mut c = cfg(1 << 20, 4096, 1000);
+    c.max_log_bytes = 64 << 10;
+    let mut b = Batcher::new(layout(), c);
+    let mut ready = Vec::new();
+    b.push(0, 1, &msg(0, 1, 1), t0, &mut ready).unwrap();
+    // A long session id copied into 1,000 rows: about 1 MB decoded from 30 KB.
+    let big = log(&"s".repeat(1000), 1000, 0, 1_700_000_000_000_000);
+    let f = b.push(0, 2, &big, t0, &mut ready).unwrap_err();
+    assert_eq!(f.error.kind, crate::decode::ErrorKind::TooLarge, "{f}");
+    assert!(ready.is_empty(), "the open batch is untouched");
+    assert_eq!(b.rows(), 1);
+    // Over max_bytes (4 KiB) but within max_log_bytes: a batch of its own, as before.
+    let alone = msg(0, 3, 500);
+    assert_eq!(b.push(0, 3, &alone, t0, &mut ready), Ok(500));
+    assert_eq!(ready.iter().map(Batch::rows).collect::<Vec<_>>(), [1, 500]);
 }
 
 #[test]

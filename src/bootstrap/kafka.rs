@@ -61,10 +61,19 @@ fn consumer(source: &KafkaSource) -> Result<BaseConsumer, BootstrapError> {
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false");
     cfg.create().map_err(|e| {
-        BootstrapError::Kafka(format!(
-            "cannot create a client for {}: {e}",
-            source.bootstrap_servers
-        ))
+        // librdkafka's configuration errors quote the offending value.
+        let scrub = crate::redact::Scrubber::for_kafka(
+            &source.bootstrap_servers,
+            &source.additional_consumer_config,
+        );
+        BootstrapError::Kafka(
+            scrub
+                .scrub(&format!(
+                    "cannot create a client for {}: {e}",
+                    source.bootstrap_servers
+                ))
+                .into_owned(),
+        )
     })
 }
 

@@ -351,7 +351,7 @@ pub fn scaled_object(spec: &Spec) -> Option<DynamicObject> {
             "triggers": [{
                 "type": "kafka",
                 "metadata": {
-                    "bootstrapServers": source.bootstrap_servers,
+                    "bootstrapServers": crate::redact::strip_userinfo(&source.bootstrap_servers),
                     "consumerGroup": source.group_id,
                     "topic": source.topic,
                     "lagThreshold": a.lag_threshold.to_string(),

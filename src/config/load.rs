@@ -166,21 +166,65 @@ fn is_secret_key(key: &str) -> bool {
         || k == "sasl.username"
 }
 
-/// Replaces every secret value in the tree with `"<redacted>"`, including librdkafka settings in
-/// `additional_consumer_config` (e.g. `sasl.password`, `ssl.key.pem`).
+/// Replaces every secret value in the tree with `"<redacted>"`: every
+/// `additional_consumer_config` value whose key is not a known non-secret librdkafka key
+/// ([`crate::redact::NON_SECRET_CONSUMER_KEYS`]), values of keys that name a secret elsewhere,
+/// and the credentials inside URLs and server lists (`user:password@`).
 pub fn redact(v: &mut Value) {
+    redact_collect(v, &mut Vec::new());
+}
+
+/// Like [`redact`], and collects every value it hides (to scrub them from free text).
+pub fn redact_collect(v: &mut Value, hidden: &mut Vec<String>) {
     match v {
         Value::Mapping(m) => {
             for (k, val) in m.iter_mut() {
-                let secret = k.as_str().is_some_and(is_secret_key);
-                if secret && !val.is_null() {
-                    *val = Value::String("<redacted>".into());
+                let key = k.as_str().unwrap_or("");
+                if key == "additional_consumer_config" {
+                    if let Value::Mapping(entries) = val {
+                        for (ck, cv) in entries.iter_mut() {
+                            let ck = ck.as_str().unwrap_or("");
+                            if crate::redact::is_non_secret_consumer_key(ck) {
+                                redact_collect(cv, hidden);
+                            } else {
+                                hide(cv, hidden);
+                            }
+                        }
+                        continue;
+                    }
+                }
+                if is_secret_key(key) {
+                    hide(val, hidden);
                 } else {
-                    redact(val);
+                    redact_collect(val, hidden);
                 }
             }
         }
-        Value::Sequence(items) => items.iter_mut().for_each(redact),
+        Value::Sequence(items) => items.iter_mut().for_each(|i| redact_collect(i, hidden)),
+        Value::String(s) => {
+            let parts = crate::redact::userinfo_parts(s);
+            if !parts.is_empty() {
+                *s = crate::redact::strip_userinfo(s).into_owned();
+                hidden.extend(parts);
+            }
+        }
         _ => {}
+    }
+}
+
+/// Replaces a secret value (kept if null) and records its text.
+fn hide(v: &mut Value, hidden: &mut Vec<String>) {
+    fn texts(v: &Value, out: &mut Vec<String>) {
+        match v {
+            Value::String(s) => out.push(s.clone()),
+            Value::Number(n) => out.push(n.to_string()),
+            Value::Mapping(m) => m.iter().for_each(|(_, x)| texts(x, out)),
+            Value::Sequence(items) => items.iter().for_each(|x| texts(x, out)),
+            _ => {}
+        }
+    }
+    if !v.is_null() {
+        texts(v, hidden);
+        *v = Value::String(crate::redact::REDACTED.into());
     }
 }

@@ -61,6 +61,13 @@ impl KafkaSource {
         }
         let topic = c.req_string("topic", problems);
         let bootstrap_servers = c.req_string("bootstrap_servers", problems);
+        if bootstrap_servers.contains('@') {
+            // The value is not echoed: it holds credentials.
+            problems.push(
+                &c.path_of("bootstrap_servers"),
+                "holds credentials (user:password@host); librdkafka cannot use them there: set sasl.username and sasl.password (with security.protocol and sasl.mechanisms) in additional_consumer_config",
+            );
+        }
         let group_id = c.req_string("group_id", problems);
         let batch_size = c.u64("batch_size", problems).unwrap_or(100);
         let poll_timeout_seconds = c.f64("poll_timeout_seconds", problems).unwrap_or(1.0);
@@ -335,7 +342,10 @@ fn url_option(
     if !(v.starts_with("http://") || v.starts_with("https://")) || v.len() <= "https://".len() {
         problems.push(
             &c.path_of(key),
-            format_args!("expected an http:// or https:// URL, found {v:?}"),
+            format_args!(
+                "expected an http:// or https:// URL, found {:?}",
+                crate::redact::strip_userinfo(&v)
+            ),
         );
     }
     v

@@ -27,7 +27,7 @@ mod ours;
 mod schema;
 mod value;
 
-pub use load::{apply_env, apply_sets, load_value, redact, ENV_PREFIX};
+pub use load::{apply_env, apply_sets, load_value, redact, redact_collect, ENV_PREFIX};
 pub use merlin::{
     ArizeSink, BigQueryAuth, BigQuerySink, KafkaSource, MaxComputeSink, RetryConfig, SinkConfig,
     DEFAULT_MAX_INFLIGHT_BYTES, DEFAULT_MAX_REQUEST_BYTES, DEFAULT_REST_BASE_URL,
@@ -35,6 +35,7 @@ pub use merlin::{
 };
 pub use ours::{
     Batching, Consumer, DeadLetter, Delivery, LocalSink, LogFormat, Logging, Server, StartFrom,
+    DEFAULT_MAX_FRAME_BYTES, DEFAULT_MAX_LOG_BYTES,
 };
 pub use schema::{
     Column, ColumnType, FeatureType, InferenceSchema, ModelOutput, PREDICTION_LABEL_COLUMN,
@@ -255,11 +256,21 @@ impl Config {
         })
     }
 
-    /// The resolved configuration as YAML, with every secret replaced by `"<redacted>"`.
+    /// The resolved configuration as YAML, with every secret replaced by `"<redacted>"`
+    /// ([`redact`]).
     pub fn to_redacted_yaml(&self) -> String {
         let mut v = serde_yaml_ng::to_value(self).expect("config serializes");
         redact(&mut v);
         serde_yaml_ng::to_string(&v).expect("yaml value serializes")
+    }
+
+    /// A scrubber for free text (log lines, errors) that hides every value
+    /// [`Config::to_redacted_yaml`] hides.
+    pub fn scrubber(&self) -> crate::redact::Scrubber {
+        let mut v = serde_yaml_ng::to_value(self).expect("config serializes");
+        let mut hidden = Vec::new();
+        redact_collect(&mut v, &mut hidden);
+        crate::redact::Scrubber::new(hidden)
     }
 }
 

@@ -19,7 +19,25 @@ pub struct Batching {
     /// Upper bound on bytes held between the consumer and the sink acknowledgement, including
     /// librdkafka's prefetch queue. When it is reached the partitions are paused.
     pub max_inflight_bytes: usize,
+    /// Largest decoded size of one log (an upper bound on its Arrow bytes, computed from its
+    /// wire bytes before any row is appended). A log over it is rejected whole (`too_large`)
+    /// and dead-lettered. One log larger than `max_bytes` but within this limit still makes a
+    /// batch of its own.
+    pub max_log_bytes: usize,
+    /// Largest frame (length prefix) accepted from a length-delimited input (`convert`,
+    /// `run --replay`): a larger prefix stops the input with an error before anything is read.
+    pub max_frame_bytes: usize,
 }
+
+/// Default of `batching.max_log_bytes`: 256 MiB. A legitimate log decodes to about its wire
+/// size plus the session id and model version once per row; the largest Kafka message a default
+/// broker accepts (1 MB) would need a 256× amplification to reach it.
+pub const DEFAULT_MAX_LOG_BYTES: usize = 256 << 20;
+/// Default of `batching.max_frame_bytes`: 64 MiB (64× a default Kafka message).
+pub const DEFAULT_MAX_FRAME_BYTES: usize = 64 << 20;
+/// Upper limit of `batching.max_bytes` and `batching.max_log_bytes`: a batch plus one log must
+/// stay under Arrow's 2 GiB of string data per column.
+const MAX_BATCH_OR_LOG_BYTES: usize = 1 << 30;
 
 impl Default for Batching {
     fn default() -> Self {
@@ -28,6 +46,8 @@ impl Default for Batching {
             max_bytes: 8 << 20,
             linger: Duration::from_secs(1),
             max_inflight_bytes: 64 << 20,
+            max_log_bytes: DEFAULT_MAX_LOG_BYTES,
+            max_frame_bytes: DEFAULT_MAX_FRAME_BYTES,
         }
     }
 }
@@ -46,12 +66,27 @@ impl Batching {
             max_inflight_bytes: o
                 .bytes("max_inflight_bytes", problems)
                 .map_or(d.max_inflight_bytes, |v| v as usize),
+            max_log_bytes: o
+                .bytes("max_log_bytes", problems)
+                .map_or(d.max_log_bytes, |v| v as usize),
+            max_frame_bytes: o
+                .bytes("max_frame_bytes", problems)
+                .map_or(d.max_frame_bytes, |v| v as usize),
         };
         if b.max_rows == 0 {
             problems.push(&o.path_of("max_rows"), "must be at least 1");
         }
         if b.max_bytes < 1024 {
             problems.push(&o.path_of("max_bytes"), "must be at least 1KiB");
+        }
+        if b.max_bytes > MAX_BATCH_OR_LOG_BYTES {
+            problems.push(&o.path_of("max_bytes"), "must be at most 1GiB");
+        }
+        if !(1024..=MAX_BATCH_OR_LOG_BYTES).contains(&b.max_log_bytes) {
+            problems.push(&o.path_of("max_log_bytes"), "must be between 1KiB and 1GiB");
+        }
+        if b.max_frame_bytes < 1024 {
+            problems.push(&o.path_of("max_frame_bytes"), "must be at least 1KiB");
         }
         if b.linger.is_zero() {
             problems.push(&o.path_of("linger"), "must be greater than 0");
@@ -235,9 +270,27 @@ impl Delivery {
 pub struct Server {
     /// Listen address; defaults to `0.0.0.0:<prometheus_port>` (8000).
     pub listen: String,
+    /// How long a client has to send a request's headers, counted from when the server starts
+    /// waiting for them (a new connection, or the previous response on a kept-alive one); then
+    /// the connection is closed.
+    #[serde(with = "humantime_serde_compat")]
+    pub header_read_timeout: Duration,
+    /// A connection on which no byte moves either way for this long is closed (a client that
+    /// stops reading a response, or stalls in a body).
+    #[serde(with = "humantime_serde_compat")]
+    pub idle_timeout: Duration,
+    /// Connections served at once; further clients wait in the listen backlog until one closes.
+    pub max_connections: usize,
 }
 
 impl Server {
+    /// Default `header_read_timeout`.
+    pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+    /// Default `idle_timeout`.
+    pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+    /// Default `max_connections`.
+    pub const MAX_CONNECTIONS: usize = 64;
+
     pub(crate) fn read(mut o: Obj<'_>, prometheus_port: u64, problems: &mut Problems) -> Self {
         let listen = o
             .string("listen", problems)
@@ -248,8 +301,31 @@ impl Server {
                 format_args!("{listen:?} is not an address such as 0.0.0.0:8000"),
             );
         }
+        let s = Server {
+            listen,
+            header_read_timeout: o
+                .duration("header_read_timeout", problems)
+                .unwrap_or(Self::HEADER_READ_TIMEOUT),
+            idle_timeout: o
+                .duration("idle_timeout", problems)
+                .unwrap_or(Self::IDLE_TIMEOUT),
+            max_connections: o
+                .u64("max_connections", problems)
+                .map_or(Self::MAX_CONNECTIONS, |v| v as usize),
+        };
+        for (key, d) in [
+            ("header_read_timeout", s.header_read_timeout),
+            ("idle_timeout", s.idle_timeout),
+        ] {
+            if d.is_zero() {
+                problems.push(&o.path_of(key), "must be greater than 0");
+            }
+        }
+        if s.max_connections == 0 {
+            problems.push(&o.path_of("max_connections"), "must be at least 1");
+        }
         o.deny_unknown(problems);
-        Server { listen }
+        s
     }
 }
 

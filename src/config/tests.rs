@@ -190,6 +190,16 @@ fn secrets_are_redacted() {
     let out = c.to_redacted_yaml();
     assert!(!out.contains("hunter2"), "{out}");
     assert!(out.contains("sasl.password: <redacted>"), "{out}");
+    // Every consumer value is a secret unless its key is a known non-secret one.
+    let y = y.replace(
+        "      fetch.min.bytes: \"1024000\"",
+        "      fetch.min.bytes: \"1024000\"\n      sasl.oauthbearer.config: principal=p1",
+    );
+    let (c, _) = parse(&y, Needs::RUN).unwrap();
+    let out = c.to_redacted_yaml();
+    assert!(out.contains("sasl.oauthbearer.config: <redacted>"), "{out}");
+    assert!(out.contains("fetch.min.bytes: '1024000'"), "{out}");
+    assert_eq!(c.scrubber().scrub("a principal=p1 b"), "a <redacted> b");
 }
 
 #[test]
@@ -379,4 +389,50 @@ fn a_dead_letter_topic_is_checked_too() {
         text.contains("-dlq\": a Kafka topic name has at most 249"),
         "{text}"
     );
+}
+
+#[test]
+fn per_log_and_frame_limits_have_defaults_and_bounds() {
+    let c = parse(MERLIN, Needs::RUN).unwrap().0;
+    assert_eq!(c.batching.max_log_bytes, 256 << 20);
+    assert_eq!(c.batching.max_frame_bytes, 64 << 20);
+    let y = format!("{MERLIN}\nbatching: {{max_log_bytes: 32MiB, max_frame_bytes: 2MiB}}\n");
+    let c = parse(&y, Needs::RUN).unwrap().0;
+    assert_eq!(
+        (c.batching.max_log_bytes, c.batching.max_frame_bytes),
+        (32 << 20, 2 << 20)
+    );
+    let y = format!(
+        "{MERLIN}\nbatching: {{max_log_bytes: 2GiB, max_frame_bytes: 10, max_bytes: 2GiB, max_inflight_bytes: 4GiB}}\n"
+    );
+    let text = parse(&y, Needs::RUN).unwrap_err().to_string();
+    for expected in [
+        "batching.max_log_bytes: must be between 1KiB and 1GiB",
+        "batching.max_frame_bytes: must be at least 1KiB",
+        "batching.max_bytes: must be at most 1GiB",
+    ] {
+        assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
+    }
+}
+
+#[test]
+fn server_limits_have_defaults_and_are_validated() {
+    let c = parse(MERLIN, Needs::RUN).unwrap().0;
+    assert_eq!(
+        c.server.header_read_timeout,
+        std::time::Duration::from_secs(10)
+    );
+    assert_eq!(c.server.idle_timeout, std::time::Duration::from_secs(60));
+    assert_eq!(c.server.max_connections, 64);
+    let y = format!(
+        "{MERLIN}\nserver: {{header_read_timeout: 0s, idle_timeout: 0s, max_connections: 0}}\n"
+    );
+    let text = parse(&y, Needs::RUN).unwrap_err().to_string();
+    for expected in [
+        "server.header_read_timeout: must be greater than 0",
+        "server.idle_timeout: must be greater than 0",
+        "server.max_connections: must be at least 1",
+    ] {
+        assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
+    }
 }

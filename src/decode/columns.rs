@@ -45,6 +45,14 @@ impl Validity {
         }
     }
 
+    fn allocated_bytes(&self) -> usize {
+        self.valid.capacity()
+    }
+
+    fn reserve(&mut self, rows: usize) {
+        self.valid.reserve(rows);
+    }
+
     fn finish(&mut self) -> Option<NullBuffer> {
         let out = (self.nulls > 0).then(|| {
             let v = &self.valid;
@@ -215,6 +223,43 @@ impl Col {
         match self {
             Col::Str(c) => c.data_len(),
             _ => 0,
+        }
+    }
+
+    /// Makes room for `rows` more rows and, in a string column, `bytes` more string bytes. Done
+    /// once per log with the log's counts, so a large log grows each buffer once to what it
+    /// needs instead of doubling past it.
+    pub(crate) fn reserve(&mut self, rows: usize, bytes: usize) {
+        match self {
+            Col::Str(c) => {
+                c.offsets.reserve(rows);
+                c.values.reserve(bytes);
+                c.nulls.reserve(rows);
+            }
+            Col::I64(c) | Col::Ts(c) => {
+                c.values.reserve(rows);
+                c.nulls.reserve(rows);
+            }
+            Col::F64(c) => {
+                c.values.reserve(rows);
+                c.nulls.reserve(rows);
+            }
+            Col::Bool(c) => {
+                c.values.reserve(rows);
+                c.nulls.reserve(rows);
+            }
+        }
+    }
+
+    /// Bytes allocated by the builder (capacities).
+    pub(crate) fn allocated_bytes(&self) -> usize {
+        match self {
+            Col::Str(c) => {
+                c.offsets.capacity() * 4 + c.values.capacity() + c.nulls.allocated_bytes()
+            }
+            Col::I64(c) | Col::Ts(c) => c.values.capacity() * 8 + c.nulls.allocated_bytes(),
+            Col::F64(c) => c.values.capacity() * 8 + c.nulls.allocated_bytes(),
+            Col::Bool(c) => c.values.capacity() / 8 + c.nulls.allocated_bytes(),
         }
     }
 

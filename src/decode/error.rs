@@ -23,7 +23,8 @@ pub enum ErrorKind {
     NestedValue,
     /// A column name appears twice in a table.
     DuplicateColumn,
-    /// The batch cannot hold this log (string data over 2 GiB).
+    /// The log's decoded size bound is over the per-log limit (`batching.max_log_bytes`), or
+    /// the batch cannot hold it (string data over 2 GiB).
     TooLarge,
 }
 

@@ -50,7 +50,12 @@
 //! - ±Inf/NaN or values beyond ±2^63 in an int64 column, a timestamp outside BigQuery's range
 //!   (years 1–9999), invalid UTF-8 ([`ErrorKind::InvalidValue`]);
 //! - a list or struct as a cell value or a struct as a row ([`ErrorKind::NestedValue`]);
-//! - a declared column named twice in one table's column list ([`ErrorKind::DuplicateColumn`]).
+//! - a declared column named twice in one table's column list ([`ErrorKind::DuplicateColumn`]);
+//! - a log whose decoded size could exceed the per-log limit (`batching.max_log_bytes`,
+//!   [`Decoder::with_max_log_bytes`]) ([`ErrorKind::TooLarge`]). The bound is checked from the
+//!   wire bytes **before** any row is appended; the row counts too, for every log that could
+//!   decode to more than 1 MiB, so a log with disagreeing counts costs at most that before it is
+//!   rejected.
 //!
 //! # Wire-format notes
 //! Fields the publisher reads are validated fully (wire types, lengths, UTF-8). Fields it does
@@ -79,6 +84,11 @@ use wire::{Reader, WireType};
 const DROP: u32 = u32::MAX;
 /// Initial row capacity of the builders.
 const INITIAL_ROWS: usize = 1024;
+/// Logs with at least this many rows reserve their room in the builders up front.
+const RESERVE_ROWS: usize = 256;
+/// Logs whose size bound from their byte lengths alone is at most this are not counted before
+/// decoding (see `Decoder::check_size`).
+const COUNT_ABOVE_BYTES: usize = 1 << 20;
 
 /// The shape of one `Value` as the walker sees it.
 #[derive(Clone, Copy)]
@@ -195,6 +205,10 @@ pub struct Decoder {
     cols: Vec<Col>,
     rows: usize,
     fixed_row_bytes: usize,
+    /// Upper bound of the bytes one row costs apart from its session id, row id and feature
+    /// strings: every column's fixed width and validity byte, the model version, the longest
+    /// derived label, ranking scratch.
+    row_bound_bytes: usize,
     feature_index: HashMap<String, u32>,
     score_index: HashMap<String, u32>,
     /// Map for `feature_orders`, when the schema has it (fixed for the decoder's life).
@@ -210,6 +224,8 @@ pub struct Decoder {
     /// Per-log scratch for ranking: (score, row in log).
     rank_scratch: Vec<(f64, u32)>,
     rank_out: Vec<Option<i64>>,
+    /// Largest decoded size of one log ([`Decoder::with_max_log_bytes`]).
+    max_log_bytes: usize,
 }
 
 impl Decoder {
@@ -229,6 +245,16 @@ impl Decoder {
                 _ => 8,
             })
             .sum();
+        let label_bytes = match &layout.derived {
+            Derived::BinaryLabel {
+                positive, negative, ..
+            } => positive.len().max(negative.len()),
+            Derived::ArgmaxLabel { labels } => labels.iter().map(String::len).max().unwrap_or(0),
+            Derived::Rank => 32,
+            Derived::None => 0,
+        };
+        let row_bound_bytes =
+            fixed_row_bytes + layout.columns.len() + layout.model_version.len() + label_bytes;
         let feature_index: HashMap<String, u32> = layout.columns
             [FIRST_FEATURE..FIRST_FEATURE + layout.n_features]
             .iter()
@@ -275,6 +301,7 @@ impl Decoder {
             cols,
             rows: 0,
             fixed_row_bytes,
+            row_bound_bytes,
             feature_index,
             score_index,
             ordered_features,
@@ -283,7 +310,23 @@ impl Decoder {
             default_score_map,
             rank_scratch: Vec::new(),
             rank_out: Vec::new(),
+            max_log_bytes: crate::config::DEFAULT_MAX_LOG_BYTES,
         }
+    }
+
+    /// Sets the largest decoded size of one log (`batching.max_log_bytes`; default
+    /// [`crate::config::DEFAULT_MAX_LOG_BYTES`]). A log whose size bound is over it is rejected
+    /// with [`ErrorKind::TooLarge`] before any of its rows is appended.
+    pub fn with_max_log_bytes(mut self, max: usize) -> Self {
+        self.max_log_bytes = max;
+        self
+    }
+
+    /// Bytes the builders have allocated (capacity, not length): what decoding costs in memory.
+    pub fn allocated_bytes(&self) -> usize {
+        self.cols.iter().map(Col::allocated_bytes).sum::<usize>()
+            + self.rank_scratch.capacity() * std::mem::size_of::<(f64, u32)>()
+            + self.rank_out.capacity() * std::mem::size_of::<Option<i64>>()
     }
 
     /// The table layout rows are decoded into.
@@ -382,6 +425,20 @@ impl Decoder {
         let session = std::str::from_utf8(parts.prediction_id).map_err(|_| {
             DecodeError::new(ErrorKind::InvalidValue, "prediction_id is not valid UTF-8")
         })?;
+        let rows = self.check_size(f_data, row_ids, p_data, session.len())?;
+        // A large log grows every builder once to what it needs (session id and model version
+        // exactly; other strings as they come) instead of doubling past it. Small logs skip
+        // this: the usual amortized growth costs them nothing extra.
+        if rows >= RESERVE_ROWS {
+            for (i, c) in self.cols.iter_mut().enumerate() {
+                let bytes = match i {
+                    0 => rows * session.len(),
+                    3 => rows * self.layout.model_version.len(),
+                    _ => 0,
+                };
+                c.reserve(rows, bytes);
+            }
+        }
 
         // Resolve column lists (cached by their encoded bytes: logs of one model repeat them).
         let n_features = self.layout.n_features;
@@ -446,7 +503,13 @@ impl Decoder {
             let (f, p, id) = match (f, p, id) {
                 (None, None, None) => break,
                 (Some(f), Some(p), Some(id)) => (f, p, id),
-                _ => return Err(shape_error(f_data, p_data, row_ids)),
+                _ => {
+                    return Err(shape_error(
+                        count_items(f_data).0,
+                        count_items(p_data).0,
+                        count_items(row_ids).0,
+                    ))
+                }
             };
             // Fixed columns.
             match parse_value(id, "row_ids")? {
@@ -553,6 +616,87 @@ impl Decoder {
             }
         }
         Ok(n)
+    }
+}
+
+impl Decoder {
+    /// Rejects a log before any of its rows is appended when the upper bound of its decoded size
+    /// is over `max_log_bytes`, or when its row counts disagree. The bound is
+    /// `rows × (row_bound_bytes + session id length) + row-id bytes + feature-data bytes` (every
+    /// string cell is a slice of the feature data, every row id of the row-id list).
+    ///
+    /// Every list element takes at least two bytes (key and length), which bounds the rows
+    /// without reading the lists; a log whose bound is at most [`COUNT_ABOVE_BYTES`] even so
+    /// (the usual log) is not counted, and `Ok(0)` is returned: a shape mismatch is then found
+    /// by the row loop, after appending at most that much. Otherwise the rows are counted (one
+    /// key and one length per element) and returned. A list that is itself malformed makes the
+    /// row loop stop at its first bad element, so the rows counted before it still bound what
+    /// would be appended; the loop then reports the malformation.
+    #[inline]
+    fn check_size(
+        &self,
+        f_data: &[u8],
+        row_ids: &[u8],
+        p_data: &[u8],
+        session_len: usize,
+    ) -> Result<usize, DecodeError> {
+        let bound = |rows: usize| {
+            rows.saturating_mul(self.row_bound_bytes.saturating_add(session_len))
+                .saturating_add(row_ids.len())
+                .saturating_add(f_data.len())
+        };
+        let most_rows = f_data.len().min(p_data.len()).min(row_ids.len()) / 2;
+        if bound(most_rows) <= COUNT_ABOVE_BYTES.min(self.max_log_bytes) {
+            return Ok(0);
+        }
+        self.count_and_check(f_data, row_ids, p_data, bound)
+    }
+
+    #[inline(never)]
+    fn count_and_check(
+        &self,
+        f_data: &[u8],
+        row_ids: &[u8],
+        p_data: &[u8],
+        bound: impl Fn(usize) -> usize,
+    ) -> Result<usize, DecodeError> {
+        let (nf, f_whole) = count_items(f_data);
+        let (np, p_whole) = count_items(p_data);
+        let (ni, i_whole) = count_items(row_ids);
+        if f_whole && p_whole && i_whole && !(nf == np && np == ni) {
+            return Err(shape_error(nf, np, ni));
+        }
+        let rows = nf.min(np).min(ni);
+        let bound = bound(rows);
+        if bound > self.max_log_bytes {
+            return Err(too_large(bound, rows, self.max_log_bytes));
+        }
+        Ok(rows)
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn too_large(bound: usize, rows: usize, max: usize) -> DecodeError {
+    DecodeError::new(
+        ErrorKind::TooLarge,
+        format!(
+            "the log would take up to {bound} bytes decoded ({rows} rows), over the per-log limit of {max} bytes (batching.max_log_bytes)"
+        ),
+    )
+}
+
+/// Elements of an encoded `ListValue` up to the first malformed one, and whether the list was
+/// read to its end.
+fn count_items(list: &[u8]) -> (usize, bool) {
+    let mut it = ListIter::new(list);
+    let mut n = 0usize;
+    loop {
+        match it.next("") {
+            Ok(Some(_)) => n += 1,
+            Ok(None) => return (n, true),
+            Err(_) => return (n, false),
+        }
     }
 }
 
@@ -806,23 +950,12 @@ fn timestamp_micros(secs: i64, nanos: i32) -> Result<i64, DecodeError> {
     Ok(secs * 1_000_000 + i64::from(nanos / 1_000))
 }
 
-fn shape_error(f: &[u8], p: &[u8], ids: &[u8]) -> DecodeError {
-    let count = |b: &[u8]| {
-        let mut it = ListIter::new(b);
-        let mut n = 0usize;
-        while let Ok(Some(_)) = it.next("") {
-            n += 1;
-        }
-        n
-    };
+#[cold]
+#[inline(never)]
+fn shape_error(f: usize, p: usize, ids: usize) -> DecodeError {
     DecodeError::new(
         ErrorKind::ShapeMismatch,
-        format!(
-            "{} feature rows, {} prediction rows and {} row ids; they must be equal",
-            count(f),
-            count(p),
-            count(ids)
-        ),
+        format!("{f} feature rows, {p} prediction rows and {ids} row ids; they must be equal"),
     )
 }
 

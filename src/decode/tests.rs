@@ -674,3 +674,70 @@ fn multiclass_matches_reference_on_generated_logs() {
     assert!(rejected > 20, "some malformed logs were generated");
     assert_eq!(batch_cells(&d.finish()), expected);
 }
+
+/// A binary-model log of `rows` rows whose prediction id is `id_len` bytes; `short_ids` row ids
+/// fewer than rows; the feature table is `columns: []` with empty rows when `no_columns`.
+fn amplifying_log(rows: usize, id_len: usize, short_ids: usize, no_columns: bool) -> Vec<u8> {
+    let f = if no_columns {
+        table(vec![
+            ("columns", lst(vec![])),
+            ("data", lst(vec![lst(vec![]); rows])),
+        ])
+    } else {
+        ftable(vec![frow(); rows])
+    };
+    let ids = (0..rows - short_ids).map(|_| st("r")).collect();
+    let p = table(vec![
+        ("columns", cols(&["score"])),
+        ("data", lst(vec![num(0.7); rows])),
+        ("row_ids", lst(ids)),
+    ]);
+    let mut l = log(Some(f), Some(p), Some((1, 0)));
+    l.prediction_id = "i".repeat(id_len);
+    l.encode_to_vec()
+}
+
+#[test]
+fn amplifying_logs_are_rejected_before_any_row_is_appended() {
+    const LIMIT: usize = 1 << 20;
+    let layout = Arc::new(TableLayout::new(&schema(binary()), "7"));
+    let mut d = Decoder::new(layout).with_max_log_bytes(LIMIT);
+    let baseline = d.allocated_bytes();
+    let cases = [
+        // A 4 KiB prediction id copied into 2,000 rows: 40 KB in, over 8 MB decoded.
+        ("long id", amplifying_log(2_000, 4096, 0, false)),
+        // `columns: []`: every declared feature NULL at a few input bytes per row.
+        ("no columns", amplifying_log(100_000, 2, 0, true)),
+    ];
+    for (what, bytes) in cases {
+        let e = d.decode(&bytes).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::TooLarge, "{what}: {e}");
+        assert!(e.reason.contains("batching.max_log_bytes"), "{what}: {e}");
+        assert!(
+            d.allocated_bytes() <= baseline + LIMIT,
+            "{what}: {} bytes allocated for a {}-byte log rejected at {LIMIT}",
+            d.allocated_bytes(),
+            bytes.len()
+        );
+        assert_eq!(d.rows(), 0);
+    }
+    // A log under the limit still decodes, and the limit is not a batch limit.
+    let small = amplifying_log(100, 8, 0, false);
+    for _ in 0..10 {
+        assert_eq!(d.decode(&small), Ok(100));
+    }
+}
+
+#[test]
+fn a_shape_mismatch_is_rejected_before_any_row_is_appended() {
+    let layout = Arc::new(TableLayout::new(&schema(binary()), "7"));
+    let mut d = Decoder::new(layout);
+    let baseline = d.allocated_bytes();
+    // One row id short, 2,000 rows of a 4 KiB id: rejected without appending 8 MB first.
+    let e = d
+        .decode(&amplifying_log(2_000, 4096, 1, false))
+        .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::ShapeMismatch, "{e}");
+    assert!(e.reason.contains("1999 row ids"), "{e}");
+    assert_eq!(d.allocated_bytes(), baseline, "nothing was appended");
+}

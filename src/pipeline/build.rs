@@ -38,12 +38,12 @@ impl NotStarted {
         match self {
             NotStarted::Config(m) => {
                 tracing::error!(error = %m, "cannot start");
-                eprintln!("{m}");
+                eprintln!("{}", crate::telemetry::scrub(&m));
                 ExitCode::from(2)
             }
             NotStarted::Failed(m) => {
                 tracing::error!(error = %m, "cannot start");
-                eprintln!("{m}");
+                eprintln!("{}", crate::telemetry::scrub(&m));
                 ExitCode::from(1)
             }
             NotStarted::Stopped(when) => {

@@ -51,7 +51,7 @@ use tokio_util::sync::CancellationToken;
 /// Runs the publisher until SIGTERM/SIGINT (or, with `replay`, until the file is consumed):
 /// build every part, start the pipeline thread, join it.
 pub fn run(cfg: Config, replay: Option<PathBuf>) -> ExitCode {
-    crate::telemetry::init(cfg.logging.format, &cfg.logging.level);
+    crate::telemetry::init(cfg.logging.format, &cfg.logging.level, cfg.scrubber());
     tracing::info!(version = env!("CARGO_PKG_VERSION"), config = %cfg.to_redacted_yaml(), "starting");
     match Publisher::build(cfg, replay) {
         Ok(p) => p.start().join(),
@@ -114,6 +114,7 @@ impl Publisher {
             Arc::clone(&health),
             Arc::new(move || render.render()),
             hard_stop.clone(),
+            cfg.server.clone(),
         ));
         let stop = hard_stop.clone();
         rt.spawn(async move {
@@ -235,7 +236,8 @@ impl Publisher {
             Intake::Replay(path) => {
                 health.joined.store(true, Ordering::Relaxed);
                 health.topic_exists.store(true, Ordering::Relaxed);
-                thread.spawn(move || replay::run(&path, state, shutdown, drain))
+                let max_frame = cfg.batching.max_frame_bytes;
+                thread.spawn(move || replay::run(&path, state, shutdown, drain, max_frame))
             }
             Intake::Kafka(consumer, src) => {
                 let generation = Arc::new(AtomicU64::new(0));

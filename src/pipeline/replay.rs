@@ -11,12 +11,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
-/// Replays `path`; returns whether every row was acknowledged.
+/// Replays `path` (frames up to `max_frame` bytes); returns whether every row was acknowledged.
 pub(crate) fn run(
     path: &Path,
     state: Arc<Mutex<State>>,
     shutdown: CancellationToken,
     drain_timeout: Duration,
+    max_frame: usize,
 ) -> bool {
     let file = match std::fs::File::open(path) {
         Ok(f) => f,
@@ -26,7 +27,8 @@ pub(crate) fn run(
         }
     };
     let started = Instant::now();
-    let mut reader = FrameReader::new(BufReader::with_capacity(1 << 20, file));
+    let mut reader =
+        FrameReader::new(BufReader::with_capacity(1 << 20, file)).with_max_frame(max_frame);
     let mut buf = Vec::new();
     let mut index: i64 = 0;
     let mut ok = true;

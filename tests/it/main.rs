@@ -8,5 +8,7 @@ mod bootstrap;
 mod cli;
 mod closed_stdout;
 mod common;
+mod hostile;
 mod image;
 mod runtime;
+mod secrets;
