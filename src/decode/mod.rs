@@ -66,62 +66,39 @@
 //! against the remaining input before use: arbitrary bytes produce an error, never a panic or
 //! an allocation larger than the input.
 
+mod bound;
+mod cells;
 mod columns;
 mod error;
 pub mod reference;
+mod walk;
 mod wire;
 
 pub use error::{DecodeError, ErrorKind};
 
 use crate::table::{Derived, TableLayout, FIRST_FEATURE};
 use arrow_array::RecordBatch;
+use bound::count_items;
+use cells::{parse_value, push_str, timestamp_micros, utf8, valid_utf8, walk_row, ListIter, V};
 use columns::Col;
 use std::collections::HashMap;
 use std::sync::Arc;
+use walk::{walk_log, walk_table};
 use wire::{Reader, WireType};
 
 /// Position that maps to no output column.
+/// Position that maps to no output column.
 const DROP: u32 = u32::MAX;
+
 /// Initial row capacity of the builders.
 const INITIAL_ROWS: usize = 1024;
+
 /// Logs with at least this many rows reserve their room in the builders up front.
 const RESERVE_ROWS: usize = 256;
+
 /// Logs whose size bound from their byte lengths alone is at most this are not counted before
 /// decoding (see `Decoder::check_size`).
 const COUNT_ABOVE_BYTES: usize = 1 << 20;
-
-/// The shape of one `Value` as the walker sees it.
-#[derive(Clone, Copy)]
-enum V<'a> {
-    Null,
-    Number(f64),
-    Str(&'a [u8]),
-    Bool(bool),
-    Struct,
-    List(&'a [u8]),
-}
-
-impl V<'_> {
-    fn name(&self) -> &'static str {
-        match self {
-            V::Null => "null",
-            V::Number(_) => "a number",
-            V::Str(_) => "a string",
-            V::Bool(_) => "a boolean",
-            V::Struct => "a struct",
-            V::List(_) => "a list",
-        }
-    }
-}
-
-/// Why a single cell could not be appended (formatted with its context only on the error path).
-enum CellError {
-    Type(&'static str),
-    Nested(&'static str),
-    NonFinite,
-    Range(f64),
-    Utf8,
-}
 
 /// A column list (`columns` of one table) resolved to output columns.
 struct ColumnMap {
@@ -177,26 +154,6 @@ impl ColumnMap {
         Ok(())
     }
 }
-
-/// The parts of a PredictionLog the publisher reads.
-struct LogParts<'a> {
-    prediction_id: &'a [u8],
-    features: Option<&'a [u8]>,
-    predictions: Option<&'a [u8]>,
-    timestamp: Option<(i64, i32)>,
-}
-
-/// The parts of a split-layout table Struct.
-#[derive(Default)]
-struct TableParts<'a> {
-    columns: Option<&'a [u8]>,
-    data: Option<&'a [u8]>,
-    row_ids: Option<&'a [u8]>,
-}
-
-/// BigQuery TIMESTAMP range: 0001-01-01T00:00:00Z ..= 9999-12-31T23:59:59.999999Z.
-const MIN_SECONDS: i64 = -62_135_596_800;
-const MAX_SECONDS: i64 = 253_402_300_799;
 
 /// Decodes PredictionLogs into the rows of one table layout. Reuse one decoder per stream of
 /// logs: it keeps its builders and caches the resolution of column lists between logs.
@@ -619,106 +576,6 @@ impl Decoder {
     }
 }
 
-impl Decoder {
-    /// Rejects a log before any of its rows is appended when the upper bound of its decoded size
-    /// is over `max_log_bytes`, or when its row counts disagree. The bound is
-    /// `rows × (row_bound_bytes + session id length) + row-id bytes + feature-data bytes` (every
-    /// string cell is a slice of the feature data, every row id of the row-id list).
-    ///
-    /// Every list element takes at least two bytes (key and length), which bounds the rows
-    /// without reading the lists; a log whose bound is at most [`COUNT_ABOVE_BYTES`] even so
-    /// (the usual log) is not counted, and `Ok(0)` is returned: a shape mismatch is then found
-    /// by the row loop, after appending at most that much. Otherwise the rows are counted (one
-    /// key and one length per element) and returned. A list that is itself malformed makes the
-    /// row loop stop at its first bad element, so the rows counted before it still bound what
-    /// would be appended; the loop then reports the malformation.
-    #[inline]
-    fn check_size(
-        &self,
-        f_data: &[u8],
-        row_ids: &[u8],
-        p_data: &[u8],
-        session_len: usize,
-    ) -> Result<usize, DecodeError> {
-        let bound = |rows: usize| {
-            rows.saturating_mul(self.row_bound_bytes.saturating_add(session_len))
-                .saturating_add(row_ids.len())
-                .saturating_add(f_data.len())
-        };
-        let most_rows = f_data.len().min(p_data.len()).min(row_ids.len()) / 2;
-        if bound(most_rows) <= COUNT_ABOVE_BYTES.min(self.max_log_bytes) {
-            return Ok(0);
-        }
-        self.count_and_check(f_data, row_ids, p_data, bound)
-    }
-
-    #[inline(never)]
-    fn count_and_check(
-        &self,
-        f_data: &[u8],
-        row_ids: &[u8],
-        p_data: &[u8],
-        bound: impl Fn(usize) -> usize,
-    ) -> Result<usize, DecodeError> {
-        let (nf, f_whole) = count_items(f_data);
-        let (np, p_whole) = count_items(p_data);
-        let (ni, i_whole) = count_items(row_ids);
-        if f_whole && p_whole && i_whole && !(nf == np && np == ni) {
-            return Err(shape_error(nf, np, ni));
-        }
-        let rows = nf.min(np).min(ni);
-        let bound = bound(rows);
-        if bound > self.max_log_bytes {
-            return Err(too_large(bound, rows, self.max_log_bytes));
-        }
-        Ok(rows)
-    }
-}
-
-#[cold]
-#[inline(never)]
-fn too_large(bound: usize, rows: usize, max: usize) -> DecodeError {
-    DecodeError::new(
-        ErrorKind::TooLarge,
-        format!(
-            "the log would take up to {bound} bytes decoded ({rows} rows), over the per-log limit of {max} bytes (batching.max_log_bytes)"
-        ),
-    )
-}
-
-/// Elements of an encoded `ListValue` up to the first malformed one, and whether the list was
-/// read to its end.
-fn count_items(list: &[u8]) -> (usize, bool) {
-    let mut it = ListIter::new(list);
-    let mut n = 0usize;
-    loop {
-        match it.next("") {
-            Ok(Some(_)) => n += 1,
-            Ok(None) => return (n, true),
-            Err(_) => return (n, false),
-        }
-    }
-}
-
-#[inline]
-fn utf8(b: &[u8]) -> Result<&str, std::str::Utf8Error> {
-    std::str::from_utf8(b)
-}
-
-/// UTF-8 check with a fast path for the short ASCII strings logs are mostly made of.
-#[inline(always)]
-fn valid_utf8(b: &[u8]) -> bool {
-    (b.len() <= 64 && b.iter().all(|c| *c < 0x80)) || std::str::from_utf8(b).is_ok()
-}
-
-#[inline(always)]
-fn push_str(col: &mut Col, s: &[u8]) -> Result<(), DecodeError> {
-    match col {
-        Col::Str(c) => c.push(s),
-        _ => unreachable!("fixed string column"),
-    }
-}
-
 /// Refreshes a cached column map unless `cols` is the same encoded list as last time.
 fn refresh(
     map: &mut ColumnMap,
@@ -764,192 +621,6 @@ fn refresh(
     Ok(())
 }
 
-/// Walks one row (`Value`: a list, or a bare scalar meaning a one-element row), appending each
-/// mapped cell to its target column and NULL to targets the map does not feed. When `scores`
-/// is given, the appended float values are recorded there.
-#[inline(always)]
-fn walk_row<'c>(
-    row: &[u8],
-    map: &ColumnMap,
-    cols: &mut [Col],
-    mut scores: Option<&mut Vec<Option<f64>>>,
-    row_no: usize,
-    table: &str,
-    column: impl Fn(u32) -> &'c crate::table::Column,
-) -> Result<(), DecodeError> {
-    const WHAT: &str = "data";
-    let n_cols = map.pos.len();
-    let count = match parse_value(row, WHAT)? {
-        V::List(items) => {
-            let mut it = ListIter::new(items);
-            let mut pos = 0usize;
-            while let Some(cell) = it.next(WHAT)? {
-                if pos < n_cols {
-                    let t = map.pos[pos];
-                    if t != DROP {
-                        let v = parse_value(cell, WHAT)?;
-                        match push_cell(&mut cols[t as usize], v) {
-                            Ok(Some(f)) => {
-                                if let Some(s) = scores.as_deref_mut() {
-                                    s[t as usize] = Some(f);
-                                }
-                            }
-                            Ok(None) => {}
-                            Err(e) => return Err(cell_error(e, table, row_no, pos, column(t))),
-                        }
-                    }
-                }
-                pos += 1;
-            }
-            pos
-        }
-        V::Struct => {
-            return Err(DecodeError::new(
-                ErrorKind::NestedValue,
-                format!("{table}.data[{row_no}] is a struct; a row must be a list of values"),
-            ))
-        }
-        scalar => {
-            if let Some(&t) = map.pos.first() {
-                if t != DROP {
-                    match push_cell(&mut cols[t as usize], scalar) {
-                        Ok(Some(f)) => {
-                            if let Some(s) = scores {
-                                s[t as usize] = Some(f);
-                            }
-                        }
-                        Ok(None) => {}
-                        Err(e) => return Err(cell_error(e, table, row_no, 0, column(t))),
-                    }
-                }
-            }
-            1
-        }
-    };
-    if count != n_cols {
-        return Err(shape_row_error(table, row_no, count, n_cols));
-    }
-    for &t in &map.missing {
-        cols[t as usize].push_null();
-    }
-    Ok(())
-}
-
-#[cold]
-#[inline(never)]
-fn shape_row_error(table: &str, row_no: usize, count: usize, n_cols: usize) -> DecodeError {
-    DecodeError::new(
-        ErrorKind::ShapeMismatch,
-        format!("{table}.data[{row_no}] has {count} values but there are {n_cols} columns"),
-    )
-}
-
-#[cold]
-#[inline(never)]
-fn cell_error(
-    e: CellError,
-    table: &str,
-    row: usize,
-    pos: usize,
-    col: &crate::table::Column,
-) -> DecodeError {
-    let at = format!(
-        "{table}.data[{row}][{pos}] (column {:?}, {})",
-        col.name,
-        col.ty.bigquery_name()
-    );
-    match e {
-        CellError::Type(found) => {
-            DecodeError::new(ErrorKind::TypeMismatch, format!("{at}: found {found}"))
-        }
-        CellError::Nested(found) => DecodeError::new(
-            ErrorKind::NestedValue,
-            format!("{at}: found {found}; cells must be scalars"),
-        ),
-        CellError::NonFinite => DecodeError::new(
-            ErrorKind::InvalidValue,
-            format!("{at}: NaN or infinity is not an integer"),
-        ),
-        CellError::Range(v) => DecodeError::new(
-            ErrorKind::InvalidValue,
-            format!("{at}: {v} is out of range for int64"),
-        ),
-        CellError::Utf8 => {
-            DecodeError::new(ErrorKind::InvalidValue, format!("{at}: not valid UTF-8"))
-        }
-    }
-}
-
-/// Appends one value to a column with the coercion rules of the module docs. Returns the float
-/// value appended to a float column (for derived columns).
-#[inline(always)]
-fn push_cell(col: &mut Col, v: V<'_>) -> Result<Option<f64>, CellError> {
-    match (col, v) {
-        (c, V::Null) => {
-            c.push_null();
-            Ok(None)
-        }
-        (_, V::List(_)) => Err(CellError::Nested("a list")),
-        (_, V::Struct) => Err(CellError::Nested("a struct")),
-        (Col::F64(c), V::Number(f)) => {
-            c.push(f);
-            Ok(Some(f))
-        }
-        (Col::F64(c), V::Bool(b)) => {
-            let f = if b { 1.0 } else { 0.0 };
-            c.push(f);
-            Ok(Some(f))
-        }
-        (Col::I64(c), V::Number(f)) => {
-            // -2^63 is exactly representable and in range; 2^63 is the first value out. No
-            // double lies strictly between -2^63 - 1 and -2^63, so checking `f` itself is the
-            // same as checking its truncation. `as` truncates toward zero.
-            if (-9_223_372_036_854_775_808.0..9_223_372_036_854_775_808.0).contains(&f) {
-                c.push(f as i64);
-                Ok(None)
-            } else if f.is_finite() {
-                Err(CellError::Range(f))
-            } else {
-                Err(CellError::NonFinite)
-            }
-        }
-        (Col::I64(c), V::Bool(b)) => {
-            c.push(i64::from(b));
-            Ok(None)
-        }
-        (Col::Bool(c), V::Bool(b)) => {
-            c.push(b);
-            Ok(None)
-        }
-        (Col::Str(c), V::Str(s)) => {
-            if !valid_utf8(s) {
-                return Err(CellError::Utf8);
-            }
-            c.push(s).map_err(|_| CellError::Utf8)?;
-            Ok(None)
-        }
-        (_, v) => Err(CellError::Type(v.name())),
-    }
-}
-
-fn timestamp_micros(secs: i64, nanos: i32) -> Result<i64, DecodeError> {
-    if !(0..=999_999_999).contains(&nanos) {
-        return Err(DecodeError::new(
-            ErrorKind::InvalidValue,
-            format!("request_timestamp.nanos = {nanos} is outside 0..=999999999"),
-        ));
-    }
-    if !(MIN_SECONDS..=MAX_SECONDS).contains(&secs) {
-        return Err(DecodeError::new(
-            ErrorKind::InvalidValue,
-            format!(
-                "request_timestamp.seconds = {secs} is outside BigQuery's range (years 1 to 9999)"
-            ),
-        ));
-    }
-    Ok(secs * 1_000_000 + i64::from(nanos / 1_000))
-}
-
 #[cold]
 #[inline(never)]
 fn shape_error(f: usize, p: usize, ids: usize) -> DecodeError {
@@ -957,276 +628,6 @@ fn shape_error(f: usize, p: usize, ids: usize) -> DecodeError {
         ErrorKind::ShapeMismatch,
         format!("{f} feature rows, {p} prediction rows and {ids} row ids; they must be equal"),
     )
-}
-
-/// Iterates the elements (encoded `Value`s) of an encoded `ListValue`.
-struct ListIter<'a> {
-    r: Reader<'a>,
-}
-
-impl<'a> ListIter<'a> {
-    #[inline]
-    fn new(list: &'a [u8]) -> Self {
-        ListIter {
-            r: Reader::new(list),
-        }
-    }
-
-    #[inline(always)]
-    fn next(&mut self, what: &str) -> Result<Option<&'a [u8]>, DecodeError> {
-        while !self.r.at_end() {
-            let (field, wt) = self.r.key(what)?;
-            if field == 1 {
-                self.r.expect(wt, WireType::Len, what)?;
-                return Ok(Some(self.r.bytes(what)?));
-            }
-            self.r.skip(field, wt, what)?;
-        }
-        Ok(None)
-    }
-}
-
-/// Parses one encoded `google.protobuf.Value` (oneof: the last kind present wins; no kind = null).
-#[inline(always)]
-fn parse_value<'a>(b: &'a [u8], what: &str) -> Result<V<'a>, DecodeError> {
-    // Fast paths for the usual single-field encodings; anything else takes the general loop.
-    match b.first() {
-        Some(0x11) if b.len() == 9 => {
-            let mut x = [0u8; 8];
-            x.copy_from_slice(&b[1..9]);
-            return Ok(V::Number(f64::from_bits(u64::from_le_bytes(x))));
-        }
-        Some(0x1a) if b.len() >= 2 && b[1] < 0x80 && b.len() == 2 + b[1] as usize => {
-            return Ok(V::Str(&b[2..]))
-        }
-        Some(0x20) if b.len() == 2 && b[1] < 0x80 => return Ok(V::Bool(b[1] != 0)),
-        Some(0x08) if b.len() == 2 && b[1] < 0x80 => return Ok(V::Null),
-        Some(0x32) => {
-            // list_value: one length-delimited field covering the rest.
-            let mut r = Reader::new(&b[1..]);
-            if let Ok(l) = r.bytes(what) {
-                if r.at_end() {
-                    return Ok(V::List(l));
-                }
-            }
-        }
-        None => return Ok(V::Null),
-        _ => {}
-    }
-    parse_value_slow(b, what)
-}
-
-#[inline(never)]
-fn parse_value_slow<'a>(b: &'a [u8], what: &str) -> Result<V<'a>, DecodeError> {
-    let mut r = Reader::new(b);
-    let mut v = V::Null;
-    while !r.at_end() {
-        let (field, wt) = r.key(what)?;
-        match field {
-            1 => {
-                r.expect(wt, WireType::Varint, what)?;
-                r.varint(what)?;
-                v = V::Null;
-            }
-            2 => {
-                r.expect(wt, WireType::Fixed64, what)?;
-                v = V::Number(f64::from_bits(r.fixed64(what)?));
-            }
-            3 => {
-                r.expect(wt, WireType::Len, what)?;
-                v = V::Str(r.bytes(what)?);
-            }
-            4 => {
-                r.expect(wt, WireType::Varint, what)?;
-                v = V::Bool(r.varint(what)? != 0);
-            }
-            5 => {
-                r.expect(wt, WireType::Len, what)?;
-                r.bytes(what)?;
-                v = V::Struct;
-            }
-            6 => {
-                r.expect(wt, WireType::Len, what)?;
-                v = V::List(r.bytes(what)?);
-            }
-            _ => r.skip(field, wt, what)?,
-        }
-    }
-    Ok(v)
-}
-
-/// Reads a Struct in the split layout, keeping the encoded lists under `columns`, `data` and
-/// `row_ids` (map semantics: a repeated key's last entry wins; a null value counts as absent).
-fn walk_table<'a>(b: &'a [u8], table: &str) -> Result<TableParts<'a>, DecodeError> {
-    let mut r = Reader::new(b);
-    let mut parts = TableParts::default();
-    while !r.at_end() {
-        let (field, wt) = r.key(table)?;
-        if field != 1 {
-            r.skip(field, wt, table)?;
-            continue;
-        }
-        r.expect(wt, WireType::Len, table)?;
-        let entry = r.bytes(table)?;
-        let mut e = Reader::new(entry);
-        let mut key: &[u8] = b"";
-        let mut value: &[u8] = b"";
-        while !e.at_end() {
-            let (f, w) = e.key(table)?;
-            match f {
-                1 => {
-                    e.expect(w, WireType::Len, table)?;
-                    key = e.bytes(table)?;
-                }
-                2 => {
-                    e.expect(w, WireType::Len, table)?;
-                    value = e.bytes(table)?;
-                }
-                _ => e.skip(f, w, table)?,
-            }
-        }
-        let slot = match key {
-            b"columns" => &mut parts.columns,
-            b"data" => &mut parts.data,
-            b"row_ids" => &mut parts.row_ids,
-            _ => continue,
-        };
-        *slot = match parse_value(value, table)? {
-            V::List(l) => Some(l),
-            V::Null => None,
-            other => {
-                return Err(DecodeError::new(
-                    ErrorKind::TypeMismatch,
-                    format!(
-                        "{table}.{}: expected a list, found {}",
-                        String::from_utf8_lossy(key),
-                        other.name()
-                    ),
-                ))
-            }
-        };
-    }
-    Ok(parts)
-}
-
-/// Reads the top level of a PredictionLog.
-fn walk_log(b: &[u8]) -> Result<LogParts<'_>, DecodeError> {
-    const W: &str = "PredictionLog";
-    let mut r = Reader::new(b);
-    let mut parts = LogParts {
-        prediction_id: b"",
-        features: None,
-        predictions: None,
-        timestamp: None,
-    };
-    let mut seen_input = false;
-    let mut seen_output = false;
-    while !r.at_end() {
-        let (field, wt) = r.key(W)?;
-        match field {
-            1 => {
-                r.expect(wt, WireType::Len, "prediction_id")?;
-                parts.prediction_id = r.bytes("prediction_id")?;
-            }
-            2..=5 => {
-                r.expect(wt, WireType::Len, W)?;
-                let s = r.bytes(W)?;
-                if utf8(s).is_err() {
-                    return Err(DecodeError::new(
-                        ErrorKind::InvalidProtobuf,
-                        format!("PredictionLog field {field} is not valid UTF-8"),
-                    ));
-                }
-            }
-            10 => {
-                r.expect(wt, WireType::Len, "input")?;
-                once(&mut seen_input, "input")?;
-                parts.features = walk_sub(r.bytes("input")?, "input", &[2, 3, 4, 10])?;
-            }
-            11 => {
-                r.expect(wt, WireType::Len, "output")?;
-                once(&mut seen_output, "output")?;
-                parts.predictions = walk_sub(r.bytes("output")?, "output", &[2, 10, 12])?;
-            }
-            20 => {
-                r.expect(wt, WireType::Len, "request_timestamp")?;
-                if parts.timestamp.is_some() {
-                    return Err(dup("request_timestamp"));
-                }
-                parts.timestamp = Some(walk_timestamp(r.bytes("request_timestamp")?)?);
-            }
-            100 => {
-                r.expect(wt, WireType::Varint, "table_schema_version")?;
-                r.varint("table_schema_version")?;
-            }
-            _ => r.skip(field, wt, W)?,
-        }
-    }
-    Ok(parts)
-}
-
-fn once(seen: &mut bool, what: &str) -> Result<(), DecodeError> {
-    if std::mem::replace(seen, true) {
-        Err(dup(what))
-    } else {
-        Ok(())
-    }
-}
-
-fn dup(what: &str) -> DecodeError {
-    DecodeError::new(
-        ErrorKind::InvalidProtobuf,
-        format!("{what} appears more than once; merging repeated sub-messages is not supported"),
-    )
-}
-
-/// Reads ModelInput / ModelOutput: field 1 is the table Struct; `len_fields` are the other
-/// length-delimited fields (skipped after a wire-type check); anything else is a varint or
-/// unknown field.
-fn walk_sub<'a>(
-    b: &'a [u8],
-    what: &str,
-    len_fields: &[u32],
-) -> Result<Option<&'a [u8]>, DecodeError> {
-    let mut r = Reader::new(b);
-    let mut table = None;
-    while !r.at_end() {
-        let (field, wt) = r.key(what)?;
-        if field == 1 {
-            r.expect(wt, WireType::Len, what)?;
-            if table.is_some() {
-                return Err(dup(&format!("{what} table")));
-            }
-            table = Some(r.bytes(what)?);
-        } else if len_fields.contains(&field) {
-            r.expect(wt, WireType::Len, what)?;
-            r.bytes(what)?;
-        } else {
-            r.skip(field, wt, what)?;
-        }
-    }
-    Ok(table)
-}
-
-fn walk_timestamp(b: &[u8]) -> Result<(i64, i32), DecodeError> {
-    const W: &str = "request_timestamp";
-    let mut r = Reader::new(b);
-    let (mut secs, mut nanos) = (0i64, 0i32);
-    while !r.at_end() {
-        let (field, wt) = r.key(W)?;
-        match field {
-            1 => {
-                r.expect(wt, WireType::Varint, W)?;
-                secs = r.varint(W)? as i64;
-            }
-            2 => {
-                r.expect(wt, WireType::Varint, W)?;
-                nanos = r.varint(W)? as i32;
-            }
-            _ => r.skip(field, wt, W)?,
-        }
-    }
-    Ok((secs, nanos))
 }
 
 #[cfg(test)]

@@ -1,0 +1,194 @@
+//! The log's structure: which (sub-)messages hold the features, the predictions, the ids and the
+//! timestamp. Each walker validates wire types and lengths and returns slices into the input.
+
+use super::*;
+
+/// The parts of a PredictionLog the publisher reads.
+pub(super) struct LogParts<'a> {
+    pub(super) prediction_id: &'a [u8],
+    pub(super) features: Option<&'a [u8]>,
+    pub(super) predictions: Option<&'a [u8]>,
+    pub(super) timestamp: Option<(i64, i32)>,
+}
+
+/// The parts of a split-layout table Struct.
+#[derive(Default)]
+pub(super) struct TableParts<'a> {
+    pub(super) columns: Option<&'a [u8]>,
+    pub(super) data: Option<&'a [u8]>,
+    pub(super) row_ids: Option<&'a [u8]>,
+}
+
+/// Reads a Struct in the split layout, keeping the encoded lists under `columns`, `data` and
+/// `row_ids` (map semantics: a repeated key's last entry wins; a null value counts as absent).
+pub(super) fn walk_table<'a>(b: &'a [u8], table: &str) -> Result<TableParts<'a>, DecodeError> {
+    let mut r = Reader::new(b);
+    let mut parts = TableParts::default();
+    while !r.at_end() {
+        let (field, wt) = r.key(table)?;
+        if field != 1 {
+            r.skip(field, wt, table)?;
+            continue;
+        }
+        r.expect(wt, WireType::Len, table)?;
+        let entry = r.bytes(table)?;
+        let mut e = Reader::new(entry);
+        let mut key: &[u8] = b"";
+        let mut value: &[u8] = b"";
+        while !e.at_end() {
+            let (f, w) = e.key(table)?;
+            match f {
+                1 => {
+                    e.expect(w, WireType::Len, table)?;
+                    key = e.bytes(table)?;
+                }
+                2 => {
+                    e.expect(w, WireType::Len, table)?;
+                    value = e.bytes(table)?;
+                }
+                _ => e.skip(f, w, table)?,
+            }
+        }
+        let slot = match key {
+            b"columns" => &mut parts.columns,
+            b"data" => &mut parts.data,
+            b"row_ids" => &mut parts.row_ids,
+            _ => continue,
+        };
+        *slot = match parse_value(value, table)? {
+            V::List(l) => Some(l),
+            V::Null => None,
+            other => {
+                return Err(DecodeError::new(
+                    ErrorKind::TypeMismatch,
+                    format!(
+                        "{table}.{}: expected a list, found {}",
+                        String::from_utf8_lossy(key),
+                        other.name()
+                    ),
+                ))
+            }
+        };
+    }
+    Ok(parts)
+}
+
+/// Reads the top level of a PredictionLog.
+pub(super) fn walk_log(b: &[u8]) -> Result<LogParts<'_>, DecodeError> {
+    const W: &str = "PredictionLog";
+    let mut r = Reader::new(b);
+    let mut parts = LogParts {
+        prediction_id: b"",
+        features: None,
+        predictions: None,
+        timestamp: None,
+    };
+    let mut seen_input = false;
+    let mut seen_output = false;
+    while !r.at_end() {
+        let (field, wt) = r.key(W)?;
+        match field {
+            1 => {
+                r.expect(wt, WireType::Len, "prediction_id")?;
+                parts.prediction_id = r.bytes("prediction_id")?;
+            }
+            2..=5 => {
+                r.expect(wt, WireType::Len, W)?;
+                let s = r.bytes(W)?;
+                if utf8(s).is_err() {
+                    return Err(DecodeError::new(
+                        ErrorKind::InvalidProtobuf,
+                        format!("PredictionLog field {field} is not valid UTF-8"),
+                    ));
+                }
+            }
+            10 => {
+                r.expect(wt, WireType::Len, "input")?;
+                once(&mut seen_input, "input")?;
+                parts.features = walk_sub(r.bytes("input")?, "input", &[2, 3, 4, 10])?;
+            }
+            11 => {
+                r.expect(wt, WireType::Len, "output")?;
+                once(&mut seen_output, "output")?;
+                parts.predictions = walk_sub(r.bytes("output")?, "output", &[2, 10, 12])?;
+            }
+            20 => {
+                r.expect(wt, WireType::Len, "request_timestamp")?;
+                if parts.timestamp.is_some() {
+                    return Err(dup("request_timestamp"));
+                }
+                parts.timestamp = Some(walk_timestamp(r.bytes("request_timestamp")?)?);
+            }
+            100 => {
+                r.expect(wt, WireType::Varint, "table_schema_version")?;
+                r.varint("table_schema_version")?;
+            }
+            _ => r.skip(field, wt, W)?,
+        }
+    }
+    Ok(parts)
+}
+
+pub(super) fn once(seen: &mut bool, what: &str) -> Result<(), DecodeError> {
+    if std::mem::replace(seen, true) {
+        Err(dup(what))
+    } else {
+        Ok(())
+    }
+}
+
+pub(super) fn dup(what: &str) -> DecodeError {
+    DecodeError::new(
+        ErrorKind::InvalidProtobuf,
+        format!("{what} appears more than once; merging repeated sub-messages is not supported"),
+    )
+}
+
+/// Reads ModelInput / ModelOutput: field 1 is the table Struct; `len_fields` are the other
+/// length-delimited fields (skipped after a wire-type check); anything else is a varint or
+/// unknown field.
+pub(super) fn walk_sub<'a>(
+    b: &'a [u8],
+    what: &str,
+    len_fields: &[u32],
+) -> Result<Option<&'a [u8]>, DecodeError> {
+    let mut r = Reader::new(b);
+    let mut table = None;
+    while !r.at_end() {
+        let (field, wt) = r.key(what)?;
+        if field == 1 {
+            r.expect(wt, WireType::Len, what)?;
+            if table.is_some() {
+                return Err(dup(&format!("{what} table")));
+            }
+            table = Some(r.bytes(what)?);
+        } else if len_fields.contains(&field) {
+            r.expect(wt, WireType::Len, what)?;
+            r.bytes(what)?;
+        } else {
+            r.skip(field, wt, what)?;
+        }
+    }
+    Ok(table)
+}
+
+pub(super) fn walk_timestamp(b: &[u8]) -> Result<(i64, i32), DecodeError> {
+    const W: &str = "request_timestamp";
+    let mut r = Reader::new(b);
+    let (mut secs, mut nanos) = (0i64, 0i32);
+    while !r.at_end() {
+        let (field, wt) = r.key(W)?;
+        match field {
+            1 => {
+                r.expect(wt, WireType::Varint, W)?;
+                secs = r.varint(W)? as i64;
+            }
+            2 => {
+                r.expect(wt, WireType::Varint, W)?;
+                nanos = r.varint(W)? as i32;
+            }
+            _ => r.skip(field, wt, W)?,
+        }
+    }
+    Ok((secs, nanos))
+}
