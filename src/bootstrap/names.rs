@@ -125,17 +125,7 @@ pub(crate) fn object_name(base: &str, suffix: &str, identity: &str) -> String {
     if clean == base && plain.len() <= MAX_NAME {
         return plain;
     }
-    let hash = short_hash(identity);
-    let room = MAX_NAME - suffix.len() - HASH_LEN - 2;
-    let mut cut: String = clean.chars().take(room).collect();
-    while cut.ends_with('-') {
-        cut.pop();
-    }
-    if cut.is_empty() {
-        format!("{hash}-{suffix}")
-    } else {
-        format!("{cut}-{hash}-{suffix}")
-    }
+    hashed_name(&clean, &short_hash(identity), suffix)
 }
 
 /// `text` as a label value: unchanged when valid, otherwise rewritten (invalid characters to

@@ -10,6 +10,22 @@ fn config(name: &str) -> String {
     repo_config(name).to_str().unwrap().to_string()
 }
 
+/// `n` generated logs for config/local.yaml in `dir/logs.bin`.
+fn generated(dir: &Path, n: u32) -> std::path::PathBuf {
+    let logs = dir.join("logs.bin");
+    let o = crate::common::run(&[
+        "gen",
+        "-c",
+        &config("local.yaml"),
+        "-n",
+        &n.to_string(),
+        "-o",
+        logs.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    logs
+}
+
 fn example_spec() -> String {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("deploy/example-spec.yaml")
@@ -68,20 +84,8 @@ fn printing_commands_end_quietly_when_stdout_is_closed() {
 #[test]
 fn streaming_commands_stop_quietly_when_the_reader_leaves_early() {
     let dir = tempfile::tempdir().unwrap();
-    let logs = dir.path().join("logs.bin");
     let local = config("local.yaml");
-    let o = crate::common::run(&[
-        "gen",
-        "-c",
-        &local,
-        "-n",
-        "20000",
-        "--seed",
-        "3",
-        "-o",
-        logs.to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    let logs = generated(dir.path(), 20000);
     // Far more output than a pipe buffers, so the commands are still writing when `head` leaves.
     assert_quiet_exit_0(
         "gen -o - | head",
@@ -110,18 +114,8 @@ fn streaming_commands_stop_quietly_when_the_reader_leaves_early() {
 #[test]
 fn a_full_disk_is_still_a_failure() {
     let dir = tempfile::tempdir().unwrap();
-    let logs = dir.path().join("logs.bin");
     let local = config("local.yaml");
-    let o = crate::common::run(&[
-        "gen",
-        "-c",
-        &local,
-        "-n",
-        "3000",
-        "-o",
-        logs.to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    let logs = generated(dir.path(), 3000);
     let full = || {
         std::fs::OpenOptions::new()
             .write(true)
