@@ -461,3 +461,6 @@ impl State {
             .store(self.dead_letters.is_ready(), Ordering::Relaxed);
     }
 }
+
+#[cfg(test)]
+mod tests;
