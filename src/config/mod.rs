@@ -322,7 +322,7 @@ fn validate_names(
             problems.push(group_key, why);
         }
     }
-    if let DeadLetter::Kafka { topic } = dead_letter {
+    if let DeadLetter::Kafka { topic, .. } = dead_letter {
         let (key, dlq) = match topic {
             Some(t) => ("dead_letter.topic", t.clone()),
             None => (topic_key, format!("{}-dlq", src.topic)),

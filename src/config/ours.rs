@@ -102,6 +102,14 @@ impl Batching {
     }
 }
 
+/// Default of `dead_letter.max_message_bytes`: 1 MiB, what a Kafka broker with default
+/// settings accepts per message (`message.max.bytes` 1,048,588) once the topic is created with
+/// its own `max.message.bytes`.
+const DEFAULT_DLQ_MAX_MESSAGE_BYTES: usize = 1 << 20;
+/// Bounds of `dead_letter.max_message_bytes`: a claim check (4 KiB of payload and bounded
+/// headers) must fit, and librdkafka refuses a `message.max.bytes` over 1,000,000,000.
+const DLQ_MAX_MESSAGE_BYTES_RANGE: std::ops::RangeInclusive<usize> = (16 << 10)..=(512 << 20);
+
 /// Where rejected logs go.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "target", rename_all = "snake_case")]
@@ -110,6 +118,11 @@ pub enum DeadLetter {
     Kafka {
         /// Topic name.
         topic: Option<String>,
+        /// Largest letter (value + key + headers) written whole; a larger one is written as a
+        /// claim check. The producer allows 64 KiB more for Kafka's framing, and a topic the
+        /// publisher creates gets `max.message.bytes` = this + 64 KiB; an existing topic (or a
+        /// broker whose limit is lower) that refuses a letter as too large gets a claim check.
+        max_message_bytes: usize,
     },
     /// A local file in the length-delimited framing, with a `<path>.reasons.jsonl` sidecar.
     File {
@@ -120,7 +133,10 @@ pub enum DeadLetter {
 
 impl Default for DeadLetter {
     fn default() -> Self {
-        DeadLetter::Kafka { topic: None }
+        DeadLetter::Kafka {
+            topic: None,
+            max_message_bytes: DEFAULT_DLQ_MAX_MESSAGE_BYTES,
+        }
     }
 }
 
@@ -131,16 +147,34 @@ impl DeadLetter {
             .unwrap_or_else(|| "kafka".into());
         let topic = o.string("topic", problems);
         let path = o.string("path", problems);
+        let max_message_bytes = o.bytes("max_message_bytes", problems);
         let out = match target.as_str() {
             "kafka" => {
                 if path.is_some() {
                     problems.push(&o.path_of("path"), "only valid with target: file");
                 }
-                DeadLetter::Kafka { topic }
+                let max_message_bytes =
+                    max_message_bytes.map_or(DEFAULT_DLQ_MAX_MESSAGE_BYTES, |v| v as usize);
+                if !DLQ_MAX_MESSAGE_BYTES_RANGE.contains(&max_message_bytes) {
+                    problems.push(
+                        &o.path_of("max_message_bytes"),
+                        "must be between 16KiB and 512MiB",
+                    );
+                }
+                DeadLetter::Kafka {
+                    topic,
+                    max_message_bytes,
+                }
             }
             "file" => {
                 if topic.is_some() {
                     problems.push(&o.path_of("topic"), "only valid with target: kafka");
+                }
+                if max_message_bytes.is_some() {
+                    problems.push(
+                        &o.path_of("max_message_bytes"),
+                        "only valid with target: kafka",
+                    );
                 }
                 match path {
                     Some(p) if !p.is_empty() => DeadLetter::File { path: p.into() },

@@ -436,3 +436,44 @@ fn server_limits_have_defaults_and_are_validated() {
         assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
     }
 }
+
+#[test]
+fn the_dead_letter_message_limit_has_a_default_and_bounds() {
+    let base = named("p", "m", "x: int64", "t", "g", "d");
+    let (cfg, _) = parse(&base, Needs::RUN).unwrap();
+    assert_eq!(
+        cfg.dead_letter,
+        DeadLetter::Kafka {
+            topic: None,
+            max_message_bytes: 1 << 20
+        }
+    );
+    let y = base.clone() + "dead_letter: {target: kafka, max_message_bytes: 8MiB}\n";
+    let (cfg, _) = parse(&y, Needs::RUN).unwrap();
+    assert_eq!(
+        cfg.dead_letter,
+        DeadLetter::Kafka {
+            topic: None,
+            max_message_bytes: 8 << 20
+        }
+    );
+    for (extra, want) in [
+        (
+            "dead_letter: {target: kafka, max_message_bytes: 1KiB}\n",
+            "dead_letter.max_message_bytes: must be between 16KiB and 512MiB",
+        ),
+        (
+            "dead_letter: {target: kafka, max_message_bytes: 1GiB}\n",
+            "dead_letter.max_message_bytes: must be between 16KiB and 512MiB",
+        ),
+        (
+            "dead_letter: {target: file, path: /tmp/x, max_message_bytes: 1MiB}\n",
+            "dead_letter.max_message_bytes: only valid with target: kafka",
+        ),
+    ] {
+        let text = parse(&(base.clone() + extra), Needs::RUN)
+            .unwrap_err()
+            .to_string();
+        assert!(text.contains(want), "{extra}: {text}");
+    }
+}

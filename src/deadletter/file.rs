@@ -2,8 +2,13 @@
 //! Writes happen on a dedicated thread; a letter is acknowledged only after both files are
 //! `fsync`ed. A failed write is rolled back (files truncated to their previous length) and
 //! reported as [`Outcome::Failed`] so the caller re-sends it.
+//!
+//! The files are opened by path for each group of letters (letters are rare, an open is cheap):
+//! a file moved away by an operator is created again, and a target whose directory or disk was
+//! broken recovers as soon as it is fixed, without a restart. They are opened once at start-up
+//! too, so a path that cannot be written is a start-up error.
 
-use super::{DeadLetter, Outcome, OutcomeFn, Target};
+use super::{DeadLetter, Failure, Outcome, OutcomeFn, Target};
 use crate::framing::write_frame;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
@@ -33,15 +38,14 @@ impl FileTarget {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir)?;
         }
-        let open = |p: &Path| OpenOptions::new().create(true).append(true).open(p);
-        let data = open(path)?;
-        let reasons = open(&reasons_path(path))?;
+        drop(open_files(path)?);
         let (tx, rx) = mpsc::channel::<DeadLetter>();
         let pending = Arc::new(AtomicUsize::new(0));
         let p2 = Arc::clone(&pending);
+        let worker_path = path.to_path_buf();
         let worker = std::thread::Builder::new()
             .name("dead-letter-file".into())
-            .spawn(move || writer_loop(rx, data, reasons, on_outcome, p2))?;
+            .spawn(move || writer_loop(rx, &worker_path, on_outcome, p2))?;
         Ok(FileTarget {
             tx: Some(tx),
             pending,
@@ -50,7 +54,15 @@ impl FileTarget {
     }
 }
 
-fn write_all(data: &mut File, reasons: &mut File, letters: &[DeadLetter]) -> io::Result<()> {
+/// Opens (creating) the data file and its sidecar for appending.
+fn open_files(path: &Path) -> io::Result<(File, File)> {
+    let open = |p: &Path| OpenOptions::new().create(true).append(true).open(p);
+    Ok((open(path)?, open(&reasons_path(path))?))
+}
+
+fn write_all(path: &Path, letters: &[DeadLetter]) -> io::Result<()> {
+    let (mut data, mut reasons) = open_files(path)?;
+    let (data, reasons) = (&mut data, &mut reasons);
     let (d0, r0) = (data.metadata()?.len(), reasons.metadata()?.len());
     let result = (|| {
         let mut dbuf = Vec::new();
@@ -79,12 +91,13 @@ fn write_all(data: &mut File, reasons: &mut File, letters: &[DeadLetter]) -> io:
 
 fn writer_loop(
     rx: mpsc::Receiver<DeadLetter>,
-    mut data: File,
-    mut reasons: File,
+    path: &Path,
     on: OutcomeFn,
     pending: Arc<AtomicUsize>,
 ) {
     while let Ok(first) = rx.recv() {
+        // A claim check is the Kafka target's answer to a size limit; a file has none, so the
+        // letter is written whole whatever its flag.
         let mut letters = vec![first];
         while let Ok(more) = rx.try_recv() {
             letters.push(more);
@@ -93,10 +106,12 @@ fn writer_loop(
             }
         }
         let n = letters.len();
-        match write_all(&mut data, &mut reasons, &letters) {
+        match write_all(path, &letters) {
             Ok(()) => {
                 for l in letters {
                     on(Outcome::Written {
+                        bytes: l.held_bytes(),
+                        claim_check: None,
                         partition: l.partition,
                         offset: l.offset,
                         epoch: l.epoch,
@@ -107,6 +122,7 @@ fn writer_loop(
                 for l in letters {
                     on(Outcome::Failed {
                         letter: Box::new(l),
+                        failure: Failure::Transient,
                         error: e.to_string(),
                     });
                 }
@@ -177,6 +193,7 @@ mod tests {
                 kind: Kind::Decode,
                 code: "shape_mismatch",
                 message: format!("reason {i}"),
+                claim_check: false,
             });
         }
         t.flush(Duration::from_secs(10));

@@ -1,16 +1,32 @@
 //! Kafka dead-letter topic.
+//!
+//! Size rule: a letter whose value, key and headers fit `dead_letter.max_message_bytes` is
+//! written whole (zstd-compressed); one that does not is written as a **claim check** — the
+//! source position, the payload's size and SHA-256, the reason and its first
+//! [`CLAIM_CHECK_PREFIX_BYTES`] bytes, with `x-error-truncated: true` — so that it never stalls
+//! its partition. Header values are bounded ([`MAX_HEADER_VALUE_BYTES`]). The producer and the
+//! topic it creates allow [`FRAMING_ALLOWANCE`] more than the limit, for Kafka's record framing.
 
-use super::{DeadLetter, Outcome, OutcomeFn, Target};
+use super::{DeadLetter, Failure, Outcome, OutcomeFn, Target};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
-use rdkafka::error::RDKafkaErrorCode;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::ClientContext;
+use sha2::{Digest, Sha256};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+
+/// Largest value of one header (`x-error-message` is cut to it, at a character boundary).
+pub const MAX_HEADER_VALUE_BYTES: usize = 4 << 10;
+/// Bytes of the payload a claim check carries (its value), and the largest key it keeps.
+pub const CLAIM_CHECK_PREFIX_BYTES: usize = 4 << 10;
+/// What the producer's `message.max.bytes` and the created topic's `max.message.bytes` allow
+/// beyond `dead_letter.max_message_bytes`: Kafka's record and batch framing.
+pub const FRAMING_ALLOWANCE: usize = 64 << 10;
 
 /// Producer context: turns delivery reports into [`Outcome`]s.
 pub struct DlqContext {
@@ -28,8 +44,11 @@ impl ProducerContext for DlqContext {
                 partition: letter.partition,
                 offset: letter.offset,
                 epoch: letter.epoch,
+                bytes: letter.held_bytes(),
+                claim_check: letter.claim_check.then_some(letter.payload.len()),
             }),
             Err((e, _)) => (self.on_outcome)(Outcome::Failed {
+                failure: classify(e),
                 error: e.to_string(),
                 letter,
             }),
@@ -37,33 +56,66 @@ impl ProducerContext for DlqContext {
     }
 }
 
+/// What a failed write means: too large (→ claim check), a target only an operator can fix, or
+/// a transient failure.
+pub fn classify(e: &KafkaError) -> Failure {
+    use RDKafkaErrorCode as C;
+    let Some(code) = e.rdkafka_error_code() else {
+        return Failure::Transient;
+    };
+    match code {
+        C::MessageSizeTooLarge | C::MessageBatchTooLarge | C::InvalidMessageSize => {
+            Failure::TooLarge
+        }
+        C::TopicAuthorizationFailed
+        | C::ClusterAuthorizationFailed
+        | C::TransactionalIdAuthorizationFailed
+        | C::SaslAuthenticationFailed
+        | C::Authentication
+        | C::UnknownTopicOrPartition
+        | C::UnknownTopic
+        | C::InvalidTopic
+        | C::PolicyViolation => Failure::NeedsOperator,
+        _ => Failure::Transient,
+    }
+}
+
 /// Writes dead letters to a Kafka topic with idempotent, acks=all delivery.
 pub struct KafkaTarget {
     producer: ThreadedProducer<DlqContext>,
     topic: String,
+    max_message_bytes: usize,
     ready: Arc<AtomicBool>,
 }
 
 impl KafkaTarget {
     /// Creates the producer (sharing the source's connection settings in `base`) and makes sure
-    /// the topic exists, creating it if missing. A topic that cannot be created leaves the
-    /// target not ready; sends then fail and are retried by the caller.
+    /// the topic exists, creating it if missing with `max.message.bytes` large enough for
+    /// `max_message_bytes`. A topic that cannot be created leaves the target not ready; sends
+    /// then fail and are retried by the caller.
     pub fn new(
         base: &ClientConfig,
         topic: String,
+        max_message_bytes: usize,
         on_outcome: OutcomeFn,
-    ) -> Result<Self, rdkafka::error::KafkaError> {
+    ) -> Result<Self, KafkaError> {
         let mut cfg = base.clone();
         cfg.set("enable.idempotence", "true")
             .set("acks", "all")
             .set("linger.ms", "20")
-            .set("message.timeout.ms", "60000");
+            .set("message.timeout.ms", "60000")
+            .set("compression.type", "zstd")
+            .set(
+                "message.max.bytes",
+                (max_message_bytes + FRAMING_ALLOWANCE).to_string(),
+            );
         let producer: ThreadedProducer<DlqContext> =
             cfg.create_with_context(DlqContext { on_outcome })?;
         let ready = Arc::new(AtomicBool::new(false));
         let t = KafkaTarget {
             producer,
             topic,
+            max_message_bytes,
             ready,
         };
         t.ensure_topic(base);
@@ -86,9 +138,11 @@ impl KafkaTarget {
             return;
         }
         let admin: Result<AdminClient<DefaultClientContext>, _> = base.create();
+        let limit = (self.max_message_bytes + FRAMING_ALLOWANCE).to_string();
         let created = match admin {
             Ok(admin) => {
-                let topic = NewTopic::new(&self.topic, 1, TopicReplication::Fixed(-1));
+                let topic = NewTopic::new(&self.topic, 1, TopicReplication::Fixed(-1))
+                    .set("max.message.bytes", &limit);
                 let fut = admin.create_topics(
                     [&topic],
                     &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
@@ -126,47 +180,121 @@ fn futures_executor<F: std::future::Future>(f: F) -> F::Output {
         .block_on(f)
 }
 
+/// One Kafka record of a letter: whole, or a claim check.
+#[derive(Debug)]
+pub struct Record<'a> {
+    /// The value: the payload, or its first [`CLAIM_CHECK_PREFIX_BYTES`].
+    pub value: &'a [u8],
+    /// The original key (a claim check drops a key over [`CLAIM_CHECK_PREFIX_BYTES`]).
+    pub key: Option<&'a [u8]>,
+    /// Header names and values, each value at most [`MAX_HEADER_VALUE_BYTES`].
+    pub headers: Vec<(&'static str, String)>,
+    /// Whether this is a claim check.
+    pub claim_check: bool,
+}
+
+/// `s` cut to at most `max` bytes at a character boundary.
+fn bounded(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+/// The record for `letter` under a `max` of value + key + headers bytes: whole when it fits
+/// and the letter is not marked `claim_check`, else a claim check.
+pub fn record(letter: &DeadLetter, max: usize) -> Record<'_> {
+    let mut headers: Vec<(&'static str, String)> = vec![
+        ("x-error-kind", letter.kind.as_str().into()),
+        ("x-error-code", letter.code.into()),
+        (
+            "x-error-message",
+            bounded(&letter.message, MAX_HEADER_VALUE_BYTES).into(),
+        ),
+        (
+            "x-source-topic",
+            bounded(&letter.topic, MAX_HEADER_VALUE_BYTES).into(),
+        ),
+        ("x-source-partition", letter.partition.to_string()),
+        ("x-source-offset", letter.offset.to_string()),
+    ];
+    let key = letter.key.as_deref();
+    let header_bytes: usize = headers.iter().map(|(k, v)| k.len() + v.len()).sum();
+    let size = letter.payload.len() + key.map_or(0, <[u8]>::len) + header_bytes;
+    if size <= max && !letter.claim_check {
+        return Record {
+            value: &letter.payload,
+            key,
+            headers,
+            claim_check: false,
+        };
+    }
+    let digest = Sha256::digest(&letter.payload);
+    let sha: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    let why = if size > max {
+        format!(
+            "letter of {size} bytes over dead_letter.max_message_bytes ({max}); the payload stays in \
+             the source topic at x-source-partition / x-source-offset"
+        )
+    } else {
+        "refused by the dead-letter topic as too large; the payload stays in the source topic at \
+         x-source-partition / x-source-offset"
+            .to_string()
+    };
+    headers.push(("x-error-truncated", "true".into()));
+    headers.push(("x-truncated-reason", why));
+    headers.push(("x-original-size", letter.payload.len().to_string()));
+    headers.push(("x-original-sha256", sha));
+    let key = match key {
+        Some(k) if k.len() > CLAIM_CHECK_PREFIX_BYTES => {
+            headers.push(("x-original-key-size", k.len().to_string()));
+            None
+        }
+        k => k,
+    };
+    let prefix = letter.payload.len().min(CLAIM_CHECK_PREFIX_BYTES);
+    Record {
+        value: &letter.payload[..prefix],
+        key,
+        headers,
+        claim_check: true,
+    }
+}
+
 impl Target for KafkaTarget {
-    fn send(&mut self, letter: DeadLetter) {
-        let partition = letter.partition.to_string();
-        let offset = letter.offset.to_string();
-        let headers = OwnedHeaders::new_with_capacity(6)
-            .insert(Header {
-                key: "x-error-kind",
-                value: Some(letter.kind.as_str()),
-            })
-            .insert(Header {
-                key: "x-error-code",
-                value: Some(letter.code),
-            })
-            .insert(Header {
-                key: "x-error-message",
-                value: Some(letter.message.as_str()),
-            })
-            .insert(Header {
-                key: "x-source-topic",
-                value: Some(letter.topic.as_str()),
-            })
-            .insert(Header {
-                key: "x-source-partition",
-                value: Some(partition.as_str()),
-            })
-            .insert(Header {
-                key: "x-source-offset",
-                value: Some(offset.as_str()),
-            });
-        let payload = letter.payload.clone();
-        let key = letter.key.clone();
-        let mut record: BaseRecord<'_, Vec<u8>, Vec<u8>, Box<DeadLetter>> =
+    fn send(&mut self, mut letter: DeadLetter) {
+        let (headers, value, key, claim_check) = {
+            let r = record(&letter, self.max_message_bytes);
+            let mut headers = OwnedHeaders::new_with_capacity(r.headers.len());
+            for (k, v) in &r.headers {
+                headers = headers.insert(Header {
+                    key: k,
+                    value: Some(v.as_str()),
+                });
+            }
+            (
+                headers,
+                r.value.to_vec(),
+                r.key.map(<[u8]>::to_vec),
+                r.claim_check,
+            )
+        };
+        letter.claim_check = claim_check;
+        let mut rec: BaseRecord<'_, Vec<u8>, Vec<u8>, Box<DeadLetter>> =
             BaseRecord::with_opaque_to(&self.topic, Box::new(letter))
-                .payload(&payload)
+                .payload(&value)
                 .headers(headers);
         if let Some(k) = key.as_ref() {
-            record = record.key(k);
+            rec = rec.key(k);
         }
-        if let Err((e, rec)) = self.producer.send(record) {
+        if let Err((e, rec)) = self.producer.send(rec) {
             let letter = rec.delivery_opaque;
             (self.producer.context().on_outcome)(Outcome::Failed {
+                failure: classify(&e),
                 error: e.to_string(),
                 letter,
             });
@@ -181,3 +309,6 @@ impl Target for KafkaTarget {
         let _ = self.producer.flush(timeout);
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -57,6 +57,22 @@ pub struct DeadLetter {
     pub code: &'static str,
     /// Precise reason.
     pub message: String,
+    /// Write a claim check instead of the payload (set by the pipeline after the target
+    /// refused the whole letter as too large; a target may also decide so itself).
+    pub claim_check: bool,
+}
+
+impl DeadLetter {
+    /// The memory this letter holds until it is written: its payload, key, message and topic,
+    /// plus the struct itself (so that even empty letters count). This is what the pipeline
+    /// counts against `batching.max_inflight_bytes` while the letter waits for its write.
+    pub fn held_bytes(&self) -> usize {
+        std::mem::size_of::<Self>()
+            + self.payload.len()
+            + self.key.as_ref().map_or(0, Vec::len)
+            + self.message.len()
+            + self.topic.len()
+    }
 }
 
 /// The result of one dead-letter write, reported asynchronously.
@@ -70,14 +86,54 @@ pub enum Outcome {
         offset: i64,
         /// The letter's assignment epoch.
         epoch: u64,
+        /// The letter's [`DeadLetter::held_bytes`], released from the in-flight budget.
+        bytes: usize,
+        /// Written as a claim check (the payload not copied): the payload's size.
+        claim_check: Option<usize>,
     },
-    /// Not written (retryable): the caller must send it again; nothing past it is committed.
+    /// Not written: the caller must send it again (as a claim check if it was too large);
+    /// nothing past it is committed meanwhile.
     Failed {
         /// The dead letter, to be re-sent.
         letter: Box<DeadLetter>,
+        /// What kind of failure (decides how it is sent again).
+        failure: Failure,
         /// Why.
         error: String,
     },
+}
+
+/// Why a dead-letter write failed, which decides what the pipeline does next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    /// The letter can never fit the target: send it again as a claim check, at once.
+    TooLarge,
+    /// The target cannot work until an operator acts (no permission, a missing topic that
+    /// cannot be created, refused credentials): retried slowly; the partition stays
+    /// uncommitted, loudly (metric, error log, `/readyz` unready).
+    NeedsOperator,
+    /// Anything else (a broker down, a full disk, a timeout): retried soon.
+    Transient,
+}
+
+impl Failure {
+    /// Bounded code for metrics and logs.
+    pub fn code(self) -> &'static str {
+        match self {
+            Failure::TooLarge => "too_large",
+            Failure::NeedsOperator => "needs_operator",
+            Failure::Transient => "transient",
+        }
+    }
+
+    /// How long to wait before sending the letter again.
+    pub fn retry_after(self) -> std::time::Duration {
+        match self {
+            Failure::TooLarge => std::time::Duration::ZERO,
+            Failure::NeedsOperator => std::time::Duration::from_secs(10),
+            Failure::Transient => std::time::Duration::from_secs(1),
+        }
+    }
 }
 
 /// Receives outcomes (called from the target's own thread).

@@ -23,6 +23,16 @@ pub const ROWS_WRITTEN: &str = "observation_publisher_rows_written_total";
 /// Logs (or rows) sent to the dead-letter target. Counter; labels [`KIND`] (`decode` | `row`),
 /// [`REASON`] (the error code).
 pub const DEAD_LETTERS: &str = "observation_publisher_dead_letters_total";
+/// Bytes held by dead letters waiting for their write (counted against the in-flight budget
+/// with the batches). Gauge.
+pub const DEAD_LETTER_PENDING_BYTES: &str = "observation_publisher_dead_letter_pending_bytes";
+/// Dead letters too large for the dead-letter target, written as a claim check (source
+/// position, size, SHA-256 and the first KiBs of the payload) instead of whole. Counter.
+pub const DEAD_LETTER_CLAIM_CHECKS: &str = "observation_publisher_dead_letter_claim_checks_total";
+/// Failed dead-letter writes. Counter; labels [`ERROR_CODE`] (`too_large`, `needs_operator`,
+/// `transient`), [`RETRYABLE`] (`false` for `needs_operator`: it is retried, slowly, but only an
+/// operator can make it succeed).
+pub const DEAD_LETTER_WRITE_ERRORS: &str = "observation_publisher_dead_letter_write_errors_total";
 /// Failed sink write attempts. Counter; labels [`SINK`], [`ERROR_CODE`], [`RETRYABLE`].
 pub const SINK_ERRORS: &str = "observation_publisher_sink_errors_total";
 /// Rows per flushed batch. Histogram; label [`REASON`] (the flush reason).
@@ -94,6 +104,17 @@ pub const ALL: &[(&str, MetricKind, &str)] = &[
     (ROWS_DECODED, MetricKind::Counter, "Rows decoded from consumed logs."),
     (ROWS_WRITTEN, MetricKind::Counter, "Rows a sink acknowledged as durable."),
     (DEAD_LETTERS, MetricKind::Counter, "Logs or rows sent to the dead-letter target, by kind and reason."),
+    (DEAD_LETTER_PENDING_BYTES, MetricKind::Gauge, "Bytes held by dead letters waiting for their write."),
+    (
+        DEAD_LETTER_CLAIM_CHECKS,
+        MetricKind::Counter,
+        "Dead letters too large for the target, written as a claim check instead of whole.",
+    ),
+    (
+        DEAD_LETTER_WRITE_ERRORS,
+        MetricKind::Counter,
+        "Failed dead-letter writes, by class (too_large, needs_operator, transient).",
+    ),
     (SINK_ERRORS, MetricKind::Counter, "Failed sink write attempts, by sink, error code and retryability."),
     (FLUSH_ROWS, MetricKind::Histogram, "Rows per flushed batch, by flush reason."),
     (FLUSH_BYTES, MetricKind::Histogram, "Arrow bytes per flushed batch."),

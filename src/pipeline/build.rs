@@ -145,11 +145,19 @@ pub(super) fn dead_letters(
                     .map(|t| Box::new(t) as Box<dyn deadletter::Target>)
                     .map_err(|e| format!("{}: {e}", path.display()))
             }
-            (DeadLetterCfg::Kafka { topic: t }, Some(src), None) => {
+            (
+                DeadLetterCfg::Kafka {
+                    topic: t,
+                    max_message_bytes,
+                },
+                Some(src),
+                None,
+            ) => {
                 let dlq_topic = t.clone().unwrap_or_else(|| format!("{}-dlq", src.topic));
                 deadletter::kafka::KafkaTarget::new(
                     &source::connection_config(src),
                     dlq_topic,
+                    *max_message_bytes,
                     on_outcome,
                 )
                 .map(|t| Box::new(t) as Box<dyn deadletter::Target>)

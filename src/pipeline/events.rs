@@ -3,6 +3,7 @@
 //! a call site says what happened, not how it is reported. Metric names and labels are those of
 //! [`crate::metrics::names`] (Merlin's dashboards and `deploy/grafana-dashboard.json` use them).
 
+use crate::deadletter::Failure;
 use crate::metrics::names;
 use crate::sink::SinkError;
 use std::time::{Duration, Instant};
@@ -88,19 +89,72 @@ impl RowRejected<'_> {
     }
 }
 
-/// A dead-letter write failed; the letter is sent again and its offset stays uncommitted.
+/// A dead-letter write failed. Too large: it is sent again at once as a claim check. Otherwise
+/// it is sent again later and its offset stays uncommitted: soon for a transient failure, slowly
+/// for one only an operator can fix (no permission, a missing topic that cannot be created).
 pub(crate) struct DeadLetterFailed<'a> {
+    pub(crate) topic: &'a str,
     pub(crate) partition: i32,
     pub(crate) offset: i64,
+    pub(crate) failure: Failure,
     pub(crate) error: &'a str,
 }
 
 impl DeadLetterFailed<'_> {
     pub(crate) fn emit(&self, limit: &mut RateLimit, now: Instant) {
-        if limit.allow(now) {
-            tracing::error!(partition = self.partition, offset = self.offset, error = %self.error,
-                "dead-letter write failed; retrying, nothing past it is committed");
+        let retryable = if self.failure == Failure::NeedsOperator {
+            "false"
+        } else {
+            "true"
+        };
+        metrics::counter!(names::DEAD_LETTER_WRITE_ERRORS,
+            names::ERROR_CODE => self.failure.code(), names::RETRYABLE => retryable)
+        .increment(1);
+        if !limit.allow(now) {
+            return;
         }
+        match self.failure {
+            Failure::TooLarge => tracing::warn!(topic = %self.topic, partition = self.partition,
+                offset = self.offset, error = %self.error,
+                "dead letter too large for the target; writing a claim check instead"),
+            Failure::NeedsOperator => tracing::error!(topic = %self.topic,
+                partition = self.partition, offset = self.offset, error = %self.error,
+                "dead-letter target unusable until an operator acts; the partition stays \
+                 uncommitted from this offset and the letter is retried"),
+            Failure::Transient => tracing::error!(topic = %self.topic, partition = self.partition,
+                offset = self.offset, error = %self.error,
+                "dead-letter write failed; retrying, nothing past it is committed"),
+        }
+    }
+}
+
+/// A dead letter too large for its target was written as a claim check: the payload is not
+/// copied; it stays in the source topic at this position until its retention.
+pub(crate) struct ClaimCheckWritten<'a> {
+    pub(crate) topic: &'a str,
+    pub(crate) partition: i32,
+    pub(crate) offset: i64,
+    pub(crate) original_bytes: usize,
+}
+
+impl ClaimCheckWritten<'_> {
+    pub(crate) fn emit(&self, limit: &mut RateLimit, now: Instant) {
+        metrics::counter!(names::DEAD_LETTER_CLAIM_CHECKS).increment(1);
+        if limit.allow(now) {
+            tracing::error!(topic = %self.topic, partition = self.partition, offset = self.offset,
+                original_bytes = self.original_bytes,
+                "dead letter written as a claim check: its payload was not copied; fetch it from \
+                 the source topic at this partition and offset before its retention ends");
+        }
+    }
+}
+
+/// Bytes held by dead letters waiting for their write changed.
+pub(crate) struct PendingLetters(pub(crate) usize);
+
+impl PendingLetters {
+    pub(crate) fn emit(&self) {
+        metrics::gauge!(names::DEAD_LETTER_PENDING_BYTES).set(self.0 as f64);
     }
 }
 
@@ -243,16 +297,29 @@ pub(crate) struct Intake {
     pub(crate) paused_partitions: usize,
     /// Whether this changes the state (a re-pause after a rebalance logs nothing).
     pub(crate) changed: bool,
+    /// Arrow bytes of batches in flight.
+    pub(crate) batch_bytes: usize,
+    /// Bytes of dead letters waiting for their write.
+    pub(crate) letter_bytes: usize,
 }
 
 impl Intake {
     pub(crate) fn emit(&self) {
         metrics::gauge!(names::PAUSED_PARTITIONS).set(self.paused_partitions as f64);
+        PendingLetters(self.letter_bytes).emit();
         if self.changed {
             if self.paused_partitions > 0 {
-                tracing::info!("in-flight budget used up: partitions paused");
+                tracing::info!(
+                    batch_bytes = self.batch_bytes,
+                    letter_bytes = self.letter_bytes,
+                    "in-flight budget used up: partitions paused"
+                );
             } else {
-                tracing::info!("in-flight budget available: partitions resumed");
+                tracing::info!(
+                    batch_bytes = self.batch_bytes,
+                    letter_bytes = self.letter_bytes,
+                    "in-flight budget available: partitions resumed"
+                );
             }
         }
     }
@@ -318,8 +385,25 @@ mod tests {
             Intake {
                 paused_partitions: 3,
                 changed: true,
+                batch_bytes: 10,
+                letter_bytes: 20,
             }
             .emit();
+            DeadLetterFailed {
+                topic: "t",
+                partition: 1,
+                offset: 7,
+                failure: Failure::NeedsOperator,
+                error: "e",
+            }
+            .emit(&mut limit, now);
+            ClaimCheckWritten {
+                topic: "t",
+                partition: 1,
+                offset: 8,
+                original_bytes: 5 << 20,
+            }
+            .emit(&mut limit, now);
         });
         let model = r#"{model_id="m",model_version="2",merlin_project="p"}"#;
         for line in [
@@ -331,6 +415,12 @@ mod tests {
             format!("{}{model} 1500000000", names::LAST_PROCESSED_TIMESTAMP),
             format!("{} 1", names::COMMITS),
             format!("{} 3", names::PAUSED_PARTITIONS),
+            format!("{} 20", names::DEAD_LETTER_PENDING_BYTES),
+            format!(
+                r#"{}{{error_code="needs_operator",retryable="false"}} 1"#,
+                names::DEAD_LETTER_WRITE_ERRORS
+            ),
+            format!("{} 1", names::DEAD_LETTER_CLAIM_CHECKS),
         ] {
             assert!(text.contains(&line), "{line} missing from:\n{text}");
         }

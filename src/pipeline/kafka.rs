@@ -301,7 +301,7 @@ pub(crate) fn run(
         let now = Instant::now();
         let deadline = if now.duration_since(last_housekeeping) >= Duration::from_millis(5) {
             last_housekeeping = now;
-            let (over, under, deadline) = {
+            let (over, under, deadline, batch_bytes, letter_bytes) = {
                 let mut st = lock(&state);
                 st.drain_events(None);
                 register(&mut st, &consumer);
@@ -315,6 +315,8 @@ pub(crate) fn run(
                     st.over_budget(),
                     st.under_half_budget(),
                     st.batcher.deadline(),
+                    st.inflight_bytes(),
+                    st.letter_bytes(),
                 )
             };
             let gen = generation.load(Ordering::Relaxed);
@@ -324,6 +326,8 @@ pub(crate) fn run(
                         events::Intake {
                             paused_partitions: a.count(),
                             changed: !paused,
+                            batch_bytes,
+                            letter_bytes,
                         }
                         .emit();
                         paused = true;
@@ -336,6 +340,8 @@ pub(crate) fn run(
                         events::Intake {
                             paused_partitions: 0,
                             changed: true,
+                            batch_bytes,
+                            letter_bytes,
                         }
                         .emit();
                         paused = false;
@@ -371,13 +377,19 @@ pub(crate) fn run(
             None => {}
             Some(Ok(m)) => {
                 use rdkafka::Message;
-                lock(&state).on_message(
+                let mut st = lock(&state);
+                st.on_message(
                     m.partition(),
                     m.offset(),
                     m.key(),
                     m.payload(),
                     Instant::now(),
                 );
+                if !paused && st.over_budget() {
+                    // Pause before the next message, not at the next housekeeping: the budget
+                    // is passed by one message at most.
+                    last_housekeeping = now - Duration::from_millis(5);
+                }
             }
             Some(Err(KafkaError::MessageConsumption(
                 RDKafkaErrorCode::UnknownTopicOrPartition | RDKafkaErrorCode::UnknownTopic,

@@ -11,7 +11,9 @@
 //! - the consumed offsets and which are acknowledged ([`OffsetTracker`]);
 //! - **batches in flight** (their offset ranges and Arrow bytes);
 //! - **offsets held by dead letters** not yet written (a rejected log, or a row a sink refused):
-//!   such an offset is acknowledged only when every letter for it is written;
+//!   such an offset is acknowledged only when every letter for it is written. The ledger also
+//!   counts the bytes those letters hold (each letter carries a full copy of its payload until
+//!   it is written): they count against the same in-flight budget as batches;
 //! - exactly-once only: the **checkpoints** the sink reported per written batch, and the last one
 //!   committed (or read at assignment), so that every commit carries the checkpoint that belongs
 //!   exactly to its offset.
@@ -46,11 +48,12 @@ struct Flight {
     bytes: usize,
 }
 
-/// Dead letters not yet written for one source offset, sent in `epoch`.
+/// Dead letters not yet written for one source offset, sent in `epoch`, and the bytes they hold.
 #[derive(Debug, Clone, Copy)]
 struct Letters {
     epoch: u64,
     count: u32,
+    bytes: usize,
 }
 
 /// See the module docs.
@@ -63,6 +66,8 @@ pub(crate) struct Ledger {
     inflight_bytes: usize,
     letters: HashMap<(Partition, i64), Letters>,
     letters_held: usize,
+    /// Bytes held by the letters in `letters` (the sum of their `bytes`).
+    letter_bytes: usize,
     /// Exactly-once: checkpoints of acknowledged batches of the current epoch, by batch order.
     marks: HashMap<Partition, VecDeque<StreamCheckpoint>>,
     /// Exactly-once: the checkpoint of the last commit (or the one read at assignment), carried
@@ -82,6 +87,7 @@ impl Ledger {
             inflight_bytes: 0,
             letters: HashMap::new(),
             letters_held: 0,
+            letter_bytes: 0,
             marks: HashMap::new(),
             floors: HashMap::new(),
         }
@@ -103,31 +109,42 @@ impl Ledger {
         self.tracker.ack(p, OffsetRange::single(offset));
     }
 
-    /// A dead letter for `offset` is being sent: the offset waits for it. Returns the epoch to
-    /// stamp on the letter.
-    pub(crate) fn letter_sent(&mut self, p: Partition, offset: i64) -> u64 {
+    /// A dead letter for `offset`, holding `bytes`, is being sent: the offset waits for it and
+    /// its bytes count against the budget until it is written. Returns the epoch to stamp on the
+    /// letter.
+    pub(crate) fn letter_sent(&mut self, p: Partition, offset: i64, bytes: usize) -> u64 {
         let epoch = self.epoch(p);
-        self.hold_letter(p, offset, epoch);
+        self.hold_letter(p, offset, epoch, bytes);
         epoch
     }
 
-    fn hold_letter(&mut self, p: Partition, offset: i64, epoch: u64) {
-        let e = self
-            .letters
-            .entry((p, offset))
-            .or_insert(Letters { epoch, count: 0 });
+    fn hold_letter(&mut self, p: Partition, offset: i64, epoch: u64, bytes: usize) {
+        let e = self.letters.entry((p, offset)).or_insert(Letters {
+            epoch,
+            count: 0,
+            bytes: 0,
+        });
         if e.epoch != epoch {
             // Left over from an earlier assignment (forgotten at revoke, so not expected).
             self.letters_held -= e.count as usize;
-            *e = Letters { epoch, count: 0 };
+            self.letter_bytes -= e.bytes;
+            *e = Letters {
+                epoch,
+                count: 0,
+                bytes: 0,
+            };
         }
         e.count += 1;
+        e.bytes += bytes;
         self.letters_held += 1;
+        self.letter_bytes += bytes;
     }
 
-    /// A dead letter sent in `epoch` for `offset` is durably written. The offset counts as
-    /// acknowledged once all of its letters are; letters from an earlier epoch change nothing.
-    pub(crate) fn letter_written(&mut self, p: Partition, offset: i64, epoch: u64) {
+    /// A dead letter sent in `epoch` for `offset`, holding `bytes`, is durably written. The
+    /// offset counts as acknowledged once all of its letters are; letters from an earlier epoch
+    /// change nothing. The bytes released never exceed what the offset's letters hold, and the
+    /// last letter releases all of it.
+    pub(crate) fn letter_written(&mut self, p: Partition, offset: i64, epoch: u64, bytes: usize) {
         let key = (p, offset);
         let Some(l) = self.letters.get_mut(&key) else {
             return;
@@ -137,6 +154,13 @@ impl Ledger {
         }
         l.count -= 1;
         self.letters_held -= 1;
+        let released = if l.count == 0 {
+            l.bytes
+        } else {
+            bytes.min(l.bytes)
+        };
+        l.bytes -= released;
+        self.letter_bytes -= released;
         if l.count == 0 {
             self.letters.remove(&key);
             self.tracker.ack(p, OffsetRange::single(offset));
@@ -162,12 +186,13 @@ impl Ledger {
     }
 
     /// Every sink acknowledged batch `id`. `refused` names the source offset of each row a sink
-    /// refused (one entry per dead letter that will be sent for it): those offsets wait for
-    /// their letters. `checkpoints` are the exactly-once sink's per-partition stream positions.
+    /// refused and the bytes of its letter (one entry per dead letter that will be sent for it):
+    /// those offsets wait for their letters. `checkpoints` are the exactly-once sink's
+    /// per-partition stream positions.
     pub(crate) fn acked(
         &mut self,
         id: BatchId,
-        refused: &[(Partition, i64)],
+        refused: &[(Partition, i64, usize)],
         checkpoints: Vec<StreamCheckpoint>,
     ) {
         let Some(flight) = self.flights.remove(&id) else {
@@ -185,9 +210,9 @@ impl Ledger {
                 self.marks.entry(cp.partition).or_default().push_back(cp);
             }
         }
-        for &(p, o) in refused {
+        for &(p, o, bytes) in refused {
             if current(self, p) {
-                self.hold_letter(p, o, self.epoch(p));
+                self.hold_letter(p, o, self.epoch(p), bytes);
             }
         }
         for (po, epoch) in &flight.offsets {
@@ -198,8 +223,8 @@ impl Ledger {
                 let mut first = r.first;
                 let mut held: Vec<i64> = refused
                     .iter()
-                    .filter(|(p, o)| *p == po.partition && r.contains(*o))
-                    .map(|(_, o)| *o)
+                    .filter(|(p, o, _)| *p == po.partition && r.contains(*o))
+                    .map(|(_, o, _)| *o)
                     .collect();
                 held.sort_unstable();
                 held.dedup();
@@ -253,15 +278,17 @@ impl Ledger {
                 self.tracker.revoke(p)
             })
             .collect();
-        let mut dropped = 0;
+        let (mut dropped, mut bytes) = (0, 0);
         self.letters.retain(|(p, _), l| {
             let keep = !partitions.contains(p);
             if !keep {
                 dropped += l.count as usize;
+                bytes += l.bytes;
             }
             keep
         });
         self.letters_held -= dropped;
+        self.letter_bytes -= bytes;
         revoked
     }
 
@@ -358,9 +385,15 @@ impl Ledger {
         self.inflight_bytes
     }
 
-    /// Dead letters not yet written (counted per letter).
+    /// Dead letters not yet written (counted per letter; the budget counts their bytes).
+    #[cfg(test)]
     pub(crate) fn letters_held(&self) -> usize {
         self.letters_held
+    }
+
+    /// Bytes held by dead letters not yet written (of the current assignments).
+    pub(crate) fn letter_bytes(&self) -> usize {
+        self.letter_bytes
     }
 
     /// Nothing waits for an acknowledgement.

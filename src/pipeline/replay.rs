@@ -37,7 +37,9 @@ pub(crate) fn run(
         if shutdown.is_cancelled() {
             break;
         }
-        if index % 1024 == 0 {
+        // Every 1,024 frames, and whenever the budget is used up (so that batches and pending
+        // dead letters pass it by one frame at most).
+        if index % 1024 == 0 || st.over_budget() {
             let now = Instant::now();
             st.drain_events(None);
             st.retry_dead_letters(now);

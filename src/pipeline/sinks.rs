@@ -93,6 +93,7 @@ pub(crate) async fn run(
                                 kind: Kind::Row,
                                 code: r.code,
                                 message: format!("{name}: {}", r.message),
+                                claim_check: false,
                             });
                         }
                         break;

@@ -12,7 +12,7 @@ use super::events::{self, RateLimit};
 use super::ledger::{BatchId, Ledger};
 use crate::batch::{Batch, Batcher};
 use crate::commit::Partition;
-use crate::deadletter::{self, DeadLetter, Outcome};
+use crate::deadletter::{self, DeadLetter, Failure, Outcome};
 use crate::server::Health;
 use crate::sink::exactly_once::{PartitionStarts, Registration};
 use crate::sink::StreamCheckpoint;
@@ -86,6 +86,7 @@ pub(crate) struct State {
     pub(crate) totals: Totals,
     log_limit: RateLimit,
     dlq_log_limit: RateLimit,
+    claim_log_limit: RateLimit,
     sink_closed: bool,
 }
 
@@ -120,6 +121,7 @@ impl State {
             totals: Totals::default(),
             log_limit: RateLimit::new(),
             dlq_log_limit: RateLimit::new(),
+            claim_log_limit: RateLimit::new(),
             sink_closed: false,
         }
     }
@@ -132,14 +134,20 @@ impl State {
         self.ledger.inflight_bytes()
     }
 
-    /// Whether intake should pause (the in-flight budget is used up).
-    pub(crate) fn over_budget(&self) -> bool {
-        self.inflight_bytes() >= self.budget || self.ledger.letters_held() >= 100_000
+    /// Bytes held by dead letters waiting for their write ([`DeadLetter::held_bytes`]).
+    pub(crate) fn letter_bytes(&self) -> usize {
+        self.ledger.letter_bytes()
     }
 
-    /// Whether paused intake may resume.
+    /// Whether intake should pause: batches in flight and dead letters waiting for their write
+    /// together use up the in-flight budget (`batching.max_inflight_bytes`).
+    pub(crate) fn over_budget(&self) -> bool {
+        self.inflight_bytes() + self.letter_bytes() >= self.budget
+    }
+
+    /// Whether paused intake may resume (both together below half the budget).
     pub(crate) fn under_half_budget(&self) -> bool {
-        self.inflight_bytes() < self.budget / 2 && self.ledger.letters_held() < 50_000
+        self.inflight_bytes() + self.letter_bytes() < self.budget / 2
     }
 
     /// Nothing is waiting for an acknowledgement.
@@ -188,18 +196,22 @@ impl State {
                     reason: &failure.error.reason,
                 }
                 .emit(&mut self.log_limit, now);
-                let epoch = self.ledger.letter_sent(partition, offset);
-                self.dead_letters.send(DeadLetter {
+                let mut letter = DeadLetter {
                     topic: self.topic.clone(),
                     partition,
                     offset,
-                    epoch,
+                    epoch: 0,
                     key: key.map(<[u8]>::to_vec),
                     payload: payload.to_vec(),
                     kind: deadletter::Kind::Decode,
                     code,
                     message: failure.error.reason,
-                });
+                    claim_check: false,
+                };
+                letter.epoch = self
+                    .ledger
+                    .letter_sent(partition, offset, letter.held_bytes());
+                self.dead_letters.send(letter);
             }
         }
         for b in ready {
@@ -285,10 +297,13 @@ impl State {
                 checkpoints,
             } => {
                 // Offsets with refused rows wait for their dead-letter writes.
-                let refused: Vec<(Partition, i64)> =
-                    dead.iter().map(|d| (d.partition, d.offset)).collect();
+                let refused: Vec<(Partition, i64, usize)> = dead
+                    .iter()
+                    .map(|d| (d.partition, d.offset, d.held_bytes()))
+                    .collect();
                 self.ledger.acked(id, &refused, checkpoints);
                 events::InflightBytes(self.inflight_bytes()).emit();
+                events::PendingLetters(self.letter_bytes()).emit();
                 self.totals.dead_letters += dead.len() as u64;
                 for letter in dead {
                     self.dead_letters.send(letter);
@@ -298,24 +313,62 @@ impl State {
                 partition,
                 offset,
                 epoch,
+                bytes,
+                claim_check,
             }) => {
                 self.health.dead_letter_ok.store(true, Ordering::Relaxed);
-                self.ledger.letter_written(partition, offset, epoch);
-            }
-            Event::DeadLetter(Outcome::Failed { letter, error }) => {
-                self.health.dead_letter_ok.store(false, Ordering::Relaxed);
-                let now = Instant::now();
-                events::DeadLetterFailed {
-                    partition: letter.partition,
-                    offset: letter.offset,
-                    error: &error,
+                if let Some(original_bytes) = claim_check {
+                    events::ClaimCheckWritten {
+                        topic: &self.topic,
+                        partition,
+                        offset,
+                        original_bytes,
+                    }
+                    .emit(&mut self.claim_log_limit, Instant::now());
                 }
-                .emit(&mut self.dlq_log_limit, now);
-                self.dlq_retry
-                    .push_back((now + Duration::from_secs(1), *letter));
+                self.ledger.letter_written(partition, offset, epoch, bytes);
+                events::PendingLetters(self.letter_bytes()).emit();
             }
+            Event::DeadLetter(Outcome::Failed {
+                letter,
+                failure,
+                error,
+            }) => self.letter_failed(*letter, failure, &error),
             Event::Register(r) => self.registrations.push(r),
         }
+    }
+
+    /// A dead-letter write failed: send it again, as a claim check if it was too large.
+    fn letter_failed(&mut self, mut letter: DeadLetter, failure: Failure, error: &str) {
+        if self.ledger.epoch(letter.partition) != letter.epoch {
+            // Its partition was revoked since: the offset was not committed, the next owner
+            // reads the log again and dead-letters it itself. Keeping it would hold memory the
+            // budget no longer counts.
+            return;
+        }
+        // A claim check refused as too large is not a size problem any more: the target is.
+        let failure = if failure == Failure::TooLarge && letter.claim_check {
+            Failure::NeedsOperator
+        } else {
+            failure
+        };
+        let now = Instant::now();
+        events::DeadLetterFailed {
+            topic: &letter.topic,
+            partition: letter.partition,
+            offset: letter.offset,
+            failure,
+            error,
+        }
+        .emit(&mut self.dlq_log_limit, now);
+        if failure == Failure::TooLarge {
+            letter.claim_check = true;
+            self.dead_letters.send(letter);
+            return;
+        }
+        self.health.dead_letter_ok.store(false, Ordering::Relaxed);
+        self.dlq_retry
+            .push_back((now + failure.retry_after(), letter));
     }
 
     /// Re-sends dead letters whose retry time has come.
@@ -377,8 +430,11 @@ impl State {
         std::mem::take(&mut self.registrations)
     }
 
-    /// Forgets revoked partitions (after their committable offsets were committed).
+    /// Forgets revoked partitions (after their committable offsets were committed). Their
+    /// letters waiting for a retry are dropped: the next owner dead-letters those logs again.
     pub(crate) fn forget(&mut self, partitions: &[Partition]) {
+        self.dlq_retry
+            .retain(|(_, l)| !partitions.contains(&l.partition));
         for r in self.ledger.revoked(partitions) {
             if r.dropped > 0 {
                 tracing::info!(
@@ -405,3 +461,6 @@ impl State {
             .store(self.dead_letters.is_ready(), Ordering::Relaxed);
     }
 }
+
+#[cfg(test)]
+mod tests;

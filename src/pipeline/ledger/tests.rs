@@ -7,6 +7,9 @@
 //! - **safety** (both modes): every log before the committed offset is safe — its rows are in
 //!   an acknowledged batch and the letters for its refused rows are written, or (a bad log) its
 //!   dead letter is written;
+//! - **pending letter bytes** (both modes, after every step): the bytes the ledger counts for
+//!   unwritten dead letters are exactly those of the model's pending letters of the current
+//!   assignments (so they never go negative and return to zero when every letter is written);
 //! - **exactly-once metadata**: the checkpoint committed with offset `c` describes the stream at
 //!   offset `x`, and only logs without rows (bad logs) lie between `x` and `c`, so the next owner,
 //!   starting at `c`, skips exactly the rows the stream holds beyond the checkpoint.
@@ -66,7 +69,8 @@ struct World {
     positions: HashMap<Partition, i64>,
     open: Vec<(Partition, i64)>,
     flights: VecDeque<InFlight>,
-    letters: Vec<(Partition, i64, u64)>,
+    /// Pending dead letters: partition, offset, epoch, bytes.
+    letters: Vec<(Partition, i64, u64, usize)>,
     /// Exactly-once sink: the epoch each partition's stream was opened in.
     streams: HashMap<Partition, u64>,
 }
@@ -130,8 +134,9 @@ impl World {
                     return;
                 }
                 if self.bad[p as usize][o as usize] {
-                    let epoch = self.ledger.letter_sent(p, o);
-                    self.letters.push((p, o, epoch));
+                    let bytes = letter_size(p, o);
+                    let epoch = self.ledger.letter_sent(p, o, bytes);
+                    self.letters.push((p, o, epoch, bytes));
                 } else {
                     self.open.push((p, o));
                 }
@@ -153,9 +158,9 @@ impl World {
                 if self.letters.is_empty() {
                     return;
                 }
-                let (p, o, epoch) = self.letters.swap_remove(pick % self.letters.len());
+                let (p, o, epoch, bytes) = self.letters.swap_remove(pick % self.letters.len());
                 self.safe.insert((p, o));
-                self.ledger.letter_written(p, o, epoch);
+                self.ledger.letter_written(p, o, epoch, bytes);
             }
             Op::Commit => {
                 for point in self.ledger.commit_points(None) {
@@ -265,8 +270,10 @@ impl World {
                 if refuse & (1 << (i % 8)) != 0 && i % 3 == 0 {
                     // The refused row is dead-lettered, stamped with the batch's epoch.
                     let epoch = f.epochs.iter().find(|e| e.0 == p).unwrap().1;
-                    refused.push((p, o));
-                    self.letters.push((p, o, epoch));
+                    // A row's letter is smaller than the log's, and differs per row.
+                    let bytes = 1 + i + (letter_size(p, o) / 3);
+                    refused.push((p, o, bytes));
+                    self.letters.push((p, o, epoch, bytes));
                 } else {
                     written.push((p, o));
                 }
@@ -274,6 +281,22 @@ impl World {
         }
         self.safe.extend(written);
         self.ledger.acked(f.id, &refused, checkpoints);
+    }
+}
+
+/// The bytes of the dead letter of a bad log (any fixed function of its position will do).
+fn letter_size(p: Partition, o: i64) -> usize {
+    100 + (p as usize * 37 + o as usize * 1013) % 5000
+}
+
+impl World {
+    /// The bytes of pending letters the ledger must count: those of the current assignments.
+    fn expected_letter_bytes(&self) -> usize {
+        self.letters
+            .iter()
+            .filter(|(p, _, e, _)| self.positions.contains_key(p) && self.ledger.epoch(*p) == *e)
+            .map(|l| l.3)
+            .sum()
     }
 }
 
@@ -291,6 +314,11 @@ fn run(exactly_once: bool, bad: Vec<Vec<bool>>, ops: Vec<Op>) {
     }
     for op in ops {
         w.apply(op);
+        assert_eq!(
+            w.ledger.letter_bytes(),
+            w.expected_letter_bytes(),
+            "pending letter bytes"
+        );
     }
     // Whatever happened, draining (all work lands) lets the commit reach the end of what was
     // consumed, and the bookkeeping returns to zero.
@@ -304,6 +332,7 @@ fn run(exactly_once: bool, bad: Vec<Vec<bool>>, ops: Vec<Op>) {
     w.apply(Op::Commit);
     assert!(w.ledger.settled());
     assert_eq!(w.ledger.letters_held(), 0);
+    assert_eq!(w.ledger.letter_bytes(), 0, "letter bytes return to zero");
     assert_eq!(w.ledger.inflight_bytes(), 0);
     for (p, pos) in &w.positions {
         let committed = w.committed.get(p).map_or(0, |c| c.0);
@@ -362,7 +391,7 @@ fn acknowledgements_of_an_earlier_assignment_do_not_count() {
     let mut l = Ledger::new(false);
     l.assigned(&[0], &HashMap::new());
     assert!(l.consumed(0, 5));
-    let epoch = l.letter_sent(0, 5);
+    let epoch = l.letter_sent(0, 5, 40);
     l.revoked(&[0]);
     l.assigned(&[0], &HashMap::new());
     assert!(l.consumed(0, 5));
@@ -371,7 +400,7 @@ fn acknowledgements_of_an_earlier_assignment_do_not_count() {
         ranges: vec![OffsetRange::single(5)],
     };
     let (id, _) = l.dispatched(std::slice::from_ref(&po), 10);
-    l.letter_written(0, 5, epoch); // the old letter lands late: the new batch still pending
+    l.letter_written(0, 5, epoch, 40); // the old letter lands late: the new batch still pending
     assert!(l.commit_points(None).is_empty());
     l.acked(id, &[], Vec::new());
     assert_eq!(

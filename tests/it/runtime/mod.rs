@@ -3,6 +3,7 @@
 //! timings. Waits are bounded so a broken build fails instead of hanging.
 
 mod cases;
+mod dlq;
 
 use crate::common::bin;
 use observation_publisher::config::{load_value, Config, Needs};
