@@ -912,6 +912,55 @@ config:
         );
     }
 
+    /// Pins the wording, paths and order of the spec's problems (operators and docs quote them).
+    #[test]
+    fn spec_problems_keep_their_wording() {
+        let problems = |text: &str| Spec::parse(text).unwrap_err().0;
+        let got = problems(
+            "surprise: 1\nmodel: \"\"\nversion: [1]\nrevision: null\nnamespace: Not_Valid\nimage: a b\nimage_pull_policy: Sometimes\nreplicas: 0\nresources: {requests: {cpu: lots, gpu: 1}, limits: 3, other: x}\nlabels: {ok: \"bad value\", app.kubernetes.io/name: x}\nidentity: {gcp_service_account: nobody, key_secret: {name: Bad_Name, key: \"a b\", extra: 1}, who: 1}\nautoscaling: {min_replicas: 0, lag_threshold: x}\n",
+        );
+        let want = [
+            "surprise: unknown key; expected one of project, model, version, revision, namespace, image, image_pull_policy, replicas, resources, labels, identity, autoscaling, storage, config",
+            "project: required",
+            "model: must not be empty",
+            "version: must be a string",
+            "revision: must be an integer from 1 to 18446744073709551615",
+            "namespace: \"Not_Valid\" is not a valid namespace name",
+            "image: must not contain whitespace",
+            "image_pull_policy: expected Always, IfNotPresent or Never",
+            "replicas: must be an integer from 1 to 1000",
+            "resources.other: unknown key; expected one of requests, limits",
+            "resources.requests.gpu: unknown key; expected one of cpu, memory, ephemeral-storage",
+            "resources.requests.cpu: must be a Kubernetes quantity such as 500m, 1, 512Mi or 1Gi",
+            "resources.limits: must be a mapping",
+            "labels.ok: not a valid label value (at most 63 of A-Z a-z 0-9 . _ -, alphanumeric at both ends)",
+            "labels.app.kubernetes.io/name: reserved: bootstrap sets the labels under this prefix itself",
+            "identity.who: unknown key; expected one of gcp_service_account, key_secret",
+            "identity.gcp_service_account: \"nobody\" is not a service-account email",
+            "identity.key_secret.extra: unknown key; expected one of name, key",
+            "identity.key_secret.name: \"Bad_Name\" is not a valid Secret name",
+            "identity.key_secret.key: \"a b\" is not a valid Secret item name",
+            "autoscaling.min_replicas: must be an integer from 1 to 1000",
+            "autoscaling.max_replicas: required",
+            "autoscaling.lag_threshold: must be an integer from 1 to 18446744073709551615",
+            "config: required: the publisher's run config (Merlin's shape)",
+        ];
+        assert_eq!(got, want);
+        let got = problems("[1]");
+        assert_eq!(got, ["the spec must be a YAML mapping"]);
+        let got = problems(
+            "project: p\nmodel: m\nversion: 1\nrevision: 1\nnamespace: n\nimage: i\nresources: 1\nlabels: [a]\nidentity: {key_secret: [x]}\nautoscaling: {min_replicas: 3, max_replicas: 2}\nconfig: 1\n",
+        );
+        let want = [
+            "resources: must be a mapping",
+            "labels: must be a mapping of label keys to values",
+            "identity.key_secret: must be a Secret name or {name, key}",
+            "autoscaling.max_replicas: must be at least min_replicas (3)",
+            "config: must be a mapping",
+        ];
+        assert_eq!(got, want);
+    }
+
     #[test]
     fn quantities() {
         for ok in ["1", "500m", "0.5", "512Mi", "1Gi", "1e3", "2k"] {
