@@ -1,7 +1,10 @@
 //! The writer's public face: [`AppendWriter`], its options, the outcome of a batch and the
 //! errors it returns.
 
-use super::driver::{Driver, Evolution, Mode};
+use super::committed_stream::CommittedStream;
+use super::default_stream::DefaultStream;
+use super::driver::{Driver, Evolution};
+use super::policy::StreamPolicy;
 use super::request::{prepare, Job};
 use crate::bigquery::client::StorageClient;
 use crate::bigquery::encode::{payload_budget, schema_bytes};
@@ -171,7 +174,9 @@ pub struct AppendWriter {
     schema: SchemaRef,
     health: watch::Receiver<bool>,
     stats: Arc<WriterStats>,
-    exactly_once: bool,
+    /// The stream refuses a batch holding a row alone over the size cap (see
+    /// [`StreamPolicy::oversized_row_fails_batch`]).
+    oversized_row_fails_batch: bool,
     partition_window: Option<PartitionWindow>,
     task: Option<JoinHandle<()>>,
 }
@@ -185,7 +190,8 @@ impl AppendWriter {
         opts: WriterOptions,
     ) -> Result<Self, WriterError> {
         let stream = table.default_stream();
-        Self::start_inner(client, stream, Mode::Default, schema, opts, None)
+        let policy = Box::new(DefaultStream::new(None));
+        Self::start_inner(client, stream, policy, schema, opts)
     }
 
     /// Starts a writer on an existing COMMITTED stream `stream` (see
@@ -200,11 +206,8 @@ impl AppendWriter {
         schema: SchemaRef,
         opts: WriterOptions,
     ) -> Result<Self, WriterError> {
-        let mode = Mode::Committed {
-            partition,
-            next_offset,
-        };
-        Self::start_inner(client, stream, mode, schema, opts, None)
+        let policy = Box::new(CommittedStream::new(partition, next_offset));
+        Self::start_inner(client, stream, policy, schema, opts)
     }
 
     /// Like [`Self::start`], and when BigQuery reports that the table lacks columns of the
@@ -220,26 +223,25 @@ impl AppendWriter {
         opts: WriterOptions,
     ) -> Result<Self, WriterError> {
         let stream = spec.table.default_stream();
-        let evolution = Some(Evolution { tables, spec });
-        Self::start_inner(client, stream, Mode::Default, schema, opts, evolution)
+        let policy = Box::new(DefaultStream::new(Some(Evolution { tables, spec })));
+        Self::start_inner(client, stream, policy, schema, opts)
     }
 
     fn start_inner(
         client: StorageClient,
         write_stream: String,
-        mode: Mode,
+        policy: Box<dyn StreamPolicy>,
         schema: SchemaRef,
         opts: WriterOptions,
-        evolution: Option<Evolution>,
     ) -> Result<Self, WriterError> {
-        let exactly_once = matches!(mode, Mode::Committed { .. });
+        let oversized_row_fails_batch = policy.oversized_row_fails_batch();
         let partition_window = opts.partition_window;
         let schema_bytes = schema_bytes(&schema)?;
         let payload_budget = payload_budget(opts.max_request_bytes, &write_stream, &schema_bytes);
         metrics::gauge!(m::HEALTHY).set(1.0);
         let max_inflight = opts.max_inflight_bytes.clamp(1, u32::MAX as usize);
         let (driver, jobs_tx, health, stats) =
-            Driver::new(client, write_stream, mode, schema_bytes, opts, evolution);
+            Driver::new(client, write_stream, policy, schema_bytes, opts);
         Ok(AppendWriter {
             jobs: Some(jobs_tx),
             budget: Arc::new(Semaphore::new(max_inflight)),
@@ -248,7 +250,7 @@ impl AppendWriter {
             schema,
             health,
             stats,
-            exactly_once,
+            oversized_row_fails_batch,
             partition_window,
             task: Some(tokio::spawn(driver.run())),
         })
@@ -271,8 +273,7 @@ impl AppendWriter {
             .acquire_many_owned(permits)
             .await
             .map_err(|_| WriterError::Closed)?;
-        if self.exactly_once {
-            // Skipping a row here would break the row ↔ message mapping resume relies on.
+        if self.oversized_row_fails_batch {
             if let Some(i) = prepared.first_oversized {
                 return Err(WriterError::RowTooLarge(i));
             }

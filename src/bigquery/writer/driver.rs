@@ -3,7 +3,7 @@
 //! reconnects with backoff and reports health.
 
 use super::api::{AppendOutcome, RejectReason, RejectedRow, WriterOptions, WriterStats};
-use super::committed_stream::committed_stops;
+use super::policy::{Lost, StreamPolicy, Verdict};
 use super::request::{Job, Req};
 use crate::bigquery::client::StorageClient;
 use crate::bigquery::encode::append_request;
@@ -49,9 +49,6 @@ pub(super) struct Conn {
     pub(super) schema_sent: bool,
     /// A request carrying the schema was accepted on this connection.
     pub(super) primed: bool,
-    /// Committed streams: a request of this connection was refused, so later ones may be
-    /// refused with OUT_OF_RANGE (a gap of our own making) and are re-sent in order.
-    pub(super) gap: bool,
     pub(super) drain_deadline: Option<Instant>,
 }
 
@@ -87,20 +84,6 @@ pub(super) async fn next_event(conn: &mut Conn) -> ConnEvent {
     }
 }
 
-/// Which kind of stream the driver writes.
-#[derive(Debug, Clone, Copy)]
-pub(super) enum Mode {
-    /// `_default`: at-least-once, no offsets.
-    Default,
-    /// A COMMITTED stream with explicit offsets (exactly-once).
-    Committed {
-        /// Kafka partition (metric label).
-        partition: i32,
-        /// Offset of the next row admitted.
-        next_offset: i64,
-    },
-}
-
 /// What the writer needs to add columns itself.
 pub(super) struct Evolution {
     pub(super) tables: TableManager,
@@ -110,12 +93,10 @@ pub(super) struct Evolution {
 pub(super) type Evolving = JoinHandle<Result<EnsureReport, TableError>>;
 
 pub(super) struct Driver {
-    pub(super) mode: Mode,
-    /// Admission counter for `Req::order` on the default stream.
-    pub(super) next_order: i64,
+    /// What differs between the default stream and a committed stream.
+    pub(super) policy: Box<dyn StreamPolicy>,
     /// Committed streams: why the writer stopped (it then resolves nothing more).
     pub(super) stopped: Option<String>,
-    pub(super) evolution: Option<Evolution>,
     /// A running `ensure_table`; no connection is opened until it is done.
     pub(super) evolving: Option<Evolving>,
     pub(super) stats: Arc<WriterStats>,
@@ -148,10 +129,9 @@ impl Driver {
     pub(super) fn new(
         client: StorageClient,
         write_stream: String,
-        mode: Mode,
+        policy: Box<dyn StreamPolicy>,
         schema_bytes: Bytes,
         opts: WriterOptions,
-        evolution: Option<Evolution>,
     ) -> (
         Self,
         mpsc::UnboundedSender<Job>,
@@ -179,10 +159,8 @@ impl Driver {
             connections: 0,
             attempt_failed: false,
             health,
-            evolution,
             evolving: None,
-            mode,
-            next_order: 0,
+            policy,
             stopped: None,
         };
         (driver, jobs_tx, health_rx, stats)
@@ -325,12 +303,12 @@ impl Driver {
             metrics::counter!(m::RECONNECTS_TOTAL).increment(1);
         }
         debug!(stream = %self.write_stream, "opening AppendRows connection");
+        self.policy.connected();
         self.conn = Some(Conn {
             tx: Some(tx),
             state: ConnState::Opening(h),
             schema_sent: false,
             primed: false,
-            gap: false,
             drain_deadline: None,
         });
     }
@@ -339,39 +317,23 @@ impl Driver {
         let id = self.next_id;
         self.next_id += 1;
         metrics::gauge!(m::INFLIGHT_BYTES).increment(job.bytes as f64);
-        let stream_offsets = match &mut self.mode {
-            Mode::Committed { next_offset, .. } => {
-                let start = *next_offset;
-                *next_offset += job.written as i64;
-                Some(start..*next_offset)
-            }
-            Mode::Default => None,
-        };
+        let mut reqs = job.reqs;
+        let stream_offsets = self.policy.admit(job.written, &mut reqs);
         self.batches.insert(
             id,
             BatchState {
                 rows: job.rows,
                 bytes: job.bytes,
                 appended: 0,
-                open: job.reqs.len(),
+                open: reqs.len(),
                 rejected: job.rejected,
                 stream_offsets: stream_offsets.clone(),
                 done: Some(job.done),
                 _permit: job.permit,
             },
         );
-        for mut r in job.reqs {
+        for mut r in reqs {
             r.batch = id;
-            match &stream_offsets {
-                Some(range) => {
-                    r.offset = Some(range.start + r.pos as i64);
-                    r.order = range.start + r.pos as i64;
-                }
-                None => {
-                    r.order = self.next_order;
-                    self.next_order += 1;
-                }
-            }
             self.queue.push_back(r);
         }
         self.finish_if_done(id);
@@ -388,9 +350,8 @@ impl Driver {
             for r in &b.rejected {
                 metrics::counter!(m::ROW_ERRORS_TOTAL, "kind" => r.reason.as_str()).increment(1);
             }
-            if let (Some(r), Mode::Committed { partition, .. }) = (&b.stream_offsets, self.mode) {
-                metrics::gauge!(m::STREAM_OFFSET, "partition" => partition.to_string())
-                    .set(r.end as f64);
+            if let Some(r) = &b.stream_offsets {
+                self.policy.resolved(r);
             }
             let outcome = AppendOutcome {
                 rows: b.rows,
@@ -463,7 +424,7 @@ impl Driver {
         if self.evolving.is_some() {
             return;
         }
-        if let Some(e) = &self.evolution {
+        if let Some(e) = self.policy.evolution() {
             let tables = e.tables.clone();
             let spec = e.spec.clone();
             self.evolving = Some(tokio::spawn(
@@ -528,16 +489,16 @@ impl Driver {
             }
             ConnEvent::Opened(Err(status)) | ConnEvent::Message(Err(status)) => {
                 let info = ErrorInfo::from_status(&status);
-                let action = info.action();
-                if action == Action::Split && matches!(self.mode, Mode::Default) {
+                let lost = self.policy.connection_failed(&info);
+                if lost == Lost::SplitLargest {
                     self.split_largest_inflight();
                 }
                 self.lose_connection();
-                if matches!(self.mode, Mode::Committed { .. }) && committed_stops(&info, false) {
-                    self.stop(format!("{info}"));
+                if let Lost::Stop(reason) = lost {
+                    self.stop(reason);
                     return;
                 }
-                self.failed(&info, action);
+                self.failed(&info, info.action());
             }
             ConnEvent::Message(Ok(None)) => {
                 let clean = self.inflight.is_empty();
@@ -582,28 +543,39 @@ impl Driver {
             self.evolve();
             self.begin_drain();
         }
-        if matches!(self.mode, Mode::Committed { .. }) {
-            self.on_committed_response(req, resp);
-            return;
-        }
-        if !resp.row_errors.is_empty() {
-            self.on_row_errors(req, &resp);
-            return;
-        }
-        match resp.response {
-            Some(append_rows_response::Response::AppendResult(_)) => self.accepted(req),
-            Some(append_rows_response::Response::Error(status)) => {
-                let info = ErrorInfo::from_rpc(&status);
-                self.on_refused(req, info);
+        let verdict = self.policy.answer(&req, &resp);
+        self.apply(req, verdict);
+    }
+
+    /// Carries out the policy's verdict on `req`.
+    fn apply(&mut self, req: Req, verdict: Verdict) {
+        match verdict {
+            Verdict::Accept => self.accepted(req),
+            Verdict::Reject(rows) => {
+                let bad: Vec<usize> = rows.iter().map(|r| r.0).collect();
+                self.reject(&req, rows);
+                match req.without(&bad) {
+                    Ok(Some(rest)) => self.replace(&req, vec![rest]),
+                    Ok(None) => self.replace(&req, Vec::new()),
+                    Err(e) => self.encode_failure(req, e),
+                }
             }
-            None => {
-                let info = ErrorInfo {
-                    code: tonic::Code::Unknown,
-                    message: "AppendRows response with neither a result nor an error".into(),
-                    storage_code: None,
-                };
-                self.on_refused(req, info);
+            Verdict::Resend => self.requeue(req),
+            Verdict::Split { reconnect } => {
+                match self.halves(&req) {
+                    Ok(parts) => self.replace(&req, parts),
+                    Err(e) => self.encode_failure(req, e),
+                }
+                if reconnect {
+                    self.begin_drain();
+                }
             }
+            Verdict::Retry(info) => {
+                self.requeue(req);
+                self.failed(&info, info.action());
+                self.begin_drain();
+            }
+            Verdict::Stop(reason) => self.stop(reason),
         }
     }
 
@@ -663,6 +635,56 @@ impl Driver {
     pub(super) fn requeue(&mut self, req: Req) {
         let at = self.queue.partition_point(|q| q.order <= req.order);
         self.queue.insert(at, req);
+    }
+
+    /// Fails every unresolved batch with `reason` and stops the writer.
+    fn stop(&mut self, reason: String) {
+        warn!(stream = %self.write_stream, %reason, "exactly-once writer stopped; nothing more is acknowledged");
+        metrics::counter!(m::FATAL_ERRORS_TOTAL, "code" => "STOPPED").increment(1);
+        self.set_health(false);
+        for (_, mut b) in self.batches.drain() {
+            metrics::gauge!(m::INFLIGHT_BYTES).decrement(b.bytes as f64);
+            if let Some(done) = b.done.take() {
+                let _ = done.send(Err(reason.clone()));
+            }
+        }
+        self.queue.clear();
+        self.inflight.clear();
+        self.conn = None;
+        self.jobs.close();
+        self.stopped = Some(reason);
+    }
+
+    /// The connection failed over the transport's message cap: halves the largest request
+    /// sent on it (a single row is reported rejected).
+    fn split_largest_inflight(&mut self) {
+        let Some((i, _)) = self
+            .inflight
+            .iter()
+            .enumerate()
+            .max_by_key(|(_, r)| r.payload.len())
+        else {
+            return;
+        };
+        let Some(req) = self.inflight.remove(i) else {
+            return;
+        };
+        if req.n() <= 1 {
+            self.reject(
+                &req,
+                [(
+                    0,
+                    RejectReason::TooLarge,
+                    "the row exceeds the transport's message cap".into(),
+                )],
+            );
+            self.replace(&req, Vec::new());
+            return;
+        }
+        match self.halves(&req) {
+            Ok(parts) => self.replace(&req, parts),
+            Err(e) => self.encode_failure(req, e),
+        }
     }
 }
 

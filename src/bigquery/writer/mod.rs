@@ -32,12 +32,15 @@
 //! - `request`: a batch turned into requests under `max_request_bytes`; slicing a request.
 //! - `driver`: the task that owns the AppendRows connection: sends in order, matches answers,
 //!   re-sends, reconnects, reports health.
-//! - `default_stream`, `committed_stream`: how each kind of stream answers are resolved.
+//! - `policy`: what differs between the kinds of stream, chosen once at start
+//!   ([`AppendWriter::start`] / [`AppendWriter::start_evolving`]: `default_stream`;
+//!   [`AppendWriter::start_committed`]: `committed_stream`).
 
 mod api;
 mod committed_stream;
 mod default_stream;
 mod driver;
+mod policy;
 mod request;
 
 pub use api::{
