@@ -37,6 +37,7 @@
 //!   [`AppendWriter::start_committed`]: `committed_stream`).
 
 mod api;
+mod batches;
 mod committed_stream;
 mod default_stream;
 mod driver;
