@@ -82,7 +82,7 @@ pub(super) type Evolving = JoinHandle<Result<EnsureReport, TableError>>;
 pub(super) struct Driver {
     /// What differs between the default stream and a committed stream.
     pub(super) policy: Box<dyn StreamPolicy>,
-    /// Committed streams: why the writer stopped (it then resolves nothing more).
+    /// Why the writer stopped, when its policy stopped it (it then resolves nothing more).
     pub(super) stopped: Option<String>,
     /// A running `ensure_table`; no connection is opened until it is done.
     pub(super) evolving: Option<Evolving>,
