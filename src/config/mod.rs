@@ -37,11 +37,11 @@ pub use ours::{
     Batching, Consumer, DeadLetter, Delivery, LocalSink, LogFormat, Logging, Server, StartFrom,
 };
 pub use schema::{FeatureType, InferenceSchema, ModelOutput, PREDICTION_LABEL_COLUMN, RANK_COLUMN};
-pub(crate) use value::{key_text, scalar_text, Obj};
 pub use value::{parse_bytes, parse_duration, Problems};
 
 use serde::Serialize;
 use serde_yaml_ng::Value;
+pub(crate) use value::{key_text, scalar_text, Obj};
 
 /// What a command needs from the configuration.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
