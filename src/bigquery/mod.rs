@@ -5,7 +5,8 @@
 //! - [`client`]: tonic channel to the Storage Write endpoint (TLS + OAuth, or plain for the emulator).
 //! - [`auth`]: Application Default Credentials (bearer tokens, refreshed before expiry).
 //! - [`encode`]: record batches → `arrow_rows` AppendRows requests under the size cap (pure).
-//! - [`writer`]: one persistent AppendRows stream per table, pipelined, byte-bounded, re-sending.
+//! - [`writer`]: one persistent AppendRows stream per table (or per partition, committed),
+//!   pipelined, byte-bounded, re-sending; the kind of stream is a policy chosen at start.
 //! - [`error`]: gRPC code classification (retry / split / bisect / fatal).
 //! - [`exactly_once`]: COMMITTED stream per partition, checkpoints in Kafka commit metadata, resume.
 //! - [`table`]: create the table, add columns, partition expiration, clustering, queries.

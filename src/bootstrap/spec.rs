@@ -29,7 +29,7 @@
 
 use super::names::{is_dns_label, is_dns_subdomain, is_label_key, is_label_value, Names};
 use super::storage::Storage;
-use crate::config::{Config, Needs, Problems};
+use crate::config::{key_text, scalar_text, Config, Needs, Obj, Problems};
 use serde_yaml_ng::{Mapping, Value};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
@@ -160,67 +160,66 @@ impl Spec {
                 return Err(problems);
             }
         };
-        let Value::Mapping(root) = root else {
+        if !root.is_mapping() {
             problems.push("", "the spec must be a YAML mapping");
             return Err(problems);
-        };
-        for k in root.keys() {
-            match k.as_str() {
-                Some(k) if SPEC_KEYS.contains(&k) => {}
-                _ => problems.push(
-                    &key_text(k),
-                    format_args!("unknown key; expected one of {}", SPEC_KEYS.join(", ")),
-                ),
-            }
         }
-        let mut r = Reader {
-            problems: &mut problems,
-        };
-        let project = r.req_scalar(&root, "project", "project");
-        let model = r.req_scalar(&root, "model", "model");
-        let version = r.req_scalar(&root, "version", "version");
-        let revision = r
-            .int(&root, "revision", "revision", 1, u64::MAX)
-            .unwrap_or(0);
-        if root.get("revision").is_none() {
-            r.problems
-                .push("revision", "required (an integer ≥ 1; newer revisions win)");
+        let p = &mut problems;
+        let mut r = Obj::closed(Some(&root), "", SPEC_KEYS, p);
+        let project = r.req_text("project", p);
+        let model = r.req_text("model", p);
+        let version = r.req_text("version", p);
+        let revision = r.int_in("revision", 1, u64::MAX, p).unwrap_or(0);
+        if !r.has("revision") {
+            p.push("revision", "required (an integer ≥ 1; newer revisions win)");
         }
-        let namespace = r.req_scalar(&root, "namespace", "namespace");
+        let namespace = r.req_text("namespace", p);
         if !namespace.is_empty() && !is_dns_label(&namespace) {
-            r.problems.push(
+            p.push(
                 "namespace",
                 format_args!("{namespace:?} is not a valid namespace name"),
             );
         }
-        let image = r.req_scalar(&root, "image", "image");
+        let image = r.req_text("image", p);
         if image.chars().any(char::is_whitespace) {
-            r.problems.push("image", "must not contain whitespace");
+            p.push("image", "must not contain whitespace");
         }
         let image_pull_policy = r
-            .scalar(&root, "image_pull_policy", "image_pull_policy")
+            .text("image_pull_policy", p)
             .unwrap_or_else(|| "IfNotPresent".into());
         if !["Always", "IfNotPresent", "Never"].contains(&image_pull_policy.as_str()) {
-            r.problems.push(
+            p.push(
                 "image_pull_policy",
                 "expected Always, IfNotPresent or Never",
             );
         }
-        let replicas = r.int(&root, "replicas", "replicas", 1, 1000).unwrap_or(1) as i32;
-        let resources = r.resources(root.get("resources"));
-        let labels = r.labels(root.get("labels"));
-        let identity = r.identity(root.get("identity"));
+        let replicas = r.int_in("replicas", 1, 1000, p).unwrap_or(1) as i32;
+        let resources = read_resources(r.closed_obj("resources", &["requests", "limits"], p), p);
+        let labels = read_labels(r.get("labels"), p);
+        let identity = read_identity(
+            r.closed_obj("identity", &["gcp_service_account", "key_secret"], p),
+            p,
+        );
         if identity.gcp_service_account.is_none() && identity.key_secret.is_none() {
             warnings.push(
                 "identity: neither gcp_service_account nor key_secret is set; the publisher will use the node's default credentials".into(),
             );
         }
-        let autoscaling = r.autoscaling(root.get("autoscaling"), replicas);
-        let storage = Storage::read(root.get("storage"), r.problems);
+        let autoscaling = read_autoscaling(
+            r.closed_obj(
+                "autoscaling",
+                &["min_replicas", "max_replicas", "lag_threshold"],
+                p,
+            ),
+            replicas,
+            p,
+        );
+        let storage = Storage::read(r.get("storage"), p);
+        let raw_config = r.get("config");
 
         let names = Names::new(&project, &model, &version);
         let run_config = complete_config(
-            root.get("config"),
+            raw_config,
             &project,
             &model,
             &version,
@@ -353,16 +352,6 @@ pub fn legacy_default_group(project: &str, model: &str, version: &str) -> String
     format!("observation-publisher-{project}-{model}-{version}")
 }
 
-fn key_text(k: &Value) -> String {
-    match k {
-        Value::String(s) => s.clone(),
-        other => serde_yaml_ng::to_string(other)
-            .unwrap_or_default()
-            .trim()
-            .to_string(),
-    }
-}
-
 /// Fills in the run config's identity, source type, topic and group.
 fn complete_config(
     raw: Option<&Value>,
@@ -460,258 +449,165 @@ fn check_runtime_fit(c: &Config, problems: &mut Problems) {
     }
 }
 
-fn scalar_text(v: &Value) -> Option<String> {
-    match v {
-        Value::String(s) => Some(s.clone()),
-        Value::Number(n) => Some(n.to_string()),
-        Value::Bool(b) => Some(b.to_string()),
-        _ => None,
-    }
-}
-
-/// Reads typed values out of mappings, recording problems with their paths.
-struct Reader<'p> {
-    problems: &'p mut Problems,
-}
-
-impl Reader<'_> {
-    fn scalar(&mut self, m: &Mapping, key: &str, path: &str) -> Option<String> {
-        match m.get(key) {
-            None | Some(Value::Null) => None,
-            Some(v) => match scalar_text(v) {
-                Some(s) => Some(s),
-                None => {
-                    self.problems.push(path, "must be a string");
-                    None
-                }
-            },
-        }
-    }
-
-    fn req_scalar(&mut self, m: &Mapping, key: &str, path: &str) -> String {
-        match self.scalar(m, key, path) {
-            Some(s) if !s.trim().is_empty() => s,
-            Some(_) => {
-                self.problems.push(path, "must not be empty");
-                String::new()
-            }
-            None => {
-                if m.get(key).is_none_or(Value::is_null) {
-                    self.problems.push(path, "required");
-                }
-                String::new()
-            }
-        }
-    }
-
-    fn int(&mut self, m: &Mapping, key: &str, path: &str, min: u64, max: u64) -> Option<u64> {
-        let v = m.get(key)?;
-        match v.as_u64() {
-            Some(n) if (min..=max).contains(&n) => Some(n),
-            _ => {
-                self.problems
-                    .push(path, format_args!("must be an integer from {min} to {max}"));
-                None
-            }
-        }
-    }
-
-    fn mapping<'v>(
-        &mut self,
-        v: Option<&'v Value>,
-        path: &str,
-        allowed: &[&str],
-    ) -> Option<&'v Mapping> {
-        match v {
-            None | Some(Value::Null) => None,
-            Some(Value::Mapping(m)) => {
-                for k in m.keys() {
-                    if !k.as_str().is_some_and(|k| allowed.contains(&k)) {
-                        self.problems.push(
-                            &format!("{path}.{}", key_text(k)),
-                            format_args!("unknown key; expected one of {}", allowed.join(", ")),
-                        );
-                    }
-                }
-                Some(m)
-            }
-            Some(_) => {
-                self.problems.push(path, "must be a mapping");
-                None
-            }
-        }
-    }
-
-    fn quantities(&mut self, v: Option<&Value>, path: &str) -> BTreeMap<String, String> {
-        let mut out = BTreeMap::new();
-        let Some(m) = self.mapping(v, path, &["cpu", "memory", "ephemeral-storage"]) else {
-            return out;
+/// `resources` (absent: 1 CPU and 512Mi requested, 1Gi memory limit).
+fn read_resources(mut m: Obj<'_>, p: &mut Problems) -> Resources {
+    if m.is_absent() {
+        return Resources {
+            requests: [
+                ("cpu".to_string(), "1".to_string()),
+                ("memory".to_string(), "512Mi".to_string()),
+            ]
+            .into(),
+            limits: [("memory".to_string(), "1Gi".to_string())].into(),
         };
-        for (k, v) in m {
-            let key = key_text(k);
+    }
+    let mut quantities = |key| {
+        let q = m.closed_obj(key, &["cpu", "memory", "ephemeral-storage"], p);
+        let mut out = BTreeMap::new();
+        for (key, v) in q.entries() {
             match scalar_text(v) {
-                Some(q) if is_quantity(&q) => {
-                    out.insert(key, q);
+                Some(v) if is_quantity(&v) => {
+                    out.insert(key, v);
                 }
-                _ => self.problems.push(
-                    &format!("{path}.{key}"),
+                _ => p.push(
+                    &q.path_of(&key),
                     "must be a Kubernetes quantity such as 500m, 1, 512Mi or 1Gi",
                 ),
             }
         }
         out
+    };
+    Resources {
+        requests: quantities("requests"),
+        limits: quantities("limits"),
     }
+}
 
-    fn resources(&mut self, v: Option<&Value>) -> Resources {
-        let Some(m) = self.mapping(v, "resources", &["requests", "limits"]) else {
-            return Resources {
-                requests: [
-                    ("cpu".to_string(), "1".to_string()),
-                    ("memory".to_string(), "512Mi".to_string()),
-                ]
-                .into(),
-                limits: [("memory".to_string(), "1Gi".to_string())].into(),
-            };
-        };
-        Resources {
-            requests: self.quantities(m.get("requests"), "resources.requests"),
-            limits: self.quantities(m.get("limits"), "resources.limits"),
+/// `labels`: any label keys but the reserved prefixes, valid label values.
+fn read_labels(v: Option<&Value>, p: &mut Problems) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let m = match v {
+        None | Some(Value::Null) => return out,
+        Some(Value::Mapping(m)) => m,
+        Some(_) => {
+            p.push("labels", "must be a mapping of label keys to values");
+            return out;
         }
-    }
-
-    fn labels(&mut self, v: Option<&Value>) -> BTreeMap<String, String> {
-        let mut out = BTreeMap::new();
-        let m = match v {
-            None | Some(Value::Null) => return out,
-            Some(Value::Mapping(m)) => m,
-            Some(_) => {
-                self.problems
-                    .push("labels", "must be a mapping of label keys to values");
-                return out;
-            }
-        };
-        for (k, v) in m {
-            let key = key_text(k);
-            let path = format!("labels.{key}");
-            if !is_label_key(&key) {
-                self.problems.push(&path, "not a valid label key");
-            } else if RESERVED_LABEL_PREFIXES.iter().any(|p| key.starts_with(p)) {
-                self.problems.push(
-                    &path,
-                    "reserved: bootstrap sets the labels under this prefix itself",
-                );
-            }
-            match scalar_text(v) {
-                Some(val) if is_label_value(&val) => {
-                    out.insert(key, val);
-                }
-                _ => self.problems.push(&path, "not a valid label value (at most 63 of A-Z a-z 0-9 . _ -, alphanumeric at both ends)"),
-            }
-        }
-        out
-    }
-
-    fn identity(&mut self, v: Option<&Value>) -> Identity {
-        let Some(m) = self.mapping(v, "identity", &["gcp_service_account", "key_secret"]) else {
-            return Identity::default();
-        };
-        let gcp_service_account =
-            self.scalar(m, "gcp_service_account", "identity.gcp_service_account");
-        if let Some(e) = &gcp_service_account {
-            let ok = e
-                .split_once('@')
-                .is_some_and(|(a, d)| !a.is_empty() && d.contains('.'))
-                && !e.contains(char::is_whitespace);
-            if !ok {
-                self.problems.push(
-                    "identity.gcp_service_account",
-                    format_args!("{e:?} is not a service-account email"),
-                );
-            }
-        }
-        let key_secret = match m.get("key_secret") {
-            None | Some(Value::Null) => None,
-            Some(Value::Mapping(_)) => {
-                let km = self.mapping(m.get("key_secret"), "identity.key_secret", &["name", "key"]);
-                km.map(|km| {
-                    let name = self.req_scalar(km, "name", "identity.key_secret.name");
-                    let key = self
-                        .scalar(km, "key", "identity.key_secret.key")
-                        .unwrap_or_else(|| DEFAULT_KEY_ITEM.into());
-                    KeySecret { name, key }
-                })
-            }
-            Some(v) => match scalar_text(v) {
-                Some(name) => Some(KeySecret {
-                    name,
-                    key: DEFAULT_KEY_ITEM.into(),
-                }),
-                None => {
-                    self.problems.push(
-                        "identity.key_secret",
-                        "must be a Secret name or {name, key}",
-                    );
-                    None
-                }
-            },
-        };
-        if let Some(k) = &key_secret {
-            if !is_dns_subdomain(&k.name) {
-                self.problems.push(
-                    "identity.key_secret.name",
-                    format_args!("{:?} is not a valid Secret name", k.name),
-                );
-            }
-            let ok = !k.key.is_empty()
-                && k.key
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
-            if !ok {
-                self.problems.push(
-                    "identity.key_secret.key",
-                    format_args!("{:?} is not a valid Secret item name", k.key),
-                );
-            }
-        }
-        Identity {
-            gcp_service_account,
-            key_secret,
-        }
-    }
-
-    fn autoscaling(&mut self, v: Option<&Value>, replicas: i32) -> Option<Autoscaling> {
-        let m = self.mapping(
-            v,
-            "autoscaling",
-            &["min_replicas", "max_replicas", "lag_threshold"],
-        )?;
-        let min = self
-            .int(m, "min_replicas", "autoscaling.min_replicas", 1, 1000)
-            .map_or(replicas, |n| n as i32);
-        let max = match self.int(m, "max_replicas", "autoscaling.max_replicas", 1, 1000) {
-            Some(n) => n as i32,
-            None => {
-                if m.get("max_replicas").is_none() {
-                    self.problems.push("autoscaling.max_replicas", "required");
-                }
-                min
-            }
-        };
-        if max < min {
-            self.problems.push(
-                "autoscaling.max_replicas",
-                format_args!("must be at least min_replicas ({min})"),
+    };
+    for (k, v) in m {
+        let key = key_text(k);
+        let path = format!("labels.{key}");
+        if !is_label_key(&key) {
+            p.push(&path, "not a valid label key");
+        } else if RESERVED_LABEL_PREFIXES.iter().any(|p| key.starts_with(p)) {
+            p.push(
+                &path,
+                "reserved: bootstrap sets the labels under this prefix itself",
             );
         }
-        let lag_threshold = self
-            .int(m, "lag_threshold", "autoscaling.lag_threshold", 1, u64::MAX)
-            .unwrap_or(1000);
-        Some(Autoscaling {
-            min_replicas: min,
-            max_replicas: max,
-            lag_threshold,
-        })
+        match scalar_text(v) {
+            Some(val) if is_label_value(&val) => {
+                out.insert(key, val);
+            }
+            _ => p.push(&path, "not a valid label value (at most 63 of A-Z a-z 0-9 . _ -, alphanumeric at both ends)"),
+        }
     }
+    out
+}
+
+/// `identity`: a workload-identity service account and/or a key Secret.
+fn read_identity(mut m: Obj<'_>, p: &mut Problems) -> Identity {
+    if m.is_absent() {
+        return Identity::default();
+    }
+    let gcp_service_account = m.text("gcp_service_account", p);
+    if let Some(e) = &gcp_service_account {
+        let ok = e
+            .split_once('@')
+            .is_some_and(|(a, d)| !a.is_empty() && d.contains('.'))
+            && !e.contains(char::is_whitespace);
+        if !ok {
+            p.push(
+                "identity.gcp_service_account",
+                format_args!("{e:?} is not a service-account email"),
+            );
+        }
+    }
+    let key_secret = match m.get("key_secret") {
+        None | Some(Value::Null) => None,
+        v @ Some(Value::Mapping(_)) => {
+            let mut km = Obj::closed(v, "identity.key_secret", &["name", "key"], p);
+            let name = km.req_text("name", p);
+            let key = km.text("key", p).unwrap_or_else(|| DEFAULT_KEY_ITEM.into());
+            Some(KeySecret { name, key })
+        }
+        Some(v) => match scalar_text(v) {
+            Some(name) => Some(KeySecret {
+                name,
+                key: DEFAULT_KEY_ITEM.into(),
+            }),
+            None => {
+                p.push(
+                    "identity.key_secret",
+                    "must be a Secret name or {name, key}",
+                );
+                None
+            }
+        },
+    };
+    if let Some(k) = &key_secret {
+        if !is_dns_subdomain(&k.name) {
+            p.push(
+                "identity.key_secret.name",
+                format_args!("{:?} is not a valid Secret name", k.name),
+            );
+        }
+        let ok = !k.key.is_empty()
+            && k.key
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+        if !ok {
+            p.push(
+                "identity.key_secret.key",
+                format_args!("{:?} is not a valid Secret item name", k.key),
+            );
+        }
+    }
+    Identity {
+        gcp_service_account,
+        key_secret,
+    }
+}
+
+/// `autoscaling` (absent: none); `min_replicas` defaults to `replicas`.
+fn read_autoscaling(mut m: Obj<'_>, replicas: i32, p: &mut Problems) -> Option<Autoscaling> {
+    if m.is_absent() {
+        return None;
+    }
+    let min = m
+        .int_in("min_replicas", 1, 1000, p)
+        .map_or(replicas, |n| n as i32);
+    let max = match m.int_in("max_replicas", 1, 1000, p) {
+        Some(n) => n as i32,
+        None => {
+            if !m.has("max_replicas") {
+                p.push("autoscaling.max_replicas", "required");
+            }
+            min
+        }
+    };
+    if max < min {
+        p.push(
+            "autoscaling.max_replicas",
+            format_args!("must be at least min_replicas ({min})"),
+        );
+    }
+    let lag_threshold = m.int_in("lag_threshold", 1, u64::MAX, p).unwrap_or(1000);
+    Some(Autoscaling {
+        min_replicas: min,
+        max_replicas: max,
+        lag_threshold,
+    })
 }
 
 /// Whether `q` looks like a Kubernetes quantity: a decimal number with an optional SI, binary or
@@ -741,184 +637,4 @@ pub fn is_quantity(q: &str) -> bool {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
-    use super::*;
-
-    pub(crate) const MINIMAL: &str = r#"
-project: sample
-model: credit-model
-version: "3"
-revision: 2
-namespace: mlobs
-image: registry.example/observation-publisher:0.1.0
-config:
-  inference_schema:
-    session_id_column: session_id
-    row_id_column: row_id
-    model_prediction_output:
-      output_class: BinaryClassificationOutput
-      prediction_score_column: prediction_score
-      prediction_label_column: prediction_label
-      positive_class_label: fraud
-      negative_class_label: non_fraud
-    feature_types: {amount: float64}
-  observation_sinks:
-  - type: BIGQUERY
-    config: {project: gcp-project, dataset: mlobs, ttl_days: 14}
-  observation_source:
-    config: {bootstrap_servers: "kafka:9092"}
-"#;
-
-    #[test]
-    fn minimal_spec_gets_merlin_defaults() {
-        let (s, warnings) = Spec::parse(MINIMAL).unwrap_or_else(|p| panic!("{p}"));
-        assert_eq!(s.topic(), "caraml-sample-credit-model-3-prediction-log");
-        let hash = crate::bootstrap::names::identity_hash("sample", "credit-model", "3");
-        assert_eq!(
-            s.group_id(),
-            format!("observation-publisher-sample-credit-model-3-{hash}")
-        );
-        // Colliding identities (Merlin's topic names collide too) get separate groups.
-        assert_ne!(
-            default_group("fraud-team", "model", "2"),
-            default_group("fraud", "team-model", "2")
-        );
-        assert_eq!(s.replicas, 1);
-        assert_eq!(s.revision, 2);
-        assert_eq!(s.metrics_port(), 8000);
-        assert_eq!(s.termination_grace_seconds(), 45, "30 s drain + 15");
-        assert!(
-            warnings.iter().any(|w| w.contains("identity")),
-            "{warnings:?}"
-        );
-        let yaml = s.config_yaml();
-        assert!(
-            yaml.contains("model_version: '3'") || yaml.contains("model_version: \"3\""),
-            "{yaml}"
-        );
-        // The generated config passes the run config's own validation.
-        let v: Value = serde_yaml_ng::from_str(&yaml).unwrap();
-        Config::from_value(&v, Needs::RUN).unwrap();
-    }
-
-    #[test]
-    fn all_problems_are_reported_at_once() {
-        let bad = MINIMAL
-            .replace("revision: 2", "revision: 0")
-            .replace("namespace: mlobs", "namespace: Not_Valid\nreplicas: 0\nlabels: {app.kubernetes.io/name: x, ok: \"bad value\"}\nresources: {requests: {cpu: lots}}\nidentity: {gcp_service_account: nobody, key_secret: {name: Bad_Name}}\nsurprise: 1")
-            .replace("bootstrap_servers: \"kafka:9092\"", "topic: t");
-        let p = Spec::parse(&bad).unwrap_err();
-        let text = p.to_string();
-        for needle in [
-            "revision:",
-            "namespace:",
-            "replicas:",
-            "labels.app.kubernetes.io/name: reserved",
-            "labels.ok:",
-            "resources.requests.cpu:",
-            "identity.gcp_service_account:",
-            "identity.key_secret.name:",
-            "surprise: unknown key",
-            "config.observation_source.config.bootstrap_servers",
-        ] {
-            assert!(text.contains(needle), "missing {needle:?} in\n{text}");
-        }
-    }
-
-    #[test]
-    fn config_identity_must_match_the_spec() {
-        let bad = MINIMAL.replace(
-            "  inference_schema:",
-            "  model_version: \"4\"\n  inference_schema:",
-        );
-        let text = Spec::parse(&bad).unwrap_err().to_string();
-        assert!(text.contains("config.model_version: must equal"), "{text}");
-    }
-
-    #[test]
-    fn local_files_must_be_on_a_persistent_volume() {
-        let bad = MINIMAL.replace(
-            "  observation_source:",
-            "  dead_letter: {target: file, path: dlq/dead.bin}\n  local_sink: {path: /tmp/rows}\n  server: {listen: \"127.0.0.1:8000\"}\n  observation_source:",
-        );
-        let text = Spec::parse(&bad).unwrap_err().to_string();
-        for key in ["config.dead_letter.path", "config.local_sink.path"] {
-            assert!(
-                text.contains(&format!("{key}: "))
-                    && text.contains("would be on an emptyDir, which dies with its pod"),
-                "{key}: {text}"
-            );
-        }
-        assert!(
-            text.contains("lost after its offsets were committed"),
-            "{text}"
-        );
-        assert!(text.contains("config.server.listen"), "{text}");
-        // On a persistent volume the spec names: accepted (relative paths are relative to the
-        // working directory).
-        let ok = bad
-            .replace("  server: {listen: \"127.0.0.1:8000\"}\n", "")
-            .replace("path: dlq/dead.bin", "path: persistent/dlq/dead.bin")
-            .replace(
-                "path: /tmp/rows",
-                "path: /var/lib/observation-publisher/persistent/rows",
-            )
-            .replace(
-                "namespace: mlobs",
-                "namespace: mlobs\nstorage: {persistent: {claim: publisher-data}}",
-            );
-        let (s, _) = Spec::parse(&ok).unwrap_or_else(|p| panic!("{p}"));
-        assert_eq!(s.storage.persistent.unwrap().claim, "publisher-data");
-        let elsewhere = ok.replace("path: persistent/dlq/dead.bin", "path: dlq/dead.bin");
-        let text = Spec::parse(&elsewhere).unwrap_err().to_string();
-        assert!(
-            text.contains("config.dead_letter.path: dlq/dead.bin is not on the persistent volume"),
-            "{text}"
-        );
-    }
-
-    #[test]
-    fn key_secret_forms() {
-        let s = MINIMAL.replace(
-            "namespace: mlobs",
-            "namespace: mlobs\nidentity: {key_secret: gcp-key}",
-        );
-        let (s, _) = Spec::parse(&s).unwrap();
-        assert_eq!(
-            s.identity.key_secret,
-            Some(KeySecret {
-                name: "gcp-key".into(),
-                key: DEFAULT_KEY_ITEM.into()
-            })
-        );
-        let s = MINIMAL.replace(
-            "namespace: mlobs",
-            "namespace: mlobs\nidentity: {key_secret: {name: gcp-key, key: key.json}}",
-        );
-        let (s, _) = Spec::parse(&s).unwrap();
-        assert_eq!(s.identity.key_secret.unwrap().key, "key.json");
-    }
-
-    #[test]
-    fn autoscaling_bounds() {
-        let s = MINIMAL.replace(
-            "namespace: mlobs",
-            "namespace: mlobs\nautoscaling: {min_replicas: 3, max_replicas: 2}",
-        );
-        let text = Spec::parse(&s).unwrap_err().to_string();
-        assert!(
-            text.contains("autoscaling.max_replicas: must be at least"),
-            "{text}"
-        );
-    }
-
-    #[test]
-    fn quantities() {
-        for ok in ["1", "500m", "0.5", "512Mi", "1Gi", "1e3", "2k"] {
-            assert!(is_quantity(ok), "{ok}");
-        }
-        for bad in ["", "lots", "1.2.3", "-1", "1Gb", "Mi"] {
-            assert!(!is_quantity(bad), "{bad}");
-        }
-    }
-}
+pub(crate) mod tests;

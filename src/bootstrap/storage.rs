@@ -17,7 +17,7 @@
 
 use super::names::is_dns_subdomain;
 use super::spec::{is_quantity, DATA_DIR, TMP_DIR};
-use crate::config::{Config, DeadLetter, Problems};
+use crate::config::{Config, DeadLetter, Obj, Problems};
 use serde_yaml_ng::Value;
 use std::path::{Component, Path, PathBuf};
 
@@ -53,17 +53,6 @@ pub struct Persistent {
     pub mount_path: PathBuf,
 }
 
-fn unknown_keys(m: &serde_yaml_ng::Mapping, path: &str, allowed: &[&str], problems: &mut Problems) {
-    for k in m.keys() {
-        if !k.as_str().is_some_and(|k| allowed.contains(&k)) {
-            problems.push(
-                &format!("{path}.{}", k.as_str().unwrap_or("?")),
-                format_args!("unknown key; expected one of {}", allowed.join(", ")),
-            );
-        }
-    }
-}
-
 /// Whether a quantity's number is above zero.
 fn positive(q: &str) -> bool {
     let end = q
@@ -84,15 +73,10 @@ impl Storage {
     /// Reads `storage` (absent: the defaults), recording problems.
     pub fn read(v: Option<&Value>, problems: &mut Problems) -> Storage {
         let mut s = Storage::default();
-        let m = match v {
-            None | Some(Value::Null) => return s,
-            Some(Value::Mapping(m)) => m,
-            Some(_) => {
-                problems.push("storage", "must be a mapping");
-                return s;
-            }
-        };
-        unknown_keys(m, "storage", &["size_limit", "persistent"], problems);
+        let mut m = Obj::closed(v, "storage", &["size_limit", "persistent"], problems);
+        if m.is_absent() {
+            return s;
+        }
         if let Some(v) = m.get("size_limit") {
             match text(Some(v)) {
                 Some(q) if is_quantity(&q) && positive(&q) => s.size_limit = q,
@@ -102,41 +86,37 @@ impl Storage {
                 ),
             }
         }
-        match m.get("persistent") {
-            None | Some(Value::Null) => {}
-            Some(Value::Mapping(p)) => {
-                unknown_keys(p, "storage.persistent", &["claim", "mount_path"], problems);
-                let claim = text(p.get("claim")).unwrap_or_default();
-                if !is_dns_subdomain(&claim) {
-                    problems.push(
-                        "storage.persistent.claim",
-                        "required: the name of an existing PersistentVolumeClaim in the namespace",
-                    );
-                }
-                let mount_path = PathBuf::from(
-                    text(p.get("mount_path")).unwrap_or_else(|| DEFAULT_PERSISTENT_MOUNT.into()),
+        let mut p = m.closed_obj("persistent", &["claim", "mount_path"], problems);
+        if !p.is_absent() {
+            let claim = text(p.get("claim")).unwrap_or_default();
+            if !is_dns_subdomain(&claim) {
+                problems.push(
+                    "storage.persistent.claim",
+                    "required: the name of an existing PersistentVolumeClaim in the namespace",
                 );
-                let bad_mount = !mount_path.is_absolute()
-                    || mount_path
-                        .components()
-                        .any(|c| matches!(c, Component::ParentDir))
-                    || mount_path == Path::new("/")
-                    || mount_path == Path::new(DATA_DIR)
-                    || mount_path == Path::new(TMP_DIR)
-                    || mount_path.starts_with(super::manifest::CONFIG_DIR)
-                    || mount_path.starts_with(super::manifest::KEY_DIR);
-                if bad_mount {
-                    problems.push(
+            }
+            let mount_path = PathBuf::from(
+                text(p.get("mount_path")).unwrap_or_else(|| DEFAULT_PERSISTENT_MOUNT.into()),
+            );
+            let bad_mount = !mount_path.is_absolute()
+                || mount_path
+                    .components()
+                    .any(|c| matches!(c, Component::ParentDir))
+                || mount_path == Path::new("/")
+                || mount_path == Path::new(DATA_DIR)
+                || mount_path == Path::new(TMP_DIR)
+                || mount_path.starts_with(super::manifest::CONFIG_DIR)
+                || mount_path.starts_with(super::manifest::KEY_DIR);
+            if bad_mount {
+                problems.push(
                         "storage.persistent.mount_path",
                         format_args!(
                             "{} is not usable: an absolute path of its own (not /, {DATA_DIR}, {TMP_DIR} or the config and key folders)",
                             mount_path.display()
                         ),
                     );
-                }
-                s.persistent = Some(Persistent { claim, mount_path });
             }
-            Some(_) => problems.push("storage.persistent", "must be a mapping"),
+            s.persistent = Some(Persistent { claim, mount_path });
         }
         s
     }
@@ -208,6 +188,27 @@ mod tests {
         let pv = s.persistent.unwrap();
         assert_eq!(pv.claim, "data");
         assert_eq!(pv.mount_path, Path::new(DEFAULT_PERSISTENT_MOUNT));
+    }
+
+    /// Pins the wording, paths and order of the section's problems.
+    #[test]
+    fn problems_keep_their_wording() {
+        let (_, p) =
+            read("{size_limit: null, persistent: {claim: null, mount_path: /, x: 1}, 7: y}");
+        assert_eq!(
+            p.0,
+            [
+                "storage.7: unknown key; expected one of size_limit, persistent",
+                "storage.size_limit: must be a positive Kubernetes quantity such as 512Mi or 2Gi",
+                "storage.persistent.x: unknown key; expected one of claim, mount_path",
+                "storage.persistent.claim: required: the name of an existing PersistentVolumeClaim in the namespace",
+                "storage.persistent.mount_path: / is not usable: an absolute path of its own (not /, /var/lib/observation-publisher, /tmp or the config and key folders)",
+            ]
+        );
+        let (_, p) = read("{persistent: [1]}");
+        assert_eq!(p.0, ["storage.persistent: must be a mapping"]);
+        let (_, p) = read("[1]");
+        assert_eq!(p.0, ["storage: must be a mapping"]);
     }
 
     #[test]

@@ -45,7 +45,7 @@ pub use value::{parse_bytes, parse_duration, Problems};
 
 use serde::Serialize;
 use serde_yaml_ng::Value;
-use value::Obj;
+pub(crate) use value::{key_text, scalar_text, Obj};
 
 /// What a command needs from the configuration.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -3,6 +3,12 @@
 //! serde's derive stops at the first error; operators want the whole list at once, with the path
 //! of each key. [`Obj`] reads typed keys out of one mapping, remembers which keys it consumed (so
 //! the caller can warn about, or reject, the rest) and pushes problems into a shared [`Problems`].
+//!
+//! Two wordings share it. The run config's readers ([`Obj::new`], [`Obj::string`], …) say what
+//! they expected and what they found ("expected a string, found a list") and report unread keys
+//! after reading. The bootstrap spec's readers ([`Obj::closed`], [`Obj::text`],
+//! [`Obj::req_text`], [`Obj::int_in`]) check the keys of a mapping against a fixed list up front
+//! ("unknown key; expected one of …") and say what a value must be ("must be a string").
 
 use serde_yaml_ng::{Mapping, Value};
 use std::fmt;
@@ -64,6 +70,27 @@ pub(crate) fn kind(v: &Value) -> &'static str {
         Value::Sequence(_) => "a list",
         Value::Mapping(_) => "a mapping",
         Value::Tagged(_) => "a tagged value",
+    }
+}
+
+/// The text of a scalar (string, number or boolean), or None.
+pub(crate) fn scalar_text(v: &Value) -> Option<String> {
+    match v {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        Value::Bool(b) => Some(b.to_string()),
+        _ => None,
+    }
+}
+
+/// A mapping key as written (a non-string key as its YAML text), for paths in messages.
+pub(crate) fn key_text(k: &Value) -> String {
+    match k {
+        Value::String(s) => s.clone(),
+        other => serde_yaml_ng::to_string(other)
+            .unwrap_or_default()
+            .trim()
+            .to_string(),
     }
 }
 
@@ -399,6 +426,126 @@ impl<'a> Obj<'a> {
         }
     }
 
+    /// Wraps `v` found at `path` as a closed mapping: every key not in `allowed` is reported at
+    /// once as `unknown key; expected one of …`, a non-mapping as `must be a mapping`; absent or
+    /// null reads as empty.
+    pub(crate) fn closed(
+        v: Option<&'a Value>,
+        path: &str,
+        allowed: &[&'static str],
+        problems: &mut Problems,
+    ) -> Self {
+        let map = match v {
+            None | Some(Value::Null) => None,
+            Some(Value::Mapping(m)) => {
+                for k in m.keys() {
+                    if !k.as_str().is_some_and(|k| allowed.contains(&k)) {
+                        problems.push(
+                            &join(path, &key_text(k)),
+                            format_args!("unknown key; expected one of {}", allowed.join(", ")),
+                        );
+                    }
+                }
+                Some(m)
+            }
+            Some(_) => {
+                problems.push(path, "must be a mapping");
+                None
+            }
+        };
+        Obj {
+            map,
+            path: path.to_string(),
+            known: allowed.to_vec(),
+        }
+    }
+
+    /// A nested closed mapping (see [`Obj::closed`]).
+    pub(crate) fn closed_obj(
+        &mut self,
+        key: &'static str,
+        allowed: &[&'static str],
+        problems: &mut Problems,
+    ) -> Obj<'a> {
+        let path = self.path_of(key);
+        Obj::closed(self.get(key), &path, allowed, problems)
+    }
+
+    /// Whether `key` is written in the mapping, null included.
+    pub(crate) fn has(&self, key: &str) -> bool {
+        self.map.is_some_and(|m| m.contains_key(key))
+    }
+
+    /// The value of `key` as written, null included, marking it known.
+    pub(crate) fn get(&mut self, key: &'static str) -> Option<&'a Value> {
+        self.known.push(key);
+        self.map?.get(key)
+    }
+
+    /// The entries in file order, keys as written.
+    pub(crate) fn entries(&self) -> impl Iterator<Item = (String, &'a Value)> {
+        self.map
+            .into_iter()
+            .flat_map(|m| m.iter().map(|(k, v)| (key_text(k), v)))
+    }
+
+    /// A scalar kept as its text (string, number or boolean); anything else is `must be a
+    /// string`. Null counts as absent.
+    pub(crate) fn text(&mut self, key: &'static str, problems: &mut Problems) -> Option<String> {
+        let path = self.path_of(key);
+        let v = self.raw(key)?;
+        let text = scalar_text(v);
+        if text.is_none() {
+            problems.push(&path, "must be a string");
+        }
+        text
+    }
+
+    /// A required, non-blank [`Obj::text`]: absent (or null) is `required`, blank is `must not
+    /// be empty`; both read as the empty string.
+    pub(crate) fn req_text(&mut self, key: &'static str, problems: &mut Problems) -> String {
+        let path = self.path_of(key);
+        let present = self
+            .map
+            .and_then(|m| m.get(key))
+            .is_some_and(|v| !v.is_null());
+        match self.text(key, problems) {
+            Some(s) if !s.trim().is_empty() => s,
+            Some(_) => {
+                problems.push(&path, "must not be empty");
+                String::new()
+            }
+            None => {
+                if !present {
+                    problems.push(&path, "required");
+                }
+                String::new()
+            }
+        }
+    }
+
+    /// An integer from `min` to `max`. Anything else written there, null included, is `must be
+    /// an integer from {min} to {max}`.
+    pub(crate) fn int_in(
+        &mut self,
+        key: &'static str,
+        min: u64,
+        max: u64,
+        problems: &mut Problems,
+    ) -> Option<u64> {
+        let path = self.path_of(key);
+        match self.get(key)?.as_u64() {
+            Some(n) if (min..=max).contains(&n) => Some(n),
+            _ => {
+                problems.push(
+                    &path,
+                    format_args!("must be an integer from {min} to {max}"),
+                );
+                None
+            }
+        }
+    }
+
     /// For Merlin's (tolerant) sections: every unread key becomes a warning.
     pub(crate) fn warn_unknown(&self, warnings: &mut Vec<String>) {
         for k in self.unknown_keys() {
@@ -466,6 +613,55 @@ mod tests {
         assert_eq!(parse_bytes("1024"), Some(1024));
         assert_eq!(parse_bytes("1.5KiB"), Some(1536));
         assert_eq!(parse_bytes("lots"), None);
+    }
+
+    fn yaml(text: &str) -> Value {
+        serde_yaml_ng::from_str(text).unwrap()
+    }
+
+    #[test]
+    fn closed_mappings_name_the_keys_they_allow() {
+        let v = yaml("{a: x, b: [1], 3: y, n: null, e: \" \"}");
+        let mut p = Problems::default();
+        let mut o = Obj::closed(Some(&v), "s", &["a", "b", "n", "e", "z"], &mut p);
+        assert_eq!(o.text("a", &mut p).as_deref(), Some("x"));
+        assert_eq!(o.text("b", &mut p), None);
+        assert_eq!(o.req_text("z", &mut p), "");
+        assert_eq!(o.req_text("n", &mut p), "");
+        assert_eq!(o.req_text("e", &mut p), "");
+        assert!(o.has("n") && !o.has("z"));
+        assert_eq!(o.int_in("n", 1, 5, &mut p), None, "null is not an integer");
+        assert_eq!(
+            p.0,
+            [
+                "s.3: unknown key; expected one of a, b, n, e, z",
+                "s.b: must be a string",
+                "s.z: required",
+                "s.n: required",
+                "s.e: must not be empty",
+                "s.n: must be an integer from 1 to 5",
+            ]
+        );
+        let mut p = Problems::default();
+        let list = yaml("[1]");
+        let o = Obj::closed(Some(&list), "s", &["a"], &mut p);
+        assert!(o.is_absent());
+        assert_eq!(o.entries().count(), 0);
+        assert_eq!(p.0, ["s: must be a mapping"]);
+    }
+
+    #[test]
+    fn closed_entries_keep_file_order() {
+        let v = yaml("{b: {c: 7}, a: 2}");
+        let mut p = Problems::default();
+        let mut o = Obj::closed(Some(&v), "", &["a", "b"], &mut p);
+        let keys: Vec<String> = o.entries().map(|(k, _)| k).collect();
+        assert_eq!(keys, ["b", "a"]);
+        let mut inner = o.closed_obj("b", &["c"], &mut p);
+        assert_eq!(inner.path(), "b");
+        assert_eq!(inner.int_in("c", 1, 5, &mut p), None);
+        assert_eq!(o.int_in("a", 1, 5, &mut p), Some(2));
+        assert_eq!(p.0, ["b.c: must be an integer from 1 to 5"]);
     }
 
     #[test]

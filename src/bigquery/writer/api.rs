@@ -1,0 +1,336 @@
+//! The writer's public face: [`AppendWriter`], its options, the outcome of a batch and the
+//! errors it returns.
+
+use super::committed_stream::CommittedStream;
+use super::default_stream::DefaultStream;
+use super::driver::{Driver, Evolution};
+use super::policy::StreamPolicy;
+use super::request::{prepare, Job};
+use crate::bigquery::client::StorageClient;
+use crate::bigquery::encode::{payload_budget, schema_bytes};
+use crate::bigquery::metrics as m;
+use crate::bigquery::table::{TableManager, TableSpec};
+use crate::bigquery::validate::{now_micros, PartitionWindow};
+use crate::bigquery::TableRef;
+use arrow_array::RecordBatch;
+use arrow_schema::{ArrowError, SchemaRef};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot, watch, Semaphore};
+use tokio::task::JoinHandle;
+
+/// Writer settings.
+#[derive(Debug, Clone)]
+pub struct WriterOptions {
+    /// Upper bound of one serialized AppendRows request.
+    pub max_request_bytes: usize,
+    /// Upper bound of the encoded bytes admitted and not yet resolved; `append` waits above it.
+    pub max_inflight_bytes: usize,
+    /// First reconnect delay after a transient error.
+    pub backoff_initial: Duration,
+    /// Cap of the reconnect delay.
+    pub backoff_max: Duration,
+    /// Delay between attempts while BigQuery refuses for permissions or a missing table.
+    pub fatal_retry_interval: Duration,
+    /// Consecutive failed attempts after which the writer reports itself unhealthy.
+    pub unhealthy_after: u32,
+    /// How long to wait for the answers to requests already sent after a half-close.
+    pub drain_timeout: Duration,
+    /// How long the oldest request may wait for its answer before the connection is given up
+    /// (and its requests re-sent on a new one).
+    pub response_timeout: Duration,
+    /// Rows outside this range of the partitioning column are reported rejected and not sent
+    /// (None: no check).
+    pub partition_window: Option<PartitionWindow>,
+}
+
+impl Default for WriterOptions {
+    fn default() -> Self {
+        WriterOptions {
+            max_request_bytes: crate::config::DEFAULT_MAX_REQUEST_BYTES as usize,
+            max_inflight_bytes: crate::config::DEFAULT_MAX_INFLIGHT_BYTES as usize,
+            backoff_initial: Duration::from_millis(100),
+            backoff_max: Duration::from_secs(10),
+            fatal_retry_interval: Duration::from_secs(30),
+            unhealthy_after: 3,
+            drain_timeout: Duration::from_secs(30),
+            response_timeout: Duration::from_secs(300),
+            partition_window: None,
+        }
+    }
+}
+
+/// Why rows were refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RejectReason {
+    /// BigQuery listed the row in `row_errors`.
+    RowError,
+    /// BigQuery refused a request holding only this row (INVALID_ARGUMENT).
+    Invalid,
+    /// The row alone exceeds `max_request_bytes`.
+    TooLarge,
+    /// The partitioning timestamp is older than the partition expiration or too far ahead.
+    OutsidePartitionRange,
+}
+
+impl RejectReason {
+    /// Bounded label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RejectReason::RowError => "row_error",
+            RejectReason::Invalid => "invalid",
+            RejectReason::TooLarge => "too_large",
+            RejectReason::OutsidePartitionRange => "outside_partition_range",
+        }
+    }
+}
+
+/// A row BigQuery will not take; dead-letter it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RejectedRow {
+    /// Index of the row in the batch given to [`AppendWriter::append`].
+    pub index: usize,
+    /// Why.
+    pub reason: RejectReason,
+    /// BigQuery's message.
+    pub message: String,
+}
+
+/// The resolution of one appended batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AppendOutcome {
+    /// Rows in the batch.
+    pub rows: usize,
+    /// Rows BigQuery accepted.
+    pub appended: usize,
+    /// Rows BigQuery refused, by index, sorted.
+    pub rejected: Vec<RejectedRow>,
+    /// Committed streams: the stream offsets `[start, end)` the batch's rows occupy; `end` is
+    /// the `next_row` to persist with the Kafka offset after this batch.
+    pub stream_offsets: Option<std::ops::Range<i64>>,
+}
+
+/// Errors of the writer's API.
+#[derive(Debug, thiserror::Error)]
+pub enum WriterError {
+    /// The batch's schema is not the writer's (a schema change needs a new writer).
+    #[error("record batch schema differs from the writer's schema")]
+    SchemaMismatch,
+    /// Arrow IPC encoding failed.
+    #[error("encoding the record batch: {0}")]
+    Encode(#[from] ArrowError),
+    /// The writer stopped before the batch was resolved: its rows are not written.
+    #[error("the BigQuery writer stopped before the batch was acknowledged")]
+    Closed,
+    /// Committed streams: the partition's writer stopped (a gap, a fenced or finalized stream,
+    /// rows BigQuery refused); the batch is not acknowledged and the partition must restart
+    /// from its last committed Kafka offset.
+    #[error("exactly-once writer stopped: {0}")]
+    Stopped(String),
+    /// Committed streams: a row alone exceeds `max_request_bytes` (dead-letter it before).
+    #[error("row {0} alone exceeds max_request_bytes")]
+    RowTooLarge(usize),
+}
+
+/// The caller's handle on one appended batch; resolves as described in the module docs.
+#[derive(Debug)]
+pub struct Pending(oneshot::Receiver<Result<AppendOutcome, String>>);
+
+impl Future for Pending {
+    type Output = Result<AppendOutcome, WriterError>;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        Pin::new(&mut self.0).poll(cx).map(|r| match r {
+            Ok(Ok(outcome)) => Ok(outcome),
+            Ok(Err(reason)) => Err(WriterError::Stopped(reason)),
+            Err(_) => Err(WriterError::Closed),
+        })
+    }
+}
+
+/// Counters of one writer, for tests and diagnostics.
+#[derive(Debug, Default)]
+pub struct WriterStats {
+    /// AppendRows connections opened.
+    pub connections: AtomicU64,
+    /// Requests sent (re-sends included).
+    pub requests_sent: AtomicU64,
+    /// Requests BigQuery accepted.
+    pub requests_accepted: AtomicU64,
+    /// Failed attempts (connection failures and retryable refusals).
+    pub failures: AtomicU64,
+}
+
+/// Handle on the writer task of one table. Cheap operations only; drop it to stop the task.
+#[derive(Debug)]
+pub struct AppendWriter {
+    jobs: Option<mpsc::UnboundedSender<Job>>,
+    budget: Arc<Semaphore>,
+    max_inflight: usize,
+    payload_budget: usize,
+    schema: SchemaRef,
+    health: watch::Receiver<bool>,
+    stats: Arc<WriterStats>,
+    /// The stream refuses a batch holding a row alone over the size cap (see
+    /// [`StreamPolicy::oversized_row_fails_batch`]).
+    oversized_row_fails_batch: bool,
+    partition_window: Option<PartitionWindow>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl AppendWriter {
+    /// Starts the writer task for `table`'s default stream. Connects lazily, on the first batch.
+    pub fn start(
+        client: StorageClient,
+        table: &TableRef,
+        schema: SchemaRef,
+        opts: WriterOptions,
+    ) -> Result<Self, WriterError> {
+        let stream = table.default_stream();
+        let policy = Box::new(DefaultStream::new(None));
+        Self::start_inner(client, stream, policy, schema, opts)
+    }
+
+    /// Starts a writer on an existing COMMITTED stream `stream` (see
+    /// [`super::exactly_once`]), appending at explicit offsets from `next_offset` on. Batches
+    /// must be appended in row order (one task per partition). `partition` labels the offset
+    /// metric.
+    pub fn start_committed(
+        client: StorageClient,
+        stream: String,
+        next_offset: i64,
+        partition: i32,
+        schema: SchemaRef,
+        opts: WriterOptions,
+    ) -> Result<Self, WriterError> {
+        let policy = Box::new(CommittedStream::new(partition, next_offset));
+        Self::start_inner(client, stream, policy, schema, opts)
+    }
+
+    /// Like [`Self::start`], and when BigQuery reports that the table lacks columns of the
+    /// writer's schema (`SCHEMA_MISMATCH_EXTRA_FIELDS`) or sends an `updated_schema`, the writer
+    /// runs [`TableManager::ensure_table`] with `spec` (adding the columns) before it reconnects,
+    /// without a restart. A configuration error found there (a changed column type) keeps the
+    /// writer unhealthy and retrying slowly.
+    pub fn start_evolving(
+        client: StorageClient,
+        tables: TableManager,
+        spec: TableSpec,
+        schema: SchemaRef,
+        opts: WriterOptions,
+    ) -> Result<Self, WriterError> {
+        let stream = spec.table.default_stream();
+        let policy = Box::new(DefaultStream::new(Some(Evolution { tables, spec })));
+        Self::start_inner(client, stream, policy, schema, opts)
+    }
+
+    fn start_inner(
+        client: StorageClient,
+        write_stream: String,
+        policy: Box<dyn StreamPolicy>,
+        schema: SchemaRef,
+        opts: WriterOptions,
+    ) -> Result<Self, WriterError> {
+        let oversized_row_fails_batch = policy.oversized_row_fails_batch();
+        let partition_window = opts.partition_window;
+        let schema_bytes = schema_bytes(&schema)?;
+        let payload_budget = payload_budget(opts.max_request_bytes, &write_stream, &schema_bytes);
+        metrics::gauge!(m::HEALTHY).set(1.0);
+        let max_inflight = opts.max_inflight_bytes.clamp(1, u32::MAX as usize);
+        let (driver, jobs_tx, health, stats) =
+            Driver::new(client, write_stream, policy, schema_bytes, opts);
+        Ok(AppendWriter {
+            jobs: Some(jobs_tx),
+            budget: Arc::new(Semaphore::new(max_inflight)),
+            max_inflight,
+            payload_budget,
+            schema,
+            health,
+            stats,
+            oversized_row_fails_batch,
+            partition_window,
+            task: Some(tokio::spawn(driver.run())),
+        })
+    }
+
+    /// Encodes `batch`, waits until the in-flight byte budget admits it, and queues it. The
+    /// returned [`Pending`] resolves when every row is accepted or reported rejected.
+    pub async fn append(&self, batch: RecordBatch) -> Result<Pending, WriterError> {
+        if batch.schema().fields() != self.schema.fields() {
+            return Err(WriterError::SchemaMismatch);
+        }
+        let prepared = prepare(
+            batch,
+            self.partition_window.as_ref(),
+            now_micros(),
+            self.payload_budget,
+        )?;
+        let permits = prepared.bytes.clamp(1, self.max_inflight) as u32;
+        let permit = Arc::clone(&self.budget)
+            .acquire_many_owned(permits)
+            .await
+            .map_err(|_| WriterError::Closed)?;
+        if self.oversized_row_fails_batch {
+            if let Some(i) = prepared.first_oversized {
+                return Err(WriterError::RowTooLarge(i));
+            }
+        }
+        let (done, rx) = oneshot::channel();
+        let job = Job {
+            rows: prepared.rows,
+            written: prepared.written,
+            bytes: prepared.bytes,
+            reqs: prepared.reqs,
+            rejected: prepared.rejected,
+            permit,
+            done,
+        };
+        let jobs = self.jobs.as_ref().ok_or(WriterError::Closed)?;
+        jobs.send(job).map_err(|_| WriterError::Closed)?;
+        Ok(Pending(rx))
+    }
+
+    /// Counters (connections, requests, failures).
+    pub fn stats(&self) -> &WriterStats {
+        &self.stats
+    }
+
+    /// True while BigQuery is reachable with the needed permissions (see [`Self::health`]).
+    pub fn is_healthy(&self) -> bool {
+        *self.health.borrow()
+    }
+
+    /// Health updates: false after `unhealthy_after` consecutive failed attempts or at once on a
+    /// permission / not-found / authentication error; true again after an accepted append.
+    pub fn health(&self) -> watch::Receiver<bool> {
+        self.health.clone()
+    }
+
+    /// Stops taking batches and waits up to `deadline` for the queued ones to resolve. Returns
+    /// true when everything was resolved; otherwise the task is stopped and the unresolved
+    /// batches fail with [`WriterError::Closed`].
+    pub async fn close(mut self, deadline: Duration) -> bool {
+        self.jobs = None;
+        let Some(mut task) = self.task.take() else {
+            return true;
+        };
+        match tokio::time::timeout(deadline, &mut task).await {
+            Ok(_) => true,
+            Err(_) => {
+                task.abort();
+                false
+            }
+        }
+    }
+}
+
+impl Drop for AppendWriter {
+    fn drop(&mut self) {
+        if let Some(t) = self.task.take() {
+            t.abort();
+        }
+    }
+}

@@ -1,0 +1,505 @@
+//! The writer task: owns the AppendRows connection, sends requests in order, matches each
+//! answer to the oldest request sent, re-sends what a lost connection left unanswered,
+//! reconnects with backoff and reports health.
+
+use super::api::{WriterOptions, WriterStats};
+use super::batches::BatchState;
+use super::policy::{Lost, StreamPolicy};
+use super::request::{Job, Req};
+use crate::bigquery::client::StorageClient;
+use crate::bigquery::encode::append_request;
+use crate::bigquery::error::{Action, ErrorInfo};
+use crate::bigquery::metrics as m;
+use crate::bigquery::proto::{append_rows_response, AppendRowsRequest, AppendRowsResponse};
+use crate::bigquery::table::{EnsureReport, TableError, TableManager, TableSpec};
+use bytes::Bytes;
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tonic::codec::Streaming;
+use tonic::Status;
+use tracing::{debug, info, warn};
+
+pub(super) enum ConnState {
+    Opening(JoinHandle<Result<Streaming<AppendRowsResponse>, Status>>),
+    Open(Box<Streaming<AppendRowsResponse>>),
+}
+
+pub(super) struct Conn {
+    /// None once half-closed (draining).
+    pub(super) tx: Option<mpsc::UnboundedSender<AppendRowsRequest>>,
+    pub(super) state: ConnState,
+    pub(super) schema_sent: bool,
+    /// A request carrying the schema was accepted on this connection.
+    pub(super) primed: bool,
+    pub(super) drain_deadline: Option<Instant>,
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        if let ConnState::Opening(h) = &self.state {
+            h.abort();
+        }
+    }
+}
+
+pub(super) enum Wake {
+    Evolved(Result<Result<EnsureReport, TableError>, tokio::task::JoinError>),
+    Conn(ConnEvent),
+    Job(Option<Job>),
+    Retry,
+    DrainTimeout,
+    AnswerTimeout,
+}
+
+pub(super) enum ConnEvent {
+    Opened(Result<Streaming<AppendRowsResponse>, Status>),
+    Message(Result<Option<AppendRowsResponse>, Status>),
+}
+
+pub(super) async fn next_event(conn: &mut Conn) -> ConnEvent {
+    match &mut conn.state {
+        ConnState::Opening(h) => ConnEvent::Opened(match h.await {
+            Ok(r) => r,
+            Err(e) => Err(Status::internal(format!("append task failed: {e}"))),
+        }),
+        ConnState::Open(s) => ConnEvent::Message(s.message().await),
+    }
+}
+
+/// What the writer needs to add columns itself.
+pub(super) struct Evolution {
+    pub(super) tables: TableManager,
+    pub(super) spec: TableSpec,
+}
+
+pub(super) type Evolving = JoinHandle<Result<EnsureReport, TableError>>;
+
+pub(super) struct Driver {
+    /// What differs between the default stream and a committed stream.
+    pub(super) policy: Box<dyn StreamPolicy>,
+    /// Why the writer stopped, when its policy stopped it (it then resolves nothing more).
+    pub(super) stopped: Option<String>,
+    /// A running `ensure_table`; no connection is opened until it is done.
+    pub(super) evolving: Option<Evolving>,
+    pub(super) stats: Arc<WriterStats>,
+    pub(super) client: StorageClient,
+    pub(super) write_stream: String,
+    pub(super) schema_bytes: Bytes,
+    pub(super) opts: WriterOptions,
+    pub(super) jobs: mpsc::UnboundedReceiver<Job>,
+    pub(super) jobs_open: bool,
+    pub(super) batches: HashMap<u64, BatchState>,
+    pub(super) next_id: u64,
+    /// Requests waiting to be sent on the current (or next) connection.
+    pub(super) queue: VecDeque<Req>,
+    /// Requests sent on the current connection, oldest first, awaiting their responses.
+    pub(super) inflight: VecDeque<Req>,
+    pub(super) conn: Option<Conn>,
+    /// No connection attempt before this instant.
+    pub(super) retry_at: Option<Instant>,
+    /// Consecutive failed attempts (reset by an accepted append).
+    pub(super) failures: u32,
+    pub(super) connections: u64,
+    /// The current connection attempt already counted as failed.
+    pub(super) attempt_failed: bool,
+    pub(super) health: watch::Sender<bool>,
+}
+
+impl Driver {
+    /// A driver for `write_stream`, with the sender of its jobs, its health and its counters;
+    /// start it with [`Driver::run`].
+    pub(super) fn new(
+        client: StorageClient,
+        write_stream: String,
+        policy: Box<dyn StreamPolicy>,
+        schema_bytes: Bytes,
+        opts: WriterOptions,
+    ) -> (
+        Self,
+        mpsc::UnboundedSender<Job>,
+        watch::Receiver<bool>,
+        Arc<WriterStats>,
+    ) {
+        let (jobs_tx, jobs) = mpsc::unbounded_channel();
+        let (health, health_rx) = watch::channel(true);
+        let stats = Arc::new(WriterStats::default());
+        let driver = Driver {
+            stats: Arc::clone(&stats),
+            client,
+            write_stream,
+            schema_bytes,
+            opts,
+            jobs,
+            jobs_open: true,
+            batches: HashMap::new(),
+            next_id: 0,
+            queue: VecDeque::new(),
+            inflight: VecDeque::new(),
+            conn: None,
+            retry_at: None,
+            failures: 0,
+            connections: 0,
+            attempt_failed: false,
+            health,
+            evolving: None,
+            policy,
+            stopped: None,
+        };
+        (driver, jobs_tx, health_rx, stats)
+    }
+
+    pub(super) async fn run(mut self) {
+        loop {
+            if self.stopped.is_some() {
+                return;
+            }
+            self.pump();
+            if !self.jobs_open && self.batches.is_empty() {
+                debug!("BigQuery writer drained");
+                return;
+            }
+            let waiting = self.conn.is_none() && !self.queue.is_empty() && self.retry_at.is_some();
+            let retry_at = self.retry_at.unwrap_or_else(Instant::now);
+            let drain_at = self.conn.as_ref().and_then(|c| c.drain_deadline);
+            let answer_due = self
+                .inflight
+                .front()
+                .and_then(|r| r.sent_at)
+                .map(|t| t + self.opts.response_timeout);
+            let has_conn = self.conn.is_some();
+            let evolving = self.evolving.is_some();
+            let wake = {
+                let conn = &mut self.conn;
+                let jobs = &mut self.jobs;
+                let ev_task = &mut self.evolving;
+                tokio::select! {
+                    biased;
+                    r = async {
+                        match ev_task.as_mut() {
+                            Some(h) => h.await,
+                            None => std::future::pending().await,
+                        }
+                    }, if evolving => Wake::Evolved(r),
+                    ev = async {
+                        match conn.as_mut() {
+                            Some(c) => next_event(c).await,
+                            None => std::future::pending().await,
+                        }
+                    }, if has_conn => Wake::Conn(ev),
+                    job = jobs.recv(), if self.jobs_open => Wake::Job(job),
+                    _ = tokio::time::sleep_until(retry_at), if waiting => Wake::Retry,
+                    _ = tokio::time::sleep_until(drain_at.unwrap_or(retry_at)), if drain_at.is_some() => Wake::DrainTimeout,
+                    _ = tokio::time::sleep_until(answer_due.unwrap_or(retry_at)), if answer_due.is_some() => Wake::AnswerTimeout,
+                }
+            };
+            match wake {
+                Wake::Evolved(r) => self.evolved(r),
+                Wake::Conn(ev) => self.on_event(ev),
+                Wake::Job(Some(job)) => self.admit(job),
+                Wake::Job(None) => self.jobs_open = false,
+                Wake::Retry => self.retry_at = None,
+                Wake::DrainTimeout => {
+                    warn!(
+                        unanswered = self.inflight.len(),
+                        "BigQuery did not answer after half-close; dropping the connection and re-sending"
+                    );
+                    self.lose_connection();
+                }
+                Wake::AnswerTimeout => {
+                    let info = ErrorInfo {
+                        code: tonic::Code::DeadlineExceeded,
+                        message: format!(
+                            "no answer to an AppendRows request within {:?}",
+                            self.opts.response_timeout
+                        ),
+                        storage_code: None,
+                    };
+                    self.lose_connection();
+                    self.failed(&info, Action::Retry);
+                }
+            }
+        }
+    }
+
+    /// Opens a connection when there is work and no backoff, and sends everything queued.
+    pub(super) fn pump(&mut self) {
+        if self.queue.is_empty() {
+            return;
+        }
+        if self.conn.is_none() {
+            if self.evolving.is_some() || self.retry_at.is_some_and(|t| t > Instant::now()) {
+                return;
+            }
+            self.retry_at = None;
+            self.open();
+        }
+        let Some(conn) = self.conn.as_mut() else {
+            return;
+        };
+        let Some(tx) = conn.tx.as_ref() else { return };
+        loop {
+            // The first request of a connection carries the writer schema and is sent alone:
+            // if BigQuery refuses it, the schema may not be registered, so the next request
+            // must carry it again, and nothing may have been pipelined behind it without one.
+            if conn.schema_sent && !conn.primed {
+                break;
+            }
+            let Some(mut req) = self.queue.pop_front() else {
+                break;
+            };
+            req.with_schema = !conn.schema_sent;
+            let schema = req.with_schema.then_some(&self.schema_bytes);
+            // The stream name goes on every request: BigQuery needs it only on the first, the
+            // emulator on all of them, and it is small next to the rows.
+            let msg = append_request(&self.write_stream, schema, &req.payload, req.offset);
+            req.sent_at = Some(Instant::now());
+            req.attempts += 1;
+            if tx.send(msg).is_err() {
+                // The stream's sending side is gone; its end will show up as an event.
+                self.queue.push_front(req);
+                break;
+            }
+            conn.schema_sent = true;
+            self.stats.requests_sent.fetch_add(1, Ordering::Relaxed);
+            self.inflight.push_back(req);
+        }
+        metrics::gauge!(m::INFLIGHT_REQUESTS).set(self.inflight.len() as f64);
+    }
+
+    pub(super) fn open(&mut self) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let client = self.client.clone();
+        let ws = self.write_stream.clone();
+        let h = tokio::spawn(async move {
+            client
+                .append_rows(
+                    &ws,
+                    tokio_stream::wrappers::UnboundedReceiverStream::new(rx),
+                )
+                .await
+        });
+        self.connections += 1;
+        self.stats.connections.fetch_add(1, Ordering::Relaxed);
+        self.attempt_failed = false;
+        if self.connections > 1 {
+            metrics::counter!(m::RECONNECTS_TOTAL).increment(1);
+        }
+        debug!(stream = %self.write_stream, "opening AppendRows connection");
+        self.policy.connected();
+        self.conn = Some(Conn {
+            tx: Some(tx),
+            state: ConnState::Opening(h),
+            schema_sent: false,
+            primed: false,
+            drain_deadline: None,
+        });
+    }
+
+    pub(super) fn set_health(&self, ok: bool) {
+        if *self.health.borrow() != ok {
+            if ok {
+                info!(stream = %self.write_stream, "BigQuery writer healthy again");
+            }
+            self.health.send_replace(ok);
+            metrics::gauge!(m::HEALTHY).set(if ok { 1.0 } else { 0.0 });
+        }
+    }
+
+    pub(super) fn backoff(&self) -> Duration {
+        let exp = self.failures.saturating_sub(1).min(20);
+        let d = self
+            .opts
+            .backoff_initial
+            .saturating_mul(1u32 << exp)
+            .min(self.opts.backoff_max);
+        jitter(d)
+    }
+
+    /// A failed attempt: schedule the next one and update health.
+    pub(super) fn failed(&mut self, info: &ErrorInfo, action: Action) {
+        self.stats.failures.fetch_add(1, Ordering::Relaxed);
+        if !self.attempt_failed {
+            self.attempt_failed = true;
+            self.failures = self.failures.saturating_add(1);
+        }
+        metrics::counter!(m::RETRIES_TOTAL, "code" => info.code_name()).increment(1);
+        let fatal = matches!(
+            action,
+            Action::Fatal | Action::AlreadyExists | Action::OutOfRange
+        );
+        let delay = if fatal {
+            metrics::counter!(m::FATAL_ERRORS_TOTAL, "code" => info.code_name()).increment(1);
+            warn!(stream = %self.write_stream, error = %info, "BigQuery refuses the writer; unhealthy, retrying slowly, nothing is acknowledged");
+            self.set_health(false);
+            jitter(self.opts.fatal_retry_interval)
+        } else {
+            if self.failures >= self.opts.unhealthy_after {
+                self.set_health(false);
+            }
+            if action == Action::SchemaMismatch {
+                warn!(stream = %self.write_stream, error = %info, "table lacks columns of the writer's schema; adding them, then reconnecting");
+                self.evolve();
+            } else {
+                warn!(stream = %self.write_stream, error = %info, attempt = self.failures, "AppendRows failed; retrying");
+            }
+            self.backoff()
+        };
+        let at = Instant::now() + delay;
+        self.retry_at = Some(self.retry_at.map_or(at, |t| t.max(at)));
+    }
+
+    /// Starts bringing the table up to the writer's schema (once at a time).
+    pub(super) fn evolve(&mut self) {
+        if self.evolving.is_some() {
+            return;
+        }
+        if let Some(e) = self.policy.evolution() {
+            let tables = e.tables.clone();
+            let spec = e.spec.clone();
+            self.evolving = Some(tokio::spawn(
+                async move { tables.ensure_table(&spec).await },
+            ));
+        }
+    }
+
+    pub(super) fn evolved(
+        &mut self,
+        r: Result<Result<EnsureReport, TableError>, tokio::task::JoinError>,
+    ) {
+        self.evolving = None;
+        match r {
+            Ok(Ok(report)) => {
+                info!(stream = %self.write_stream, added = ?report.added_columns, "table schema updated; reconnecting");
+                // Columns were just added: reconnect without waiting out the backoff. Nothing was
+                // missing: BigQuery still serves an older schema (it can for minutes after a
+                // change); keep backing off.
+                if !report.added_columns.is_empty() {
+                    self.retry_at = None;
+                }
+            }
+            Ok(Err(e)) if e.is_config_error() => {
+                warn!(stream = %self.write_stream, error = %e, "cannot bring the table up to the writer's schema; unhealthy, retrying slowly");
+                metrics::counter!(m::FATAL_ERRORS_TOTAL, "code" => "SCHEMA").increment(1);
+                self.set_health(false);
+                let at = Instant::now() + jitter(self.opts.fatal_retry_interval);
+                self.retry_at = Some(self.retry_at.map_or(at, |t| t.max(at)));
+            }
+            Ok(Err(e)) => {
+                warn!(stream = %self.write_stream, error = %e, "adding columns failed; will retry")
+            }
+            Err(e) => warn!(error = %e, "schema update task failed; will retry"),
+        }
+    }
+
+    /// Stop sending on this connection; collect the answers to what was sent, then reconnect.
+    pub(super) fn begin_drain(&mut self) {
+        if let Some(c) = self.conn.as_mut() {
+            if c.tx.take().is_some() {
+                c.drain_deadline = Some(Instant::now() + self.opts.drain_timeout);
+            }
+        }
+    }
+
+    /// The connection is gone: everything un-answered is re-sent, first, on the next one.
+    pub(super) fn lose_connection(&mut self) {
+        self.conn = None;
+        while let Some(r) = self.inflight.pop_back() {
+            self.requeue(r);
+        }
+        metrics::gauge!(m::INFLIGHT_REQUESTS).set(0.0);
+    }
+
+    pub(super) fn on_event(&mut self, ev: ConnEvent) {
+        match ev {
+            ConnEvent::Opened(Ok(stream)) => {
+                if let Some(c) = self.conn.as_mut() {
+                    c.state = ConnState::Open(Box::new(stream));
+                }
+            }
+            ConnEvent::Opened(Err(status)) | ConnEvent::Message(Err(status)) => {
+                let info = ErrorInfo::from_status(&status);
+                let lost = self.policy.connection_failed(&info);
+                if lost == Lost::SplitLargest {
+                    self.split_largest_inflight();
+                }
+                self.lose_connection();
+                if let Lost::Stop(reason) = lost {
+                    self.stop(reason);
+                    return;
+                }
+                self.failed(&info, info.action());
+            }
+            ConnEvent::Message(Ok(None)) => {
+                let clean = self.inflight.is_empty();
+                self.lose_connection();
+                if !clean {
+                    let info = ErrorInfo {
+                        code: tonic::Code::Unavailable,
+                        message: "AppendRows stream ended with requests unanswered".into(),
+                        storage_code: None,
+                    };
+                    self.failed(&info, Action::Retry);
+                }
+            }
+            ConnEvent::Message(Ok(Some(resp))) => self.on_response(resp),
+        }
+    }
+
+    pub(super) fn on_response(&mut self, resp: AppendRowsResponse) {
+        let Some(req) = self.inflight.pop_front() else {
+            warn!("AppendRows response without a request; reconnecting");
+            self.begin_drain();
+            return;
+        };
+        metrics::gauge!(m::INFLIGHT_REQUESTS).set(self.inflight.len() as f64);
+        if let Some(t) = req.sent_at {
+            metrics::histogram!(m::APPEND_LATENCY_SECONDS).record(t.elapsed().as_secs_f64());
+        }
+        if req.with_schema {
+            let ok = resp.row_errors.is_empty()
+                && matches!(
+                    resp.response,
+                    Some(append_rows_response::Response::AppendResult(_))
+                );
+            if let Some(c) = self.conn.as_mut() {
+                // Accepted: the schema is registered; refused: the next request carries it.
+                c.primed = ok;
+                c.schema_sent = ok;
+            }
+        }
+        if resp.updated_schema.is_some() {
+            info!(stream = %self.write_stream, "BigQuery reports an updated table schema; reconnecting");
+            self.evolve();
+            self.begin_drain();
+        }
+        let verdict = self.policy.answer(&req, &resp);
+        self.apply(req, verdict);
+    }
+}
+
+/// A delay between d/2 and d.
+pub(super) fn jitter(d: Duration) -> Duration {
+    let half = d / 2;
+    half + half.mul_f64(fastrand::f64())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jitter_stays_within_half_and_full() {
+        for _ in 0..100 {
+            let j = jitter(Duration::from_millis(1000));
+            assert!(
+                j >= Duration::from_millis(500) && j <= Duration::from_millis(1000),
+                "{j:?}"
+            );
+        }
+    }
+}
