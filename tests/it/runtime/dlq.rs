@@ -31,7 +31,7 @@ fn produce_large(topic: &str, logs: &[(Vec<u8>, bool)]) {
     p.flush(Duration::from_secs(30)).unwrap();
 }
 
-/// Every message of `topic`: (value, headers).
+/// Every letter of `topic` (at least `want`), in source order.
 fn read_all(topic: &str, want: usize) -> Vec<(Vec<u8>, HashMap<String, String>)> {
     let c: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", brokers())
@@ -60,6 +60,17 @@ fn read_all(topic: &str, want: usize) -> Vec<(Vec<u8>, HashMap<String, String>)>
             got.push((m.payload().unwrap_or_default().to_vec(), headers));
         }
         got.len() >= want
+    });
+    // A dead-letter topic with several partitions delivers its letters in any order across
+    // them: return them in source order.
+    let source = |h: &HashMap<String, String>, k: &str| {
+        h.get(k).and_then(|v| v.parse::<i64>().ok()).unwrap_or(-1)
+    };
+    got.sort_by_key(|(_, h)| {
+        (
+            source(h, "x-source-partition"),
+            source(h, "x-source-offset"),
+        )
     });
     got
 }
