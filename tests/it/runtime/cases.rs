@@ -52,7 +52,6 @@ fn valid_rows_land_malformed_logs_are_dead_lettered_and_offsets_committed() {
 
 #[test]
 fn kafka_dead_letter_topic_gets_original_bytes_and_headers() {
-    use rdkafka::message::{Headers, Message};
     let dir = tempfile::tempdir().unwrap();
     let topic = unique("rt-dlq");
     create_topic(&topic, 1);
@@ -72,34 +71,9 @@ fn kafka_dead_letter_topic_gets_original_bytes_and_headers() {
     let child = s.start();
     assert!(wait_for(LIMIT, || committed_total(&topic, &s.group, 1) == 50));
     assert_eq!(stop(child), Some(0));
-    let c: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", brokers())
-        .set("group.id", unique("dlq-reader"))
-        .set("session.timeout.ms", "2000")
-        .set("auto.offset.reset", "earliest")
-        .create()
-        .unwrap();
-    c.subscribe(&[&format!("{topic}-dlq")]).unwrap();
-    let mut got = None;
-    wait_for(LIMIT, || {
-        if let Some(Ok(m)) = c.poll(Duration::from_millis(200)) {
-            let headers: HashMap<String, String> = m
-                .headers()
-                .map(|h| {
-                    h.iter()
-                        .map(|x| {
-                            (
-                                x.key.to_string(),
-                                String::from_utf8_lossy(x.value.unwrap_or_default()).into_owned(),
-                            )
-                        })
-                        .collect()
-                })
-                .unwrap_or_default();
-            got = Some((m.payload().unwrap_or_default().to_vec(), headers));
-        }
-        got.is_some()
-    });
+    let got = super::dlq::read_all(&format!("{topic}-dlq"), 1)
+        .into_iter()
+        .next();
     let (payload, headers) = got.expect("a dead letter in the DLQ topic");
     assert_eq!(payload, logs[10].0, "original bytes");
     assert_eq!(headers["x-error-kind"], "decode");

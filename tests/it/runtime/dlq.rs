@@ -32,7 +32,7 @@ fn produce_large(topic: &str, logs: &[(Vec<u8>, bool)]) {
 }
 
 /// Every letter of `topic` (at least `want`), in source order.
-fn read_all(topic: &str, want: usize) -> Vec<(Vec<u8>, HashMap<String, String>)> {
+pub(super) fn read_all(topic: &str, want: usize) -> Vec<(Vec<u8>, HashMap<String, String>)> {
     let c: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", brokers())
         .set("group.id", unique("dlq-reader"))
