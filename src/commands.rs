@@ -26,22 +26,28 @@ pub const EXIT_FAILURE: u8 = 1;
 /// Loads and validates the configuration for `needs`; prints warnings; on problems prints them
 /// all and returns the exit code to use.
 pub fn load_config(args: &ConfigArgs, needs: Needs) -> Result<Config, ExitCode> {
+    let (_, cfg, warnings) = load_config_and_warnings(args, needs)?;
+    for w in warnings {
+        eprintln!("warning: {w}");
+    }
+    Ok(cfg)
+}
+
+/// Like [`load_config`], returning the layered tree the config was read from and the warnings
+/// instead of printing them.
+fn load_config_and_warnings(
+    args: &ConfigArgs,
+    needs: Needs,
+) -> Result<(serde_yaml_ng::Value, Config, Vec<String>), ExitCode> {
     let value = load_value(Some(&args.config), std::env::vars(), &args.sets).map_err(|p| {
         eprint!("{p}");
         ExitCode::from(EXIT_USAGE)
     })?;
-    match Config::from_value(&value, needs) {
-        Ok((cfg, warnings)) => {
-            for w in warnings {
-                eprintln!("warning: {w}");
-            }
-            Ok(cfg)
-        }
-        Err(p) => {
-            eprint!("{p}");
-            Err(ExitCode::from(EXIT_USAGE))
-        }
-    }
+    let (cfg, warnings) = Config::from_value(&value, needs).map_err(|p| {
+        eprint!("{p}");
+        ExitCode::from(EXIT_USAGE)
+    })?;
+    Ok((value, cfg, warnings))
 }
 
 /// `schema`: prints the BigQuery REST table resource.
@@ -58,9 +64,17 @@ pub fn schema(a: ConfigOnlyArgs) -> ExitCode {
 }
 
 /// `check-config`: validates for `run` and prints the resolved configuration, secrets redacted.
+/// After it, as YAML comments, how each of Merlin's compatibility keys in the file is understood
+/// ([`crate::config::merlin_keys`]).
 pub fn check_config(a: ConfigOnlyArgs) -> ExitCode {
-    match load_config(&a.cfg, Needs::RUN) {
-        Ok(c) => crate::stdout::print("check-config", &c.to_redacted_yaml()),
+    match load_config_and_warnings(&a.cfg, Needs::RUN) {
+        Ok((value, c, warnings)) => {
+            for w in warnings {
+                eprintln!("warning: {w}");
+            }
+            let notes = crate::config::as_comments(&crate::config::merlin_keys(&value, &c));
+            crate::stdout::print("check-config", &format!("{}{notes}", c.to_redacted_yaml()))
+        }
         Err(code) => code,
     }
 }
@@ -277,6 +291,54 @@ pub fn gen(a: GenArgs) -> ExitCode {
     }
     eprintln!("gen: {} logs written ({malformed} malformed)", a.count);
     ExitCode::SUCCESS
+}
+
+/// Merlin's container command, `python -m publisher +environment=NAME [overrides]` (see
+/// [`crate::merlin_entry`]): `run` on `conf/environment/NAME.yaml` where Merlin mounts it, the
+/// overrides applied as `--set`. A malformed command, or an override naming a key the
+/// publisher does not read, exits 2.
+pub fn merlin(args: &[std::ffi::OsString]) -> ExitCode {
+    use crate::merlin_entry::{self, CONF_DIR_ENV, EXPECTED, MERLIN_CONF_DIR};
+    let inv = match merlin_entry::parse(args) {
+        Ok(i) => i,
+        Err(problems) => {
+            for p in problems {
+                eprintln!("python: {p}");
+            }
+            eprintln!("expected: {EXPECTED}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    let dir = std::env::var_os(CONF_DIR_ENV)
+        .map_or_else(|| std::path::PathBuf::from(MERLIN_CONF_DIR), Into::into);
+    let cfg = ConfigArgs {
+        config: inv.config_path(&dir),
+        sets: inv.sets,
+    };
+    let (_, cfg_resolved, warnings) = match load_config_and_warnings(&cfg, Needs::RUN) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    let unknown: Vec<&String> = cfg
+        .sets
+        .iter()
+        .filter(|s| {
+            warnings
+                .iter()
+                .any(|w| merlin_entry::override_is_unknown(s, w))
+        })
+        .collect();
+    if !unknown.is_empty() {
+        for s in unknown {
+            eprintln!("python: override {s:?} names a key this publisher does not read");
+        }
+        eprintln!("expected: {EXPECTED}");
+        return ExitCode::from(EXIT_USAGE);
+    }
+    for w in warnings {
+        eprintln!("warning: {w}");
+    }
+    crate::pipeline::run(cfg_resolved, None)
 }
 
 /// `run`: the daemon (or, with `--replay`, the pipeline over a file).

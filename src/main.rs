@@ -3,10 +3,20 @@
 
 use clap::Parser;
 use observation_publisher::cli::{Cli, Command};
-use observation_publisher::commands;
+use observation_publisher::{commands, merlin_entry};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    // Merlin's pod spec runs `python -m publisher +environment=config`; the image ships `python`
+    // as a symlink to this binary. Kubernetes' `command` replaces the entrypoint, so the name
+    // decides before any parsing.
+    let mut args = std::env::args_os();
+    if args
+        .next()
+        .is_some_and(|argv0| merlin_entry::is_python_name(&argv0))
+    {
+        return commands::merlin(&args.collect::<Vec<_>>());
+    }
     let cli = Cli::parse();
     match cli.command {
         Command::Convert(a) => commands::convert(a),
