@@ -25,6 +25,7 @@ mod load;
 mod merlin;
 mod ours;
 mod schema;
+mod understood;
 mod value;
 
 pub use load::{apply_env, apply_sets, load_value, redact, redact_collect, ENV_PREFIX};
@@ -41,6 +42,7 @@ pub use schema::{
     Column, ColumnType, FeatureType, InferenceSchema, ModelOutput, PREDICTION_LABEL_COLUMN,
     RANK_COLUMN,
 };
+pub use understood::{as_comments, merlin_keys, Understood};
 pub use value::{parse_bytes, parse_duration, Problems};
 
 use serde::Serialize;
@@ -178,14 +180,19 @@ impl Config {
                 );
             }
             for (i, s) in observation_sinks.iter().enumerate() {
-                if !matches!(s, SinkConfig::BigQuery(_)) {
-                    problems.push(
+                match s {
+                    SinkConfig::BigQuery(_) => {}
+                    SinkConfig::MaxCompute(_) => problems.push(
+                        &format!("observation_sinks[{i}]"),
+                        "MAXCOMPUTE is not supported by this publisher yet (the MAXCOMPUTE sink is its own issue, #19: Tunnel uploads into Merlin's table); remove this entry (what Merlin writes with its MaxCompute sink disabled runs) or keep Merlin's Python publisher for this model until then",
+                    ),
+                    _ => problems.push(
                         &format!("observation_sinks[{i}].type"),
                         format_args!(
                             "{} is not supported by this publisher yet; remove it (Merlin's Python publisher can keep serving it)",
                             s.type_name()
                         ),
-                    );
+                    ),
                 }
             }
         }

@@ -305,6 +305,9 @@ impl InferenceSchema {
 
 fn read_output(o: &mut Obj<'_>, problems: &mut Problems) -> Option<ModelOutput> {
     let class = o.req_string("output_class", problems);
+    // Merlin's control plane writes it; the label column is always `_prediction_label`
+    // (`check-config` says so, see understood.rs).
+    let _ = o.raw("prediction_label_column");
     match class.as_str() {
         "BinaryClassificationOutput" => {
             let prediction_score_column = o.req_string("prediction_score_column", problems);

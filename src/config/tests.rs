@@ -34,10 +34,8 @@ fn merlin_yaml_parses_unchanged() {
         other => panic!("unexpected {other:?}"),
     }
     assert!(
-        warnings
-            .iter()
-            .any(|w| w.contains("prediction_label_column")),
-        "unknown Merlin keys are warned about: {warnings:?}"
+        warnings.is_empty(),
+        "every key Merlin writes is known (prediction_label_column, tag_columns, …): {warnings:?}"
     );
     let src = c.observation_source.clone().unwrap();
     assert_eq!(
@@ -110,12 +108,57 @@ delivery: sometimes
 fn unsupported_sinks_are_errors_for_run_only() {
     let y = MERLIN.replace(
         "observation_source:",
-        "- type: ARIZE\n  config: {api_key: k, space_key: s}\nobservation_source:",
+        "- type: MAXCOMPUTE\n  config: {project: p, dataset: d, ttl_days: 0, access_key_id: k, access_key_secret: s, access_url: u}\nobservation_source:",
     );
     let err = parse(&y, Needs::RUN).unwrap_err();
-    assert!(err.to_string().contains("ARIZE is not supported"), "{err}");
-    // `schema` needs only the BIGQUERY sink; ARIZE may stay.
+    assert_eq!(err.0.len(), 1, "{err}");
+    assert!(
+        err.0[0].starts_with("observation_sinks[1]: MAXCOMPUTE is not supported"),
+        "{err}"
+    );
+    // `schema` needs only the BIGQUERY sink; MAXCOMPUTE may stay.
     parse(&y, Needs::SCHEMA).unwrap();
+}
+
+#[test]
+fn merlins_compatibility_keys_are_each_explained() {
+    let v: Value = serde_yaml_ng::from_str(MERLIN).unwrap();
+    let (c, _) = Config::from_value(&v, Needs::RUN).unwrap();
+    let lines = super::merlin_keys(&v, &c);
+    let keys: Vec<&str> = lines.iter().map(|l| l.key.as_str()).collect();
+    for k in [
+        "inference_schema.tag_columns",
+        "inference_schema.feature_orders",
+        "inference_schema.model_prediction_output.prediction_label_column",
+        "inference_schema.model_prediction_output.actual_score_column",
+        "inference_schema.model_prediction_output.score_threshold",
+        "observation_source.config.batch_size",
+        "observation_source.config.additional_consumer_config.auto.offset.reset",
+        "observation_sinks[0].config.ttl_days",
+    ] {
+        assert!(keys.contains(&k), "{k} in {keys:?}");
+    }
+    let threshold = lines
+        .iter()
+        .find(|l| l.key.ends_with("score_threshold"))
+        .unwrap();
+    assert_eq!(threshold.value, "null");
+    assert!(threshold.meaning.contains("0.5"), "{threshold:?}");
+    // A key that is absent gets no line; a threshold that is set says its value.
+    let y = MERLIN
+        .replace("  tag_columns: null\n", "")
+        .replace("score_threshold: null", "score_threshold: 0.7");
+    let v: Value = serde_yaml_ng::from_str(&y).unwrap();
+    let (c, _) = Config::from_value(&v, Needs::RUN).unwrap();
+    let lines = super::merlin_keys(&v, &c);
+    assert!(!lines.iter().any(|l| l.key.ends_with("tag_columns")));
+    let threshold = lines
+        .iter()
+        .find(|l| l.key.ends_with("score_threshold"))
+        .unwrap();
+    assert!(threshold.meaning.contains("≥ 0.7"), "{threshold:?}");
+    let text = super::as_comments(&lines);
+    assert!(text.lines().all(|l| l.starts_with('#')), "{text}");
 }
 
 #[test]
