@@ -30,8 +30,10 @@ mod value;
 pub use load::{apply_env, apply_sets, load_value, redact, redact_collect, ENV_PREFIX};
 pub use merlin::{
     ArizeSink, BigQueryAuth, BigQuerySink, KafkaSource, MaxComputeSink, RetryConfig, SinkConfig,
-    DEFAULT_MAX_INFLIGHT_BYTES, DEFAULT_MAX_REQUEST_BYTES, DEFAULT_REST_BASE_URL,
-    DEFAULT_STORAGE_ENDPOINT, FORBIDDEN_CONSUMER_KEYS, MAX_APPEND_REQUEST_BYTES,
+    DEFAULT_ARIZE_CONNECT_TIMEOUT, DEFAULT_ARIZE_MAX_REQUEST_BYTES, DEFAULT_ARIZE_REQUEST_TIMEOUT,
+    DEFAULT_ARIZE_URI, DEFAULT_MAX_INFLIGHT_BYTES, DEFAULT_MAX_REQUEST_BYTES,
+    DEFAULT_REST_BASE_URL, DEFAULT_STORAGE_ENDPOINT, FORBIDDEN_CONSUMER_KEYS,
+    MAX_APPEND_REQUEST_BYTES,
 };
 pub use ours::{
     Batching, Consumer, DeadLetter, Delivery, LocalSink, LogFormat, Logging, Server, StartFrom,
@@ -178,7 +180,14 @@ impl Config {
                 );
             }
             for (i, s) in observation_sinks.iter().enumerate() {
-                if !matches!(s, SinkConfig::BigQuery(_)) {
+                if let (SinkConfig::Arize(_), Some(schema)) = (s, &schema) {
+                    if let Err(e) =
+                        crate::sink::arize::schema::model_type(&schema.model_prediction_output)
+                    {
+                        problems.push(&format!("observation_sinks[{i}].type"), e);
+                    }
+                }
+                if !matches!(s, SinkConfig::BigQuery(_) | SinkConfig::Arize(_)) {
                     problems.push(
                         &format!("observation_sinks[{i}].type"),
                         format_args!(
