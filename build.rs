@@ -1,4 +1,5 @@
-//! Generates the prost types for `proto/caraml/upi/v1/*.proto`. The files are parsed by `protox`
+//! Generates the prost types for `proto/caraml/upi/v1/*.proto` and `proto/arize/schema.proto`
+//! (the Arize sink's schema header). The files are parsed by `protox`
 //! (a protobuf compiler written in Rust), so building needs no `protoc` binary.
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed=proto");
@@ -6,6 +7,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         [
             "proto/caraml/upi/v1/prediction_log.proto",
             "proto/caraml/upi/v1/table.proto",
+            "proto/arize/schema.proto",
         ],
         ["proto"],
     )?;

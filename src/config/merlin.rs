@@ -164,14 +164,34 @@ pub enum BigQueryAuth {
     None,
 }
 
-/// An ARIZE sink (parsed so configs validate; not supported by `run` yet).
+/// An ARIZE sink: Merlin's keys plus ours (all optional, with production defaults).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ArizeSink {
-    /// Arize API key (secret).
+    /// Arize API key (secret; sent as the `authorization` header).
     pub api_key: String,
-    /// Arize space key (secret).
+    /// Arize space key (secret; sent as the `space` header).
     pub space_key: String,
+    /// Ours: the API base URI (`uri`); requests go to `{uri}/pandas_arrow`.
+    pub uri: String,
+    /// Ours: timeout of one request, sending and answer included (`request_timeout`).
+    #[serde(with = "super::ours::humantime_serde_compat")]
+    pub request_timeout: std::time::Duration,
+    /// Ours: timeout of establishing a connection (`connect_timeout`).
+    #[serde(with = "super::ours::humantime_serde_compat")]
+    pub connect_timeout: std::time::Duration,
+    /// Ours: upper bound of one request body (`max_request_bytes`); a batch whose accepted rows
+    /// encode to more is sent as several requests.
+    pub max_request_bytes: u64,
 }
+
+/// Default Arize API base URI (the SDK's default).
+pub const DEFAULT_ARIZE_URI: &str = "https://api.arize.com/v1";
+/// Default `request_timeout` of the ARIZE sink.
+pub const DEFAULT_ARIZE_REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+/// Default `connect_timeout` of the ARIZE sink.
+pub const DEFAULT_ARIZE_CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+/// Default `max_request_bytes` of the ARIZE sink: 8 MiB.
+pub const DEFAULT_ARIZE_MAX_REQUEST_BYTES: u64 = 8 << 20;
 
 /// A MAXCOMPUTE sink (parsed so configs validate; not supported by `run` yet).
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -274,10 +294,7 @@ pub(crate) fn read_sinks(
                     kafka_columns: ours.kafka_columns,
                 }))
             }
-            "ARIZE" => Some(SinkConfig::Arize(ArizeSink {
-                api_key: c.req_string("api_key", problems),
-                space_key: c.req_string("space_key", problems),
-            })),
+            "ARIZE" => Some(SinkConfig::Arize(read_arize(&mut c, problems))),
             "MAXCOMPUTE" => Some(SinkConfig::MaxCompute(MaxComputeSink {
                 project: c.req_string("project", problems),
                 dataset: c.req_string("dataset", problems),
@@ -315,6 +332,35 @@ pub(crate) fn read_sinks(
         out.extend(sink);
     }
     out
+}
+
+fn read_arize(c: &mut Obj<'_>, problems: &mut Problems) -> ArizeSink {
+    let api_key = c.req_string("api_key", problems);
+    let space_key = c.req_string("space_key", problems);
+    let uri = url_option(c, "uri", DEFAULT_ARIZE_URI, problems);
+    let mut timeout = |key: &'static str, default: std::time::Duration| {
+        let d = c.duration(key, problems).unwrap_or(default);
+        if d.is_zero() {
+            problems.push(&c.path_of(key), "must be more than zero");
+        }
+        d
+    };
+    let request_timeout = timeout("request_timeout", DEFAULT_ARIZE_REQUEST_TIMEOUT);
+    let connect_timeout = timeout("connect_timeout", DEFAULT_ARIZE_CONNECT_TIMEOUT);
+    let max_request_bytes = c
+        .bytes("max_request_bytes", problems)
+        .unwrap_or(DEFAULT_ARIZE_MAX_REQUEST_BYTES);
+    if max_request_bytes < 64 << 10 {
+        problems.push(&c.path_of("max_request_bytes"), "must be at least 64KiB");
+    }
+    ArizeSink {
+        api_key,
+        space_key,
+        uri,
+        request_timeout,
+        connect_timeout,
+        max_request_bytes,
+    }
 }
 
 /// Our additions to a BIGQUERY sink's `config` (all optional).

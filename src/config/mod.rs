@@ -31,8 +31,10 @@ mod value;
 pub use load::{apply_env, apply_sets, load_value, redact, redact_collect, ENV_PREFIX};
 pub use merlin::{
     ArizeSink, BigQueryAuth, BigQuerySink, KafkaSource, MaxComputeSink, RetryConfig, SinkConfig,
-    DEFAULT_MAX_INFLIGHT_BYTES, DEFAULT_MAX_REQUEST_BYTES, DEFAULT_REST_BASE_URL,
-    DEFAULT_STORAGE_ENDPOINT, FORBIDDEN_CONSUMER_KEYS, MAX_APPEND_REQUEST_BYTES,
+    DEFAULT_ARIZE_CONNECT_TIMEOUT, DEFAULT_ARIZE_MAX_REQUEST_BYTES, DEFAULT_ARIZE_REQUEST_TIMEOUT,
+    DEFAULT_ARIZE_URI, DEFAULT_MAX_INFLIGHT_BYTES, DEFAULT_MAX_REQUEST_BYTES,
+    DEFAULT_REST_BASE_URL, DEFAULT_STORAGE_ENDPOINT, FORBIDDEN_CONSUMER_KEYS,
+    MAX_APPEND_REQUEST_BYTES,
 };
 pub use ours::{
     Batching, Consumer, DeadLetter, Delivery, LocalSink, LogFormat, Logging, Server, StartFrom,
@@ -182,16 +184,18 @@ impl Config {
             for (i, s) in observation_sinks.iter().enumerate() {
                 match s {
                     SinkConfig::BigQuery(_) => {}
+                    SinkConfig::Arize(_) => {
+                        if let Some(schema) = &schema {
+                            if let Err(e) = crate::sink::arize::schema::model_type(
+                                &schema.model_prediction_output,
+                            ) {
+                                problems.push(&format!("observation_sinks[{i}].type"), e);
+                            }
+                        }
+                    }
                     SinkConfig::MaxCompute(_) => problems.push(
                         &format!("observation_sinks[{i}]"),
                         "MAXCOMPUTE is not supported by this publisher yet (the MAXCOMPUTE sink is its own issue, #19: Tunnel uploads into Merlin's table); remove this entry (what Merlin writes with its MaxCompute sink disabled runs) or keep Merlin's Python publisher for this model until then",
-                    ),
-                    _ => problems.push(
-                        &format!("observation_sinks[{i}].type"),
-                        format_args!(
-                            "{} is not supported by this publisher yet; remove it (Merlin's Python publisher can keep serving it)",
-                            s.type_name()
-                        ),
                     ),
                 }
             }

@@ -454,10 +454,10 @@ impl Consumer {
 }
 
 /// Serializes durations as humantime text (`1s`, `5m`) in `check-config` output.
-mod humantime_serde_compat {
+pub(crate) mod humantime_serde_compat {
     use std::time::Duration;
 
-    pub(super) fn serialize<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    pub(crate) fn serialize<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(&humantime::format_duration(*d).to_string())
     }
 }

@@ -162,6 +162,83 @@ fn merlins_compatibility_keys_are_each_explained() {
 }
 
 #[test]
+fn arize_sinks_are_accepted_with_production_defaults() {
+    let y = MERLIN.replace(
+        "observation_source:",
+        "- type: ARIZE\n  config: {api_key: k, space_key: s}\nobservation_source:",
+    );
+    let (c, _) = parse(&y, Needs::RUN).unwrap();
+    let SinkConfig::Arize(a) = &c.observation_sinks[1] else {
+        panic!("{:?}", c.observation_sinks)
+    };
+    assert_eq!((a.api_key.as_str(), a.space_key.as_str()), ("k", "s"));
+    assert_eq!(a.uri, DEFAULT_ARIZE_URI);
+    assert_eq!(a.request_timeout, DEFAULT_ARIZE_REQUEST_TIMEOUT);
+    assert_eq!(a.connect_timeout, DEFAULT_ARIZE_CONNECT_TIMEOUT);
+    assert_eq!(a.max_request_bytes, DEFAULT_ARIZE_MAX_REQUEST_BYTES);
+    // Ours, set; and the keys never reach the printed configuration.
+    let y = MERLIN.replace(
+        "observation_source:",
+        "- type: ARIZE\n  config: {api_key: ak-123456, space_key: sk-123456, uri: 'http://127.0.0.1:9/v1/', request_timeout: 5s, connect_timeout: 1s, max_request_bytes: 1MiB}\nobservation_source:",
+    );
+    let (c, _) = parse(&y, Needs::RUN).unwrap();
+    let SinkConfig::Arize(a) = &c.observation_sinks[1] else {
+        unreachable!()
+    };
+    assert_eq!(a.uri, "http://127.0.0.1:9/v1");
+    assert_eq!(a.request_timeout, std::time::Duration::from_secs(5));
+    assert_eq!(a.max_request_bytes, 1 << 20);
+    let printed = c.to_redacted_yaml();
+    assert!(
+        !printed.contains("ak-123456") && !printed.contains("sk-123456"),
+        "{printed}"
+    );
+    assert!(printed.contains("uri: http://127.0.0.1:9/v1"), "{printed}");
+    // Bad values of ours.
+    let y = MERLIN.replace(
+        "observation_source:",
+        "- type: ARIZE\n  config: {api_key: k, space_key: s, uri: 'api.arize.com', request_timeout: 0s, max_request_bytes: 1KiB}\nobservation_source:",
+    );
+    let text = parse(&y, Needs::RUN).unwrap_err().to_string();
+    for expected in [
+        "observation_sinks[1].config.uri: expected an http:// or https:// URL",
+        "observation_sinks[1].config.request_timeout: must be more than zero",
+        "observation_sinks[1].config.max_request_bytes: must be at least 64KiB",
+    ] {
+        assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
+    }
+}
+
+#[test]
+fn arize_with_a_multiclass_model_is_a_config_problem() {
+    let y = r#"
+project: p
+model_id: m
+model_version: "1"
+inference_schema:
+  feature_types: {x: int64}
+  model_prediction_output:
+    output_class: MulticlassClassificationOutput
+    prediction_score_columns: [p_a, p_b]
+    class_labels: [a, b]
+observation_sinks:
+- type: ARIZE
+  config: {api_key: k, space_key: s}
+observation_source:
+  type: KAFKA
+  config: {topic: t, bootstrap_servers: b, group_id: g}
+"#;
+    let err = parse(y, Needs::RUN).unwrap_err();
+    assert_eq!(err.0.len(), 1, "{err}");
+    assert!(
+        err.0[0].starts_with(
+            "observation_sinks[0].type: MulticlassClassificationOutput cannot be sent to Arize"
+        ),
+        "{err}"
+    );
+}
+
+#[test]
 fn convert_needs_only_the_schema() {
     let y = r#"
 project: p

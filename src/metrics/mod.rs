@@ -51,6 +51,10 @@ pub fn prometheus_builder() -> Result<PrometheusBuilder, BuildError> {
         .set_buckets_for_metric(
             Matcher::Full(crate::bigquery::metrics::APPEND_LATENCY_SECONDS.into()),
             LATENCY_BUCKETS,
+        )?
+        .set_buckets_for_metric(
+            Matcher::Full(names::arize::REQUEST_SECONDS.into()),
+            LATENCY_BUCKETS,
         )
 }
 

@@ -79,6 +79,9 @@ pub const TOPIC: &str = "topic";
 pub const PARTITION: &str = "partition";
 /// Label: crate version.
 pub const VERSION: &str = "version";
+/// Label: an HTTP status class (`2xx`, `401`, `403`, `413`, `429`, `4xx`, `5xx`, `other`) or
+/// `timeout` / `connection` when no answer came.
+pub const STATUS: &str = "status";
 
 /// What kind of metric a name is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -144,7 +147,18 @@ pub const ALL: &[(&str, MetricKind, &str)] = &[
     (bigquery::HEALTHY, MetricKind::Gauge, "1 while the BigQuery writer can reach BigQuery with the permissions it needs."),
     (bigquery::FATAL_ERRORS_TOTAL, MetricKind::Counter, "Errors that make the BigQuery sink unhealthy (permission, not found, auth)."),
     (bigquery::STREAM_OFFSET, MetricKind::Gauge, "Next row offset of the partition's committed stream (exactly-once)."),
+    // The Arize sink's.
+    (arize::REQUEST_SECONDS, MetricKind::Histogram, "Seconds from sending an Arize pandas_arrow request to its answer (or error)."),
+    (arize::RESPONSES_TOTAL, MetricKind::Counter, "Arize requests by answer: HTTP status class, timeout or connection error."),
 ];
+
+/// The Arize sink's metrics (`observation_publisher_arize_*`).
+pub mod arize {
+    /// Histogram, seconds: from sending a `pandas_arrow` request to its answer (or error).
+    pub const REQUEST_SECONDS: &str = "observation_publisher_arize_request_seconds";
+    /// Counter, label [`super::STATUS`]: requests by answer.
+    pub const RESPONSES_TOTAL: &str = "observation_publisher_arize_responses_total";
+}
 
 /// The BigQuery sink's metrics (`observation_publisher_bigquery_*`).
 pub mod bigquery {

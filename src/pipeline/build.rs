@@ -5,6 +5,7 @@ use super::state::Event;
 use crate::config::{Config, DeadLetter as DeadLetterCfg, KafkaSource, SinkConfig};
 use crate::deadletter::{self, OutcomeFn};
 use crate::server::Health;
+use crate::sink::arize::ArizeSink;
 use crate::sink::bigquery::{BigQueryTableSink, StartError};
 use crate::sink::exactly_once::{ExactlyOnceSink, PartitionStarts};
 use crate::sink::parquet::ParquetSink;
@@ -54,7 +55,8 @@ impl NotStarted {
     }
 }
 
-/// Builds the configured sinks. BigQuery start-up (table creation or migration) is retried
+/// Builds the configured sinks, in the configuration's order (the local Parquet sink first).
+/// BigQuery start-up (table creation or migration) is retried
 /// while BigQuery is unreachable; a configuration problem (a changed column type, a missing
 /// dataset) ends the process with exit code 2.
 pub(super) fn sinks(
@@ -72,8 +74,15 @@ pub(super) fn sinks(
         sinks.push(Box::new(ParquetSink::new(local.clone())));
     }
     for sink in &cfg.observation_sinks {
-        let SinkConfig::BigQuery(bq) = sink else {
-            continue;
+        let bq = match sink {
+            SinkConfig::BigQuery(bq) => bq,
+            SinkConfig::Arize(arize) => {
+                let s = ArizeSink::new(cfg, arize)
+                    .map_err(|m| NotStarted::Config(format!("ARIZE sink: {m}")))?;
+                sinks.push(Box::new(s));
+                continue;
+            }
+            SinkConfig::MaxCompute(_) => continue,
         };
         let mut wait = Duration::from_secs(1);
         loop {

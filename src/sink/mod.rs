@@ -12,7 +12,9 @@
 //! Sinks:
 //! - [`parquet::ParquetSink`]: the embedded default, local Parquet files under `dt=YYYY-MM-DD/`.
 //! - [`bigquery::BigQueryTableSink`]: BigQuery through the Storage Write API.
+//! - [`arize::ArizeSink`]: Arize's pandas-logger endpoint (what Merlin sends through arize 7.10.2).
 
+pub mod arize;
 pub mod bigquery;
 pub mod exactly_once;
 pub mod parquet;
@@ -126,6 +128,7 @@ pub struct SinkError {
     pub kind: SinkErrorKind,
     retryable: bool,
     message: String,
+    retry_after: Option<std::time::Duration>,
     source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
 }
 
@@ -136,8 +139,21 @@ impl SinkError {
             kind,
             retryable,
             message: message.into(),
+            retry_after: None,
             source: None,
         }
+    }
+
+    /// The destination asked to wait this long before trying again (HTTP 429 Retry-After):
+    /// [`retry::write_with_retry`] waits exactly this instead of its own backoff.
+    pub fn with_retry_after(mut self, wait: std::time::Duration) -> Self {
+        self.retry_after = Some(wait);
+        self
+    }
+
+    /// How long the destination asked to wait, if it said.
+    pub fn retry_after(&self) -> Option<std::time::Duration> {
+        self.retry_after
     }
 
     /// An I/O failure: always retryable (a full disk or a read-only mount can be fixed while

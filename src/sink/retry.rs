@@ -50,7 +50,8 @@ impl std::error::Error for RetryError {
 }
 
 /// Writes `batch` to `sink` until it is acknowledged, retrying retryable errors after
-/// [`Backoff::delay`]. `on_retry(error, attempt, wait)` is called before each wait (log it,
+/// [`Backoff::delay`] (or after the error's [`SinkError::retry_after`], when the destination
+/// said how long to wait). `on_retry(error, attempt, wait)` is called before each wait (log it,
 /// count it). Cancellation is checked before each attempt and during each wait; an attempt in
 /// progress is not interrupted, so a sink never sees a write dropped half-way.
 pub async fn write_with_retry(
@@ -70,7 +71,10 @@ pub async fn write_with_retry(
             Ok(report) => return Ok(report),
             Err(e) if !e.is_retryable() => return Err(RetryError::NeedsFix(e)),
             Err(e) => {
-                let wait = backoff.delay(attempt, fastrand::f64());
+                // The destination's own Retry-After wins over the backoff schedule.
+                let wait = e
+                    .retry_after()
+                    .unwrap_or_else(|| backoff.delay(attempt, fastrand::f64()));
                 on_retry(&e, attempt, wait);
                 last = Some(e);
                 attempt = attempt.saturating_add(1);
@@ -181,6 +185,27 @@ mod tests {
         assert_eq!(sink.calls, 21);
         assert_eq!(waits.len(), 20);
         assert!(waits.iter().all(|(_, w)| *w <= Backoff::default().max));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_retry_after_from_the_destination_replaces_the_backoff() {
+        let ask = Duration::from_secs(42);
+        let mut sink = Scripted {
+            errors: vec![transient().with_retry_after(ask), transient()],
+            calls: 0,
+        };
+        let mut waits = Vec::new();
+        let r = write_with_retry(
+            &mut sink,
+            &batch(),
+            Backoff::default(),
+            &CancellationToken::new(),
+            |_, _, w| waits.push(w),
+        )
+        .await;
+        assert!(r.is_ok());
+        assert_eq!(waits[0], ask);
+        assert!(waits[1] <= Backoff::default().max && waits[1] != ask);
     }
 
     #[tokio::test(start_paused = true)]

@@ -2,6 +2,7 @@
 //! Kafka broker and the BigQuery emulator started by `scripts/test`, a fake Kubernetes API
 //! server over real HTTP.
 
+mod arize;
 mod bigquery;
 mod binary;
 mod bootstrap;

@@ -116,6 +116,39 @@ fn check_config_and_start_up_errors_print_no_secret() {
     assert_clean("run (start-up error)", &out);
 }
 
+const ARIZE: &str = r#"observation_sinks:
+- type: ARIZE
+  config:
+    api_key: PLANTED-ARIZE-API-KEY
+    space_key: PLANTED-ARIZE-SPACE-KEY
+    uri: http://127.0.0.1:9/v1"#;
+
+#[test]
+fn arize_keys_are_never_printed() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), "arize.yaml", "", &brokers(), ARIZE);
+    let o = run(&["check-config", "-c", &cfg]);
+    let out = all_output(&o);
+    assert!(o.status.success(), "{out}");
+    assert_clean("check-config (ARIZE)", &out);
+    for shown in [
+        "type: ARIZE",
+        "api_key: <redacted>",
+        "space_key: <redacted>",
+        "uri: http://127.0.0.1:9/v1",
+    ] {
+        assert!(out.contains(shown), "missing {shown:?}:\n{out}");
+    }
+    // `run` builds the ARIZE sink, prints its start-up line, then fails creating the consumer
+    // (the OAUTHBEARER settings): neither key is printed.
+    let cfg = config(dir.path(), "arize-run.yaml", OAUTH, &brokers(), ARIZE);
+    let o = run(&["run", "-c", &cfg]);
+    let out = all_output(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(out.contains("\"message\":\"starting\""), "{out}");
+    assert_clean("run (ARIZE)", &out);
+}
+
 #[test]
 fn forwarded_librdkafka_lines_print_no_secret() {
     let dir = tempfile::tempdir().unwrap();
@@ -189,8 +222,16 @@ fn spec(dir: &Path, name: &str, bootstrap: &str) -> String {
     .replace(
         "        auto.offset.reset: earliest",
         "        auto.offset.reset: earliest\n        sasl.oauthbearer.config: PLANTED-IN-SPEC\n        sasl.password: PLANTED-SPEC-PASSWORD",
+    )
+    .replace(
+        "      ttl_days: 14\n",
+        "      ttl_days: 14\n  - type: ARIZE\n    config:\n      api_key: PLANTED-SPEC-ARIZE-API-KEY\n      space_key: PLANTED-SPEC-ARIZE-SPACE-KEY\n",
     );
     assert!(text.contains("PLANTED-IN-SPEC"), "the spec was changed");
+    assert!(
+        text.contains("PLANTED-SPEC-ARIZE-API-KEY"),
+        "the spec was changed"
+    );
     let path = dir.join(name);
     std::fs::write(&path, text).unwrap();
     path.to_str().unwrap().to_string()

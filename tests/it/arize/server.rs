@@ -1,0 +1,144 @@
+//! A capturing HTTP/1.1 server on 127.0.0.1 standing in for Arize: it records every request
+//! (method, path, headers as received, body) and answers from a script (a status with extra
+//! headers, or closing the connection without an answer); once the script is used up it
+//! answers 200. Blocking std I/O on its own threads, so the Python SDK and the sink under test
+//! can both talk to it.
+
+use std::collections::VecDeque;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::{Arc, Mutex};
+
+/// One captured request.
+#[derive(Debug, Clone)]
+pub(crate) struct Captured {
+    pub(crate) method: String,
+    pub(crate) path: String,
+    /// Header names lower-cased, in the order received.
+    pub(crate) headers: Vec<(String, String)>,
+    pub(crate) body: Vec<u8>,
+}
+
+impl Captured {
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// What to do with the next request.
+#[derive(Debug, Clone)]
+pub(crate) enum Reply {
+    /// Answer with this status and these extra headers.
+    Status(u16, Vec<(&'static str, String)>),
+    /// Read the request, then close the connection without answering.
+    Drop,
+}
+
+#[derive(Default)]
+struct State {
+    captured: Vec<Captured>,
+    script: VecDeque<Reply>,
+}
+
+/// The server; it runs until the process ends (tests are short-lived).
+#[derive(Clone)]
+pub(crate) struct Server {
+    pub(crate) port: u16,
+    state: Arc<Mutex<State>>,
+}
+
+impl Server {
+    pub(crate) fn start() -> Server {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let state = Arc::new(Mutex::new(State::default()));
+        let s = Arc::clone(&state);
+        std::thread::spawn(move || {
+            for conn in listener.incoming().flatten() {
+                let s = Arc::clone(&s);
+                std::thread::spawn(move || serve(conn, &s));
+            }
+        });
+        Server { port, state }
+    }
+
+    /// `http://127.0.0.1:PORT/v1`, the `uri` to give the SDK and the sink.
+    pub(crate) fn uri(&self) -> String {
+        format!("http://127.0.0.1:{}/v1", self.port)
+    }
+
+    /// Queues replies for the next requests.
+    pub(crate) fn script(&self, replies: impl IntoIterator<Item = Reply>) {
+        self.state.lock().unwrap().script.extend(replies);
+    }
+
+    /// Takes the requests captured so far.
+    pub(crate) fn take(&self) -> Vec<Captured> {
+        std::mem::take(&mut self.state.lock().unwrap().captured)
+    }
+}
+
+fn serve(conn: TcpStream, state: &Mutex<State>) {
+    let mut out = conn.try_clone().unwrap();
+    let mut r = BufReader::new(conn);
+    loop {
+        let mut line = String::new();
+        if r.read_line(&mut line).unwrap_or(0) == 0 {
+            return;
+        }
+        let mut parts = line.split_whitespace();
+        let (method, path) = (
+            parts.next().unwrap_or_default().to_string(),
+            parts.next().unwrap_or_default().to_string(),
+        );
+        let mut headers = Vec::new();
+        loop {
+            let mut h = String::new();
+            if r.read_line(&mut h).unwrap_or(0) == 0 {
+                return;
+            }
+            let h = h.trim_end();
+            if h.is_empty() {
+                break;
+            }
+            let (k, v) = h.split_once(':').unwrap();
+            headers.push((k.trim().to_ascii_lowercase(), v.trim().to_string()));
+        }
+        let len: usize = headers
+            .iter()
+            .find(|(k, _)| k == "content-length")
+            .map_or(0, |(_, v)| v.parse().unwrap());
+        let mut body = vec![0; len];
+        if r.read_exact(&mut body).is_err() {
+            return;
+        }
+        let reply = {
+            let mut st = state.lock().unwrap();
+            st.captured.push(Captured {
+                method,
+                path,
+                headers,
+                body,
+            });
+            st.script
+                .pop_front()
+                .unwrap_or(Reply::Status(200, Vec::new()))
+        };
+        match reply {
+            Reply::Drop => return,
+            Reply::Status(code, extra) => {
+                let mut resp = format!("HTTP/1.1 {code} Scripted\r\ncontent-length: 0\r\n");
+                for (k, v) in extra {
+                    resp.push_str(&format!("{k}: {v}\r\n"));
+                }
+                resp.push_str("\r\n");
+                if out.write_all(resp.as_bytes()).is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
