@@ -10,5 +10,6 @@ mod closed_stdout;
 mod common;
 mod hostile;
 mod image;
+mod memory;
 mod runtime;
 mod secrets;
