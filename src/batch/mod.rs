@@ -5,7 +5,7 @@
 //! message is decoded straight into the batch's Arrow builders ([`Decoder`]).
 //!
 //! Output: a [`Batch`] when a limit is reached: `max_rows`, `max_bytes` (the decoder's estimate of
-//! the Arrow buffers) or `linger` elapsed since the first message entered the batch. The runtime
+//! the data in the Arrow buffers; what the buffers hold is [`Batch::held_bytes`]) or `linger` elapsed since the first message entered the batch. The runtime
 //! drives linger with a timer on [`Batcher::deadline`] and [`Batcher::poll_linger`], so a quiet
 //! topic still flushes; [`Batcher::flush`] empties the batcher on drain or rebalance. A message
 //! the decoder rejects comes back as a [`DecodeFailure`] with its coordinates, to be
@@ -102,8 +102,11 @@ pub struct Batch {
     pub offsets: Vec<PartitionOffsets>,
     /// One entry per message that yielded rows, in row order; see [`Batch::source_of_row`].
     pub rows_by_source: Vec<RowSource>,
-    /// Approximate size of the Arrow buffers.
+    /// Approximate size of the data in the Arrow buffers (what `max_bytes` limits).
     pub bytes: usize,
+    /// What the batch's Arrow buffers hold (their capacity, as Arrow reports it): the weight
+    /// the in-flight budget counts until every sink acknowledged the batch.
+    pub held_bytes: usize,
     /// Bytes of the serialized logs that went into the batch.
     pub input_bytes: usize,
     /// Messages in the batch (with or without rows).
@@ -191,6 +194,11 @@ pub struct Batcher {
     rows_by_source: Vec<RowSource>,
     messages: usize,
     input_bytes: usize,
+    /// The open batch's data bytes ([`Decoder::approx_bytes`]), as of the last push or flush.
+    data_bytes: usize,
+    /// What the decoder's builders hold ([`Decoder::allocated_bytes`]), as of the last push or
+    /// flush.
+    held_bytes: usize,
 }
 
 impl Batcher {
@@ -198,8 +206,10 @@ impl Batcher {
     /// (`max_log_bytes`: a larger log is rejected as `too_large`; `max_inflight_bytes` is the
     /// runtime's business and ignored here). `max_rows` is capped at `u32::MAX`.
     pub fn new(layout: Arc<TableLayout>, cfg: Batching) -> Self {
+        let decoder = Decoder::new(layout).with_max_log_bytes(cfg.max_log_bytes);
+        let (data_bytes, held_bytes) = decoder.sizes();
         Batcher {
-            decoder: Decoder::new(layout).with_max_log_bytes(cfg.max_log_bytes),
+            decoder,
             max_rows: cfg.max_rows.clamp(1, u32::MAX as usize),
             max_bytes: cfg.max_bytes.max(1),
             linger: cfg.linger,
@@ -209,6 +219,20 @@ impl Batcher {
             rows_by_source: Vec::new(),
             messages: 0,
             input_bytes: 0,
+            data_bytes,
+            held_bytes,
+        }
+    }
+
+    /// Bytes the open batch's builders hold (capacity, not data: a batch with few rows can hold
+    /// a lot); 0 while it holds no message (what an empty decoder keeps is bounded: the first
+    /// batch's initial capacity, validity for up to 64 Ki rows). Counted against the in-flight
+    /// budget with the batches in flight.
+    pub fn held_bytes(&self) -> usize {
+        if self.messages == 0 {
+            0
+        } else {
+            self.held_bytes
         }
     }
 
@@ -233,8 +257,13 @@ impl Batcher {
     }
 
     /// Decodes one message into the current batch. Batches that became ready are appended to
-    /// `ready` (none, one, or two when a log that does not fit the current batch fills the next
-    /// one by itself). Returns the number of rows the log yielded, or the rejected message.
+    /// `ready` (none, one, or two when a log that may not fit the current batch ships it first
+    /// and then fills the next one by itself). Returns the number of rows the log yielded, or
+    /// the rejected message.
+    ///
+    /// A log is decoded once: its structure and cheap checks come first ([`Decoder::prepare`]),
+    /// and if the rows or the size bound they give could pass the batch's limits, the open batch
+    /// is shipped before any row of the log is appended.
     pub fn push(
         &mut self,
         partition: Partition,
@@ -243,34 +272,38 @@ impl Batcher {
         now: Instant,
         ready: &mut Vec<Batch>,
     ) -> Result<usize, DecodeFailure> {
-        let rows_before = self.decoder.rows();
-        let mut n = match self.decoder.decode(bytes) {
-            Ok(n) => n,
+        let log = match self.decoder.prepare(bytes) {
+            Ok(p) => p,
             Err(error) => {
                 // Linger still applies: a flood of bad logs must not hold back good rows.
                 ready.extend(self.poll_linger(now));
                 return Err(self.reject(partition, offset, error));
             }
         };
-        let over_rows = self.decoder.rows() > self.max_rows;
-        if self.messages > 0 && (over_rows || self.decoder.approx_bytes() > self.max_bytes) {
-            // The log does not fit: take it back, ship the batch without it, start the next
-            // batch with it. Decoding is deterministic, so the second decode succeeds too.
-            self.decoder.truncate(rows_before);
-            ready.push(self.take(if over_rows {
-                FlushReason::Rows
-            } else {
-                FlushReason::Bytes
-            }));
-            n = match self.decoder.decode(bytes) {
-                Ok(n) => n,
-                Err(error) => return Err(self.reject(partition, offset, error)),
-            };
+        if self.messages > 0 {
+            let rows = self.decoder.rows();
+            // Counting the rows costs a pass over the row ids: only near the limit.
+            let over_rows =
+                rows + log.most_rows() > self.max_rows && rows + log.rows() > self.max_rows;
+            if over_rows {
+                ready.push(self.take(FlushReason::Rows));
+            } else if self.data_bytes + log.bound() > self.max_bytes {
+                ready.push(self.take(FlushReason::Bytes));
+            }
         }
+        let appended = self.decoder.append(&log);
+        (self.data_bytes, self.held_bytes) = self.decoder.sizes();
+        let n = match appended {
+            Ok(n) => n,
+            Err(error) => {
+                ready.extend(self.poll_linger(now));
+                return Err(self.reject(partition, offset, error));
+            }
+        };
         self.record(partition, offset, bytes.len(), now);
         if self.decoder.rows() >= self.max_rows {
             ready.push(self.take(FlushReason::Rows));
-        } else if self.decoder.approx_bytes() >= self.max_bytes {
+        } else if self.data_bytes >= self.max_bytes {
             ready.push(self.take(FlushReason::Bytes));
         } else if self.deadline().is_some_and(|d| now >= d) {
             ready.push(self.take(FlushReason::Linger));
@@ -349,6 +382,8 @@ impl Batcher {
     fn take(&mut self, reason: FlushReason) -> Batch {
         let bytes = self.decoder.approx_bytes();
         let records = self.decoder.finish();
+        let held_bytes = records.get_array_memory_size();
+        (self.data_bytes, self.held_bytes) = self.decoder.sizes();
         let offsets = self
             .runs
             .drain(..)
@@ -363,6 +398,7 @@ impl Batcher {
             offsets,
             rows_by_source: std::mem::replace(&mut self.rows_by_source, Vec::with_capacity(cap)),
             bytes,
+            held_bytes,
             input_bytes: std::mem::take(&mut self.input_bytes),
             messages: std::mem::take(&mut self.messages),
             reason,

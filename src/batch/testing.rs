@@ -86,3 +86,21 @@ pub(crate) fn log(session: &str, rows: usize, first_x: i64, micros: i64) -> Vec<
 pub(crate) fn malformed() -> Vec<u8> {
     vec![0xff, 0xff, 0xff]
 }
+
+/// `log` with its last row id a number: every count agrees and the size bound admits it, so it
+/// is rejected only by the row loop, after its other rows were appended.
+pub(crate) fn numeric_last_row_id(log: &[u8]) -> Vec<u8> {
+    let mut l = PredictionLog::decode(log).expect("a PredictionLog");
+    let ids = l
+        .output
+        .as_mut()
+        .and_then(|o| o.prediction_results_table.as_mut())
+        .and_then(|t| t.fields.get_mut("row_ids"))
+        .and_then(|v| match &mut v.kind {
+            Some(Kind::ListValue(l)) => l.values.last_mut(),
+            _ => None,
+        })
+        .expect("the log has row ids");
+    *ids = v(Kind::NumberValue(7.0));
+    l.encode_to_vec()
+}

@@ -1,6 +1,6 @@
 //! Unit and property tests of the batcher.
 
-use super::testing::{layout, log, malformed};
+use super::testing::{layout, log, malformed, numeric_last_row_id};
 use super::*;
 use arrow_array::cast::AsArray;
 use arrow_array::types::Int64Type;
@@ -110,6 +110,70 @@ fn flushes_on_bytes() {
         assert!(batch.bytes <= 200, "{} bytes", batch.bytes);
         assert_eq!(batch.reason, FlushReason::Bytes);
     }
+}
+
+/// 1,000 rows of a 4 KiB session id: ≈ 4 MB decoded from ≈ 12 KB, counted and reserved.
+fn large(offset: i64) -> Vec<u8> {
+    log(
+        &"s".repeat(4096),
+        1_000,
+        x_of(1, offset, 0),
+        1_700_000_000_000_000,
+    )
+}
+
+#[test]
+fn a_rejected_large_log_leaves_no_capacity_in_the_open_batch() {
+    let t0 = Instant::now();
+    let mut b = Batcher::new(layout(), cfg(10_000, 8 << 20, 1000));
+    let mut ready = Vec::new();
+    b.push(1, 0, &msg(1, 0, 1), t0, &mut ready).unwrap();
+    let before = b.held_bytes();
+    let bad = numeric_last_row_id(&large(1));
+    let e = b.push(1, 1, &bad, t0, &mut ready).unwrap_err();
+    assert_eq!(e.error.kind, crate::decode::ErrorKind::TypeMismatch, "{e}");
+    assert!(
+        b.held_bytes() <= before + (256 << 10),
+        "the open batch holds {} bytes after the rollback (was {before})",
+        b.held_bytes()
+    );
+    let batch = b.flush().unwrap();
+    assert_eq!(batch.rows(), 1);
+    assert!(
+        batch.held_bytes < 256 << 10,
+        "{} bytes held",
+        batch.held_bytes
+    );
+}
+
+#[test]
+fn a_large_log_that_does_not_fit_ships_the_open_batch_first() {
+    let t0 = Instant::now();
+    let mut b = Batcher::new(layout(), cfg(10_000, 1 << 20, 1000));
+    let mut ready = Vec::new();
+    b.push(1, 0, &msg(1, 0, 1), t0, &mut ready).unwrap();
+    assert_eq!(b.push(1, 1, &large(1), t0, &mut ready), Ok(1_000));
+    assert_eq!(
+        ready.iter().map(Batch::rows).collect::<Vec<_>>(),
+        vec![1, 1_000]
+    );
+    // The small batch holds only its row: the large log was never decoded into its builders.
+    assert!(
+        ready[0].held_bytes < 64 << 10,
+        "{} bytes held",
+        ready[0].held_bytes
+    );
+    assert_eq!(ready[0].reason, FlushReason::Bytes);
+    // The large one holds what it needs, reserved once (not doubled).
+    let big = &ready[1];
+    assert!(big.bytes > 4_000_000, "{} bytes", big.bytes);
+    assert!(
+        big.held_bytes >= big.bytes && big.held_bytes <= big.bytes + big.bytes / 8,
+        "{} bytes held for {} bytes of data",
+        big.held_bytes,
+        big.bytes
+    );
+    assert!(b.is_empty());
 }
 
 #[test]

@@ -65,8 +65,11 @@ fn write_all(path: &Path, letters: &[DeadLetter]) -> io::Result<()> {
     let (data, reasons) = (&mut data, &mut reasons);
     let (d0, r0) = (data.metadata()?.len(), reasons.metadata()?.len());
     let result = (|| {
-        let mut dbuf = Vec::new();
-        let mut rbuf = Vec::new();
+        // Frame by frame through small buffers: a payload larger than the buffer goes straight
+        // to the file, so a group of letters is never copied into one buffer (that doubled the
+        // memory the budget counts for them).
+        let mut dbuf = io::BufWriter::with_capacity(64 << 10, &mut *data);
+        let mut rbuf = io::BufWriter::with_capacity(64 << 10, &mut *reasons);
         for l in letters {
             write_frame(&mut dbuf, &l.payload)?;
             let line = serde_json::json!({
@@ -74,10 +77,11 @@ fn write_all(path: &Path, letters: &[DeadLetter]) -> io::Result<()> {
                 "kind": l.kind.as_str(), "code": l.code, "message": l.message,
             });
             serde_json::to_writer(&mut rbuf, &line)?;
-            rbuf.push(b'\n');
+            rbuf.write_all(b"\n")?;
         }
-        data.write_all(&dbuf)?;
-        reasons.write_all(&rbuf)?;
+        dbuf.flush()?;
+        rbuf.flush()?;
+        drop((dbuf, rbuf));
         data.sync_data()?;
         reasons.sync_data()
     })();

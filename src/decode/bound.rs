@@ -15,7 +15,8 @@ impl Decoder {
     /// by the row loop, after appending at most that much. Otherwise the rows are counted (one
     /// key and one length per element) and returned. A list that is itself malformed makes the
     /// row loop stop at its first bad element, so the rows counted before it still bound what
-    /// would be appended; the loop then reports the malformation.
+    /// would be appended; the loop then reports the malformation. The bound is returned too:
+    /// the batcher decides from it, before appending, whether the log fits the open batch.
     #[inline]
     pub(super) fn check_size(
         &self,
@@ -23,15 +24,16 @@ impl Decoder {
         row_ids: &[u8],
         p_data: &[u8],
         session_len: usize,
-    ) -> Result<usize, DecodeError> {
+    ) -> Result<(usize, usize), DecodeError> {
         let bound = |rows: usize| {
             rows.saturating_mul(self.row_bound_bytes.saturating_add(session_len))
                 .saturating_add(row_ids.len())
                 .saturating_add(f_data.len())
         };
         let most_rows = f_data.len().min(p_data.len()).min(row_ids.len()) / 2;
-        if bound(most_rows) <= COUNT_ABOVE_BYTES.min(self.max_log_bytes) {
-            return Ok(0);
+        let most = bound(most_rows);
+        if most <= COUNT_ABOVE_BYTES.min(self.max_log_bytes) {
+            return Ok((0, most));
         }
         self.count_and_check(f_data, row_ids, p_data, bound)
     }
@@ -43,7 +45,7 @@ impl Decoder {
         row_ids: &[u8],
         p_data: &[u8],
         bound: impl Fn(usize) -> usize,
-    ) -> Result<usize, DecodeError> {
+    ) -> Result<(usize, usize), DecodeError> {
         let (nf, f_whole) = count_items(f_data);
         let (np, p_whole) = count_items(p_data);
         let (ni, i_whole) = count_items(row_ids);
@@ -55,7 +57,7 @@ impl Decoder {
         if bound > self.max_log_bytes {
             return Err(too_large(bound, rows, self.max_log_bytes));
         }
-        Ok(rows)
+        Ok((rows, bound))
     }
 }
 

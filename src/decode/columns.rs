@@ -12,6 +12,30 @@ use arrow_buffer::{
 };
 use std::sync::Arc;
 
+/// Capacity a builder may hold beyond twice its length before [`Col::release_excess`] gives it
+/// back (amortized growth stays within twice the length; only a reservation does not).
+const EXCESS_BYTES: usize = 64 << 10;
+
+/// Rows of validity a decoder keeps allocated between batches (the default `max_rows` fits);
+/// more is given back when the batch that needed it is finished.
+const RETAIN_VALIDITY_ROWS: usize = 64 << 10;
+
+/// Whether a buffer of `len` bytes holding `cap` bytes holds more than it should.
+fn excessive(len: usize, cap: usize) -> bool {
+    cap > len.saturating_mul(2).saturating_add(EXCESS_BYTES)
+}
+
+/// Gives back the capacity of `b` beyond its length when it is excessive (a copy of what it
+/// holds: done only after a rollback, for the open batch's rows).
+fn release<T: arrow_buffer::ArrowNativeType>(b: &mut BufferBuilder<T>) {
+    let size = std::mem::size_of::<T>();
+    if excessive(b.len() * size, b.capacity() * size) {
+        let mut fresh = BufferBuilder::new(b.len());
+        fresh.append_slice(b.as_slice());
+        *b = fresh;
+    }
+}
+
 /// Validity, one byte per row while building (an append is a byte push, a rollback a
 /// truncate), packed into Arrow's bitmap once per batch in [`Validity::finish`].
 pub(crate) struct Validity {
@@ -53,6 +77,12 @@ impl Validity {
         self.valid.reserve(rows);
     }
 
+    fn release_excess(&mut self) {
+        if excessive(self.valid.len(), self.valid.capacity()) {
+            self.valid.shrink_to_fit();
+        }
+    }
+
     fn finish(&mut self) -> Option<NullBuffer> {
         let out = (self.nulls > 0).then(|| {
             let v = &self.valid;
@@ -60,6 +90,10 @@ impl Validity {
         });
         self.valid.clear();
         self.nulls = 0;
+        // A log of many rows does not leave its validity allocated for every later batch.
+        if self.valid.capacity() > RETAIN_VALIDITY_ROWS {
+            self.valid.shrink_to(RETAIN_VALIDITY_ROWS);
+        }
         out
     }
 }
@@ -215,6 +249,28 @@ impl Col {
                 c.values.truncate(len);
                 c.nulls.truncate(len);
             }
+        }
+    }
+
+    /// Gives back capacity beyond twice the length plus [`EXCESS_BYTES`] (after a rollback: a
+    /// rejected log's reservation must not stay with the open batch, unseen by the budget).
+    pub(crate) fn release_excess(&mut self) {
+        match self {
+            Col::Str(c) => {
+                release(&mut c.offsets);
+                release(&mut c.values);
+                c.nulls.release_excess();
+            }
+            Col::I64(c) | Col::Ts(c) => {
+                release(&mut c.values);
+                c.nulls.release_excess();
+            }
+            Col::F64(c) => {
+                release(&mut c.values);
+                c.nulls.release_excess();
+            }
+            // Bits: an eighth of a byte per row, never reserved beyond the rows of a log.
+            Col::Bool(c) => c.nulls.release_excess(),
         }
     }
 

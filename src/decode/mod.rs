@@ -155,6 +155,52 @@ impl ColumnMap {
     }
 }
 
+/// A log whose structure was read and whose cheap checks passed ([`Decoder::prepare`]): what
+/// the batcher needs to decide where the log goes before any row is appended.
+pub struct Prepared<'a> {
+    micros: i64,
+    f_data: &'a [u8],
+    p_data: &'a [u8],
+    row_ids: &'a [u8],
+    session: &'a str,
+    /// Whether the prediction table has its own `columns` (else the schema's score columns).
+    score_columns: bool,
+    /// The log's rows when they were counted (logs that may decode to more than 1 MiB), else 0.
+    counted_rows: usize,
+    /// Upper bound of the bytes the log adds to [`Decoder::approx_bytes`] if it is accepted.
+    bound: usize,
+}
+
+impl Prepared<'_> {
+    /// Upper bound of the bytes the log adds to [`Decoder::approx_bytes`] if it is accepted.
+    pub fn bound(&self) -> usize {
+        self.bound
+    }
+
+    /// The rows the log yields if it is accepted (its row ids; counted only when asked, for
+    /// the logs near a batch's row limit).
+    pub fn rows(&self) -> usize {
+        if self.counted_rows > 0 {
+            self.counted_rows
+        } else {
+            count_items(self.row_ids).0
+        }
+    }
+
+    /// A cheap upper bound of [`Prepared::rows`] (from the lengths alone; exact once counted).
+    pub fn most_rows(&self) -> usize {
+        if self.counted_rows > 0 {
+            self.counted_rows
+        } else {
+            self.f_data
+                .len()
+                .min(self.p_data.len())
+                .min(self.row_ids.len())
+                / 2
+        }
+    }
+}
+
 /// Decodes PredictionLogs into the rows of one table layout. Reuse one decoder per stream of
 /// logs: it keeps its builders and caches the resolution of column lists between logs.
 pub struct Decoder {
@@ -296,22 +342,54 @@ impl Decoder {
         self.rows
     }
 
-    /// Approximate bytes held by the builders (what the batch will weigh in Arrow).
+    /// [`Decoder::approx_bytes`] and [`Decoder::allocated_bytes`] in one pass over the
+    /// columns: what the open batch's data takes, and what its builders hold.
+    pub fn sizes(&self) -> (usize, usize) {
+        let (mut var, mut held) = (0, 0);
+        for c in &self.cols {
+            var += c.var_bytes();
+            held += c.allocated_bytes();
+        }
+        (
+            self.rows * self.fixed_row_bytes + var,
+            held + self.rank_scratch.capacity() * std::mem::size_of::<(f64, u32)>()
+                + self.rank_out.capacity() * std::mem::size_of::<Option<i64>>(),
+        )
+    }
+
+    /// Approximate bytes of the decoded data (what the batch's data weighs in Arrow; what it
+    /// holds is [`Decoder::allocated_bytes`]).
     pub fn approx_bytes(&self) -> usize {
         self.rows * self.fixed_row_bytes + self.cols.iter().map(Col::var_bytes).sum::<usize>()
     }
 
     /// Decodes one serialized PredictionLog and appends its rows. Returns the number of rows
-    /// appended; on error nothing is appended.
+    /// appended; on error nothing is appended. ([`Decoder::prepare`] then [`Decoder::append`].)
     pub fn decode(&mut self, bytes: &[u8]) -> Result<usize, DecodeError> {
+        let p = self.prepare(bytes)?;
+        self.append(&p)
+    }
+
+    /// Reads a log's structure and runs every check that needs no row to be appended: the wire
+    /// format of its outer messages, required fields, the per-log size bound and row counts
+    /// (for logs that may decode to more than 1 MiB), the column lists. Nothing is appended and
+    /// no builder grows.
+    pub fn prepare<'a>(&mut self, bytes: &'a [u8]) -> Result<Prepared<'a>, DecodeError> {
         if bytes.is_empty() {
             return Err(DecodeError::new(
                 ErrorKind::EmptyMessage,
                 "zero-length message",
             ));
         }
+        self.prepare_log(bytes)
+    }
+
+    /// Appends the rows of a prepared log (the one [`Decoder::prepare`] returned last). Returns
+    /// the number of rows appended; on error nothing is appended, and capacity a rejected log
+    /// made the builders take beyond what they hold is given back.
+    pub fn append(&mut self, p: &Prepared<'_>) -> Result<usize, DecodeError> {
         let start = self.rows;
-        match self.decode_log(bytes) {
+        match self.append_rows(p) {
             Ok(n) => {
                 self.rows += n;
                 Ok(n)
@@ -319,6 +397,7 @@ impl Decoder {
             Err(e) => {
                 for c in &mut self.cols {
                     c.truncate(start);
+                    c.release_excess();
                 }
                 Err(e)
             }
@@ -344,7 +423,7 @@ impl Decoder {
             .expect("columns match the layout")
     }
 
-    fn decode_log(&mut self, bytes: &[u8]) -> Result<usize, DecodeError> {
+    fn prepare_log<'a>(&mut self, bytes: &'a [u8]) -> Result<Prepared<'a>, DecodeError> {
         let parts = walk_log(bytes)?;
         let (secs, nanos) = parts.timestamp.ok_or_else(|| {
             DecodeError::new(ErrorKind::MissingField, "request_timestamp is not set")
@@ -382,21 +461,7 @@ impl Decoder {
         let session = std::str::from_utf8(parts.prediction_id).map_err(|_| {
             DecodeError::new(ErrorKind::InvalidValue, "prediction_id is not valid UTF-8")
         })?;
-        let rows = self.check_size(f_data, row_ids, p_data, session.len())?;
-        // A large log grows every builder once to what it needs (session id and model version
-        // exactly; other strings as they come) instead of doubling past it. Small logs skip
-        // this: the usual amortized growth costs them nothing extra.
-        if rows >= RESERVE_ROWS {
-            for (i, c) in self.cols.iter_mut().enumerate() {
-                let bytes = match i {
-                    0 => rows * session.len(),
-                    3 => rows * self.layout.model_version.len(),
-                    _ => 0,
-                };
-                c.reserve(rows, bytes);
-            }
-        }
-
+        let (counted_rows, bound) = self.check_size(f_data, row_ids, p_data, session.len())?;
         // Resolve column lists (cached by their encoded bytes: logs of one model repeat them).
         let n_features = self.layout.n_features;
         let n_scores = self.layout.n_scores;
@@ -424,6 +489,45 @@ impl Decoder {
                 "output.prediction_results_table",
             )?;
         }
+        Ok(Prepared {
+            micros,
+            f_data,
+            p_data,
+            row_ids,
+            session,
+            score_columns: pt.columns.is_some(),
+            counted_rows,
+            bound,
+        })
+    }
+
+    fn append_rows(&mut self, p: &Prepared<'_>) -> Result<usize, DecodeError> {
+        let Prepared {
+            micros,
+            f_data,
+            p_data,
+            row_ids,
+            session,
+            ..
+        } = *p;
+        let rows = p.counted_rows;
+        // A large log grows every builder once to what it needs (session id, model version and
+        // row ids exactly or from above; other strings as they come) instead of doubling past
+        // it. Small logs skip this: the usual amortized growth costs them nothing extra. Only
+        // now, after every check that needs no row: a log those checks reject takes nothing.
+        if rows >= RESERVE_ROWS {
+            for (i, c) in self.cols.iter_mut().enumerate() {
+                let bytes = match i {
+                    0 => rows * session.len(),
+                    1 => row_ids.len(),
+                    3 => rows * self.layout.model_version.len(),
+                    _ => 0,
+                };
+                c.reserve(rows, bytes);
+            }
+        }
+        let n_features = self.layout.n_features;
+        let n_scores = self.layout.n_scores;
 
         let Decoder {
             layout,
@@ -438,7 +542,7 @@ impl Decoder {
             ..
         } = self;
         let fmap: &ColumnMap = ordered_features.as_ref().unwrap_or(feature_map);
-        let smap: &ColumnMap = if pt.columns.is_some() {
+        let smap: &ColumnMap = if p.score_columns {
             score_map
         } else {
             default_score_map

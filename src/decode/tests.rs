@@ -729,6 +729,24 @@ fn amplifying_logs_are_rejected_before_any_row_is_appended() {
 }
 
 #[test]
+fn a_log_rejected_after_its_reservation_gives_the_capacity_back() {
+    let layout = Arc::new(TableLayout::new(&schema(binary()), "7"));
+    let mut d = Decoder::new(layout);
+    d.decode(&amplifying_log(3, 8, 0, false)).unwrap();
+    let before = d.allocated_bytes();
+    // 2,000 rows of a 4 KiB id (≈ 8 MB reserved), rejected at its last row id.
+    let bad = crate::batch::testing::numeric_last_row_id(&amplifying_log(2_000, 4096, 0, false));
+    let e = d.decode(&bad).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::TypeMismatch, "{e}");
+    assert_eq!(d.rows(), 3);
+    assert!(
+        d.allocated_bytes() <= before + (512 << 10),
+        "{} bytes allocated after the rollback (was {before})",
+        d.allocated_bytes()
+    );
+}
+
+#[test]
 fn a_shape_mismatch_is_rejected_before_any_row_is_appended() {
     let layout = Arc::new(TableLayout::new(&schema(binary()), "7"));
     let mut d = Decoder::new(layout);

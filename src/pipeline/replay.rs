@@ -11,6 +11,17 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
+/// Reports intake paused (the replay's one "partition") or resumed.
+fn intake(st: &State, paused_partitions: usize) {
+    super::events::Intake {
+        paused_partitions,
+        changed: true,
+        batch_bytes: st.inflight_bytes(),
+        letter_bytes: st.letter_bytes(),
+    }
+    .emit();
+}
+
 /// Replays `path` (frames up to `max_frame` bytes); returns whether every row was acknowledged.
 pub(crate) fn run(
     path: &Path,
@@ -45,8 +56,14 @@ pub(crate) fn run(
             st.retry_dead_letters(now);
             st.poll_linger(now);
             // Backpressure: wait for acknowledgements rather than read ahead without bound.
-            while st.over_budget() && !shutdown.is_cancelled() {
-                st.drain_events(Some(Duration::from_millis(20)));
+            // The open batch counts too: it still ships by linger while intake waits.
+            if st.over_budget() {
+                intake(&st, 1);
+                while st.over_budget() && !shutdown.is_cancelled() {
+                    st.drain_events(Some(Duration::from_millis(20)));
+                    st.poll_linger(Instant::now());
+                }
+                intake(&st, 0);
             }
         }
         match reader.next_into(&mut buf) {

@@ -126,12 +126,14 @@ impl State {
         }
     }
 
-    /// Arrow bytes of batches flushed but not yet acknowledged by every sink. The open batch
-    /// (at most `batching.max_bytes`) and librdkafka's prefetch (a quarter of the budget, see
-    /// [`crate::source::consumer_config`]) come on top; validation keeps the budget at least
-    /// `max_bytes`.
+    /// Bytes the batches hold between decoding and every sink's acknowledgement: the Arrow
+    /// buffers of batches flushed but not yet acknowledged ([`Batch::held_bytes`], their
+    /// capacity, not their data) and what the open batch's builders hold
+    /// ([`Batcher::held_bytes`]). librdkafka's prefetch (a quarter of the budget, see
+    /// [`crate::source::consumer_config`]) comes on top; docs/reliability.md §1.2 has the
+    /// whole memory formula.
     pub(crate) fn inflight_bytes(&self) -> usize {
-        self.ledger.inflight_bytes()
+        self.ledger.inflight_bytes() + self.batcher.held_bytes()
     }
 
     /// Bytes held by dead letters waiting for their write ([`DeadLetter::held_bytes`]).
@@ -234,7 +236,7 @@ impl State {
     }
 
     fn dispatch(&mut self, mut batch: Batch, now: Instant) {
-        let (id, epochs) = self.ledger.dispatched(&batch.offsets, batch.bytes);
+        let (id, epochs) = self.ledger.dispatched(&batch.offsets, batch.held_bytes);
         batch.epochs = epochs;
         let counts = std::mem::take(&mut self.counts);
         events::BatchFlushed {

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 #[path = "../../examples/fuzz/crafted.rs"]
 #[allow(dead_code)]
-mod crafted;
+pub(crate) mod crafted;
 #[path = "../../examples/fuzz/harness.rs"]
 #[allow(dead_code)]
 mod harness;

@@ -11,6 +11,7 @@ mod closed_stdout;
 mod common;
 mod hostile;
 mod image;
+mod memory;
 mod merlin;
 mod runtime;
 mod secrets;
