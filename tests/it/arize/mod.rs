@@ -4,7 +4,6 @@
 //! validation, check by check, and the sink's handling of Arize's statuses.
 
 mod oracle;
-mod server;
 mod status;
 
 use observation_publisher::batch::{Batch, Batcher};
@@ -268,11 +267,15 @@ pub(crate) fn case(name: &str, model: Model, logs: &[TestLog], now: SystemTime) 
 /// Runs the oracle (creating its venv if needed) on `spec`; returns its JSON answer.
 pub(crate) fn oracle(dir: &Path, spec: &Json) -> Json {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let setup = std::process::Command::new(root.join("scripts/arize-oracle"))
-        .arg("setup")
-        .status()
-        .unwrap();
-    assert!(setup.success(), "scripts/arize-oracle setup failed");
+    // Once per test run: tests run in parallel and must not build the venv twice at once.
+    static SETUP: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let ok = *SETUP.get_or_init(|| {
+        std::process::Command::new(root.join("scripts/arize-oracle"))
+            .arg("setup")
+            .status()
+            .is_ok_and(|s| s.success())
+    });
+    assert!(ok, "scripts/arize-oracle setup failed");
     let python = root.join("target/test-services/venv-arize/bin/python");
     let spec_path = dir.join("spec.json");
     std::fs::write(&spec_path, spec.to_string()).unwrap();

@@ -1,7 +1,7 @@
 //! The SDK and our sink, side by side: same rows, same server, compared field by field.
 
-use super::server::{Captured, Server};
 use super::*;
+use crate::http_capture::{Captured, Server};
 use arrow_array::RecordBatch;
 use base64::Engine as _;
 use observation_publisher::sink::arize::schema::pb;

@@ -2,8 +2,8 @@
 //! needs a fix (and a retry after recovery sends only what was not acknowledged), 429 carries
 //! Retry-After, 413 splits, 500 and a dropped connection are retried.
 
-use super::server::{Reply, Server};
 use super::*;
+use crate::http_capture::{Reply, Server};
 use observation_publisher::sink::{Sink, SinkErrorKind};
 
 /// A batch big enough for several requests under a 64 KiB cap.

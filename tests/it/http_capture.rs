@@ -1,8 +1,9 @@
-//! A capturing HTTP/1.1 server on 127.0.0.1 standing in for Arize: it records every request
+//! A capturing HTTP/1.1 server on 127.0.0.1 standing in for endpoints that cannot be reached
+//! from here (Arize's `pandas_arrow`, an OAuth token endpoint): it records every request
 //! (method, path, headers as received, body) and answers from a script (a status with extra
-//! headers, or closing the connection without an answer); once the script is used up it
-//! answers 200. Blocking std I/O on its own threads, so the Python SDK and the sink under test
-//! can both talk to it.
+//! headers and a body, or closing the connection without an answer); once the script is used up
+//! it answers with its default reply (200, empty, unless set). Blocking std I/O on its own
+//! threads, so the Python SDK and the code under test can both talk to it.
 
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -33,14 +34,16 @@ impl Captured {
 pub(crate) enum Reply {
     /// Answer with this status and these extra headers.
     Status(u16, Vec<(&'static str, String)>),
+    /// Answer with this status, extra headers and body.
+    Body(u16, Vec<(&'static str, String)>, Vec<u8>),
     /// Read the request, then close the connection without answering.
     Drop,
 }
 
-#[derive(Default)]
 struct State {
     captured: Vec<Captured>,
     script: VecDeque<Reply>,
+    default: Reply,
 }
 
 /// The server; it runs until the process ends (tests are short-lived).
@@ -52,9 +55,18 @@ pub(crate) struct Server {
 
 impl Server {
     pub(crate) fn start() -> Server {
+        Server::answering(Reply::Status(200, Vec::new()))
+    }
+
+    /// A server that answers `default` whenever its script is empty.
+    pub(crate) fn answering(default: Reply) -> Server {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
-        let state = Arc::new(Mutex::new(State::default()));
+        let state = Arc::new(Mutex::new(State {
+            captured: Vec::new(),
+            script: VecDeque::new(),
+            default,
+        }));
         let s = Arc::clone(&state);
         std::thread::spawn(move || {
             for conn in listener.incoming().flatten() {
@@ -78,6 +90,11 @@ impl Server {
     /// Takes the requests captured so far.
     pub(crate) fn take(&self) -> Vec<Captured> {
         std::mem::take(&mut self.state.lock().unwrap().captured)
+    }
+
+    /// The requests captured so far (kept).
+    pub(crate) fn seen(&self) -> Vec<Captured> {
+        self.state.lock().unwrap().captured.clone()
     }
 }
 
@@ -123,22 +140,39 @@ fn serve(conn: TcpStream, state: &Mutex<State>) {
                 headers,
                 body,
             });
-            st.script
-                .pop_front()
-                .unwrap_or(Reply::Status(200, Vec::new()))
+            let default = st.default.clone();
+            st.script.pop_front().unwrap_or(default)
         };
         match reply {
             Reply::Drop => return,
             Reply::Status(code, extra) => {
-                let mut resp = format!("HTTP/1.1 {code} Scripted\r\ncontent-length: 0\r\n");
-                for (k, v) in extra {
-                    resp.push_str(&format!("{k}: {v}\r\n"));
+                if answer(&mut out, code, &extra, &[]).is_err() {
+                    return;
                 }
-                resp.push_str("\r\n");
-                if out.write_all(resp.as_bytes()).is_err() {
+            }
+            Reply::Body(code, extra, body) => {
+                if answer(&mut out, code, &extra, &body).is_err() {
                     return;
                 }
             }
         }
     }
+}
+
+fn answer(
+    out: &mut TcpStream,
+    code: u16,
+    extra: &[(&'static str, String)],
+    body: &[u8],
+) -> std::io::Result<()> {
+    let mut resp = format!(
+        "HTTP/1.1 {code} Scripted\r\ncontent-length: {}\r\n",
+        body.len()
+    );
+    for (k, v) in extra {
+        resp.push_str(&format!("{k}: {v}\r\n"));
+    }
+    resp.push_str("\r\n");
+    out.write_all(resp.as_bytes())?;
+    out.write_all(body)
 }
