@@ -365,20 +365,18 @@ fn read_bigquery_options(c: &mut Obj<'_>, problems: &mut Problems) -> BigQueryOp
             BigQueryAuth::Adc
         }
     };
-    let max_request_bytes = c
-        .bytes("max_request_bytes", problems)
-        .unwrap_or(DEFAULT_MAX_REQUEST_BYTES);
-    if max_request_bytes > MAX_APPEND_REQUEST_BYTES {
-        problems.push(
-            &c.path_of("max_request_bytes"),
-            format_args!("{max_request_bytes} exceeds BigQuery's AppendRows cap of {MAX_APPEND_REQUEST_BYTES} bytes (10MiB)"),
-        );
-    } else if max_request_bytes < 64 << 10 {
-        problems.push(&c.path_of("max_request_bytes"), "must be at least 64KiB");
-    }
-    let max_inflight_bytes = c
-        .bytes("max_inflight_bytes", problems)
-        .unwrap_or(DEFAULT_MAX_INFLIGHT_BYTES);
+    let max_request_bytes = c.bytes_in(
+        "max_request_bytes",
+        DEFAULT_MAX_REQUEST_BYTES,
+        &super::bounds::APPEND_REQUEST_BYTES,
+        problems,
+    );
+    let max_inflight_bytes = c.bytes_in(
+        "max_inflight_bytes",
+        DEFAULT_MAX_INFLIGHT_BYTES,
+        &super::bounds::SINK_INFLIGHT_BYTES,
+        problems,
+    );
     if max_inflight_bytes < max_request_bytes {
         problems.push(
             &c.path_of("max_inflight_bytes"),

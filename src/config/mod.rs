@@ -21,12 +21,14 @@
 //! ([`Problems`], exit code 2). Each command asks only for what it uses ([`Needs`]).
 //! Secrets are never printed: [`Config::to_redacted_yaml`].
 
+mod bounds;
 mod load;
 mod merlin;
 mod ours;
 mod schema;
 mod value;
 
+pub use bounds::ARROW_STRING_LIMIT;
 pub use load::{apply_env, apply_sets, load_value, redact, redact_collect, ENV_PREFIX};
 pub use merlin::{
     ArizeSink, BigQueryAuth, BigQuerySink, KafkaSource, MaxComputeSink, RetryConfig, SinkConfig,

@@ -8,6 +8,7 @@ mod bootstrap;
 mod cli;
 mod closed_stdout;
 mod common;
+mod crash;
 mod hostile;
 mod image;
 mod runtime;
