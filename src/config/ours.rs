@@ -323,8 +323,13 @@ pub struct Server {
     /// stops reading a response, or stalls in a body).
     #[serde(with = "humantime_serde_compat")]
     pub idle_timeout: Duration,
-    /// Connections served at once; further clients wait in the listen backlog until one closes.
+    /// Connections open at once. A new client is always accepted; when the port is full the
+    /// oldest idle connection (no request being handled) of the peer holding the most
+    /// connections is closed for it (`src/server/slots.rs`).
     pub max_connections: usize,
+    /// Connections open at once from one IP address; a new one closes that address's oldest
+    /// idle connection.
+    pub max_connections_per_peer: usize,
 }
 
 impl Server {
@@ -334,6 +339,8 @@ impl Server {
     pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
     /// Default `max_connections`.
     pub const MAX_CONNECTIONS: usize = 64;
+    /// Default `max_connections_per_peer`.
+    pub const MAX_CONNECTIONS_PER_PEER: usize = 16;
 
     pub(crate) fn read(mut o: Obj<'_>, prometheus_port: u64, problems: &mut Problems) -> Self {
         let listen = o
@@ -362,6 +369,12 @@ impl Server {
             max_connections: o.count_in(
                 "max_connections",
                 Self::MAX_CONNECTIONS as u64,
+                &bounds::HTTP_CONNECTIONS,
+                problems,
+            ) as usize,
+            max_connections_per_peer: o.count_in(
+                "max_connections_per_peer",
+                Self::MAX_CONNECTIONS_PER_PEER as u64,
                 &bounds::HTTP_CONNECTIONS,
                 problems,
             ) as usize,

@@ -424,6 +424,7 @@ fn server_limits_have_defaults_and_are_validated() {
     );
     assert_eq!(c.server.idle_timeout, std::time::Duration::from_secs(60));
     assert_eq!(c.server.max_connections, 64);
+    assert_eq!(c.server.max_connections_per_peer, 16);
     let y = format!(
         "{MERLIN}\nserver: {{header_read_timeout: 0s, idle_timeout: 0s, max_connections: 0}}\n"
     );

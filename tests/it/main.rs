@@ -11,5 +11,6 @@ mod common;
 mod crash;
 mod hostile;
 mod image;
+mod probes;
 mod runtime;
 mod secrets;
