@@ -102,3 +102,114 @@ fn a_batch_and_log_limit_over_the_arrow_offset_limit_is_refused() {
         "{err}"
     );
 }
+
+/// A panic in the sink task (injected: `OBS_PUBLISHER_FAULT`, debug builds only) ends the run
+/// with exit 101 and says what crashed; before issue 17 the panicked task was ignored and the
+/// run exited 0.
+#[test]
+fn a_panic_in_the_sink_task_exits_non_zero() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = replay_file(dir.path(), 3);
+    let cfg = repo_config("local.yaml");
+    let dl = format!("dead_letter.path={}", dir.path().join("dead.bin").display());
+    let rows = format!("local_sink.path={}", dir.path().join("rows").display());
+    let o = crate::common::bin()
+        .args([
+            "run",
+            "-c",
+            cfg.to_str().unwrap(),
+            "--replay",
+            input.to_str().unwrap(),
+            "--set",
+            &dl,
+            "--set",
+            &rows,
+            "--set",
+            "server.listen=127.0.0.1:0",
+            "--set",
+            "consumer.drain_timeout=1s",
+        ])
+        .env_remove("OBS_PUBLISHER_CONFIG")
+        .env("OBS_PUBLISHER_FAULT", "panic_in_sink_task")
+        .output()
+        .unwrap();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(101), "{err}");
+    assert!(
+        err.contains("injected fault: panic_in_sink_task") && err.contains("stopped after a crash"),
+        "{err}"
+    );
+}
+
+/// Asked to stop while its only sink cannot write (a file where the Parquet partition
+/// directory must go), the run waits `consumer.drain_timeout` and exits 1: rows it read were
+/// never acknowledged. Before issue 17 it exited 0.
+#[test]
+fn an_unfinished_drain_exits_non_zero() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let input = replay_file(dir.path(), 3);
+    let rows = dir.path().join("rows");
+    std::fs::create_dir_all(&rows).unwrap();
+    // The generator's rows are from 2023-11-14 (UTC); block the days around it too.
+    for day in [
+        "dt=2023-11-13",
+        "dt=2023-11-14",
+        "dt=2023-11-15",
+        "dt=__NULL__",
+    ] {
+        std::fs::write(rows.join(day), b"not a directory").unwrap();
+    }
+    let cfg = repo_config("local.yaml");
+    let dl = format!("dead_letter.path={}", dir.path().join("dead.bin").display());
+    let rows = format!("local_sink.path={}", rows.display());
+    let mut child = crate::common::bin()
+        .args([
+            "run",
+            "-c",
+            cfg.to_str().unwrap(),
+            "--replay",
+            input.to_str().unwrap(),
+            "--set",
+            &dl,
+            "--set",
+            &rows,
+            "--set",
+            "server.listen=127.0.0.1:0",
+            "--set",
+            "consumer.drain_timeout=1s",
+        ])
+        .env_remove("OBS_PUBLISHER_CONFIG")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let err = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut all = String::new();
+        for line in std::io::BufReader::new(err).lines().map_while(Result::ok) {
+            if line.contains("sink write failed") || line.contains("sink refuses the batch") {
+                let _ = tx.send(());
+            }
+            all.push_str(&line);
+            all.push('\n');
+        }
+        all
+    });
+    // Generous: the first write fails within milliseconds.
+    let failing = rx.recv_timeout(std::time::Duration::from_secs(60)).is_ok();
+    let killed = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let status = child.wait().unwrap();
+    let log = reader.join().unwrap();
+    assert!(failing, "the sink never failed:\n{log}");
+    assert_eq!(status.code(), Some(1), "{log}");
+    assert!(
+        log.contains("stopped before every row was acknowledged"),
+        "{log}"
+    );
+}
