@@ -26,6 +26,7 @@
 //! Exit 1 if the drain did not finish, 101 if anything panicked (`crash.rs`).
 
 mod build;
+mod checkpoints;
 mod crash;
 mod events;
 mod kafka;

@@ -37,6 +37,10 @@ pub struct Health {
     pub dead_letter_ok: AtomicBool,
     /// Every sink's connection reports itself healthy (BigQuery writer health).
     pub sink_streams_ok: AtomicBool,
+    /// Exactly-once partitions paused because their checkpoint could not be read (retried).
+    pub checkpoints_unread: AtomicUsize,
+    /// Exactly-once partitions stopped because their checkpoint does not parse.
+    pub checkpoints_unparseable: AtomicUsize,
     /// HTTP connections open now.
     pub http_connections: AtomicUsize,
     /// Most HTTP connections ever open at once (never above `server.max_connections`).
@@ -92,6 +96,12 @@ impl Health {
         }
         if !self.dead_letter_ok.load(Ordering::Relaxed) {
             v.push("dead-letter target is not usable");
+        }
+        if self.checkpoints_unread.load(Ordering::Relaxed) > 0 {
+            v.push("exactly-once: a partition's checkpoint could not be read (retrying; the partition is paused)");
+        }
+        if self.checkpoints_unparseable.load(Ordering::Relaxed) > 0 {
+            v.push("exactly-once: a partition's checkpoint does not parse (the partition is stopped; see the error log)");
         }
         v
     }
