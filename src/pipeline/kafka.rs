@@ -322,8 +322,10 @@ fn read_checkpoints_within(
         .collect()
 }
 
-/// How long one checkpoint read may take.
+/// How long the checkpoint read at assignment may take.
 const CHECKPOINT_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a retried checkpoint read may take (the poll loop waits for it).
+const RETRY_READ_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Pauses `partitions` of `topic` (logged if it fails: the held partitions are also kept out of
 /// every resume).
@@ -348,7 +350,8 @@ fn retry_held(st: &mut State, consumer: &BaseConsumer<SourceContext>, topic: &st
     if due.is_empty() {
         return;
     }
-    let decisions = read_checkpoints(consumer, topic, &due);
+    // A short timeout: the loop (other partitions' intake, acknowledgements) waits meanwhile.
+    let decisions = read_checkpoints_within(consumer, topic, &due, RETRY_READ_TIMEOUT);
     let (start, _) = st.apply_starts(decisions, Instant::now());
     if !start.is_empty() {
         tracing::info!(partitions = ?start, "exactly-once: checkpoints read; partitions start");
