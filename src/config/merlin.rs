@@ -338,21 +338,25 @@ fn read_arize(c: &mut Obj<'_>, problems: &mut Problems) -> ArizeSink {
     let api_key = c.req_string("api_key", problems);
     let space_key = c.req_string("space_key", problems);
     let uri = url_option(c, "uri", DEFAULT_ARIZE_URI, problems);
-    let mut timeout = |key: &'static str, default: std::time::Duration| {
-        let d = c.duration(key, problems).unwrap_or(default);
-        if d.is_zero() {
-            problems.push(&c.path_of(key), "must be more than zero");
-        }
-        d
-    };
-    let request_timeout = timeout("request_timeout", DEFAULT_ARIZE_REQUEST_TIMEOUT);
-    let connect_timeout = timeout("connect_timeout", DEFAULT_ARIZE_CONNECT_TIMEOUT);
-    let max_request_bytes = c
-        .bytes("max_request_bytes", problems)
-        .unwrap_or(DEFAULT_ARIZE_MAX_REQUEST_BYTES);
-    if max_request_bytes < 64 << 10 {
-        problems.push(&c.path_of("max_request_bytes"), "must be at least 64KiB");
-    }
+    use super::bounds::{ARIZE_REQUEST_BYTES, ARIZE_TIMEOUT};
+    let request_timeout = c.duration_in(
+        "request_timeout",
+        DEFAULT_ARIZE_REQUEST_TIMEOUT,
+        &ARIZE_TIMEOUT,
+        problems,
+    );
+    let connect_timeout = c.duration_in(
+        "connect_timeout",
+        DEFAULT_ARIZE_CONNECT_TIMEOUT,
+        &ARIZE_TIMEOUT,
+        problems,
+    );
+    let max_request_bytes = c.bytes_in(
+        "max_request_bytes",
+        DEFAULT_ARIZE_MAX_REQUEST_BYTES,
+        &ARIZE_REQUEST_BYTES,
+        problems,
+    );
     ArizeSink {
         api_key,
         space_key,
@@ -411,20 +415,18 @@ fn read_bigquery_options(c: &mut Obj<'_>, problems: &mut Problems) -> BigQueryOp
             BigQueryAuth::Adc
         }
     };
-    let max_request_bytes = c
-        .bytes("max_request_bytes", problems)
-        .unwrap_or(DEFAULT_MAX_REQUEST_BYTES);
-    if max_request_bytes > MAX_APPEND_REQUEST_BYTES {
-        problems.push(
-            &c.path_of("max_request_bytes"),
-            format_args!("{max_request_bytes} exceeds BigQuery's AppendRows cap of {MAX_APPEND_REQUEST_BYTES} bytes (10MiB)"),
-        );
-    } else if max_request_bytes < 64 << 10 {
-        problems.push(&c.path_of("max_request_bytes"), "must be at least 64KiB");
-    }
-    let max_inflight_bytes = c
-        .bytes("max_inflight_bytes", problems)
-        .unwrap_or(DEFAULT_MAX_INFLIGHT_BYTES);
+    let max_request_bytes = c.bytes_in(
+        "max_request_bytes",
+        DEFAULT_MAX_REQUEST_BYTES,
+        &super::bounds::APPEND_REQUEST_BYTES,
+        problems,
+    );
+    let max_inflight_bytes = c.bytes_in(
+        "max_inflight_bytes",
+        DEFAULT_MAX_INFLIGHT_BYTES,
+        &super::bounds::SINK_INFLIGHT_BYTES,
+        problems,
+    );
     if max_inflight_bytes < max_request_bytes {
         problems.push(
             &c.path_of("max_inflight_bytes"),

@@ -21,6 +21,7 @@
 //! ([`Problems`], exit code 2). Each command asks only for what it uses ([`Needs`]).
 //! Secrets are never printed: [`Config::to_redacted_yaml`].
 
+mod bounds;
 mod load;
 mod merlin;
 mod ours;
@@ -28,6 +29,7 @@ mod schema;
 mod understood;
 mod value;
 
+pub use bounds::ARROW_STRING_LIMIT;
 pub use load::{apply_env, apply_sets, load_value, redact, redact_collect, ENV_PREFIX};
 pub use merlin::{
     ArizeSink, BigQueryAuth, BigQuerySink, KafkaSource, MaxComputeSink, RetryConfig, SinkConfig,

@@ -1,6 +1,7 @@
 //! The publisher's own optional sections. Unlike Merlin's, they are strict: an unknown key is an
 //! error, so a typo never silently falls back to a default.
 
+use super::bounds;
 use super::value::{Obj, Problems};
 use serde::Serialize;
 use std::path::PathBuf;
@@ -35,9 +36,6 @@ pub struct Batching {
 pub const DEFAULT_MAX_LOG_BYTES: usize = 256 << 20;
 /// Default of `batching.max_frame_bytes`: 64 MiB (64× a default Kafka message).
 pub const DEFAULT_MAX_FRAME_BYTES: usize = 64 << 20;
-/// Upper limit of `batching.max_bytes` and `batching.max_log_bytes`: a batch plus one log must
-/// stay under Arrow's 2 GiB of string data per column.
-const MAX_BATCH_OR_LOG_BYTES: usize = 1 << 30;
 
 impl Default for Batching {
     fn default() -> Self {
@@ -56,45 +54,52 @@ impl Batching {
     pub(crate) fn read(mut o: Obj<'_>, problems: &mut Problems) -> Self {
         let d = Self::default();
         let b = Batching {
-            max_rows: o
-                .u64("max_rows", problems)
-                .map_or(d.max_rows, |v| v as usize),
-            max_bytes: o
-                .bytes("max_bytes", problems)
-                .map_or(d.max_bytes, |v| v as usize),
-            linger: o.duration("linger", problems).unwrap_or(d.linger),
-            max_inflight_bytes: o
-                .bytes("max_inflight_bytes", problems)
-                .map_or(d.max_inflight_bytes, |v| v as usize),
-            max_log_bytes: o
-                .bytes("max_log_bytes", problems)
-                .map_or(d.max_log_bytes, |v| v as usize),
-            max_frame_bytes: o
-                .bytes("max_frame_bytes", problems)
-                .map_or(d.max_frame_bytes, |v| v as usize),
+            max_rows: o.count_in("max_rows", d.max_rows as u64, &bounds::MAX_ROWS, problems)
+                as usize,
+            max_bytes: o.bytes_in(
+                "max_bytes",
+                d.max_bytes as u64,
+                &bounds::BATCH_OR_LOG_BYTES,
+                problems,
+            ) as usize,
+            linger: o.duration_in("linger", d.linger, &bounds::LINGER, problems),
+            max_inflight_bytes: o.bytes_in(
+                "max_inflight_bytes",
+                d.max_inflight_bytes as u64,
+                &bounds::INFLIGHT_BYTES,
+                problems,
+            ) as usize,
+            max_log_bytes: o.bytes_in(
+                "max_log_bytes",
+                d.max_log_bytes as u64,
+                &bounds::BATCH_OR_LOG_BYTES,
+                problems,
+            ) as usize,
+            max_frame_bytes: o.bytes_in(
+                "max_frame_bytes",
+                d.max_frame_bytes as u64,
+                &bounds::FRAME_BYTES,
+                problems,
+            ) as usize,
         };
-        if b.max_rows == 0 {
-            problems.push(&o.path_of("max_rows"), "must be at least 1");
-        }
-        if b.max_bytes < 1024 {
-            problems.push(&o.path_of("max_bytes"), "must be at least 1KiB");
-        }
-        if b.max_bytes > MAX_BATCH_OR_LOG_BYTES {
-            problems.push(&o.path_of("max_bytes"), "must be at most 1GiB");
-        }
-        if !(1024..=MAX_BATCH_OR_LOG_BYTES).contains(&b.max_log_bytes) {
-            problems.push(&o.path_of("max_log_bytes"), "must be between 1KiB and 1GiB");
-        }
-        if b.max_frame_bytes < 1024 {
-            problems.push(&o.path_of("max_frame_bytes"), "must be at least 1KiB");
-        }
-        if b.linger.is_zero() {
-            problems.push(&o.path_of("linger"), "must be greater than 0");
-        }
         if b.max_inflight_bytes < b.max_bytes {
             problems.push(
                 &o.path_of("max_inflight_bytes"),
                 format_args!("must be at least batching.max_bytes ({})", b.max_bytes),
+            );
+        }
+        // A batch below max_bytes plus one log of at most max_log_bytes must fit Arrow's i32
+        // string offsets (docs/reliability.md, "No log refused for its batch").
+        let sum = (b.max_bytes as u64).saturating_add(b.max_log_bytes as u64);
+        if sum > bounds::ARROW_STRING_LIMIT {
+            problems.push(
+                &o.path_of("max_bytes"),
+                format_args!(
+                    "batching.max_bytes + batching.max_log_bytes must be at most {} bytes (2GiB - 1, Arrow's i32 string offsets), found {} + {} = {sum}",
+                    bounds::ARROW_STRING_LIMIT,
+                    b.max_bytes,
+                    b.max_log_bytes
+                ),
             );
         }
         o.deny_unknown(problems);
@@ -106,9 +111,6 @@ impl Batching {
 /// settings accepts per message (`message.max.bytes` 1,048,588) once the topic is created with
 /// its own `max.message.bytes`.
 const DEFAULT_DLQ_MAX_MESSAGE_BYTES: usize = 1 << 20;
-/// Bounds of `dead_letter.max_message_bytes`: a claim check (4 KiB of payload and bounded
-/// headers) must fit, and librdkafka refuses a `message.max.bytes` over 1,000,000,000.
-const DLQ_MAX_MESSAGE_BYTES_RANGE: std::ops::RangeInclusive<usize> = (16 << 10)..=(512 << 20);
 
 /// Where rejected logs go.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -153,14 +155,19 @@ impl DeadLetter {
                 if path.is_some() {
                     problems.push(&o.path_of("path"), "only valid with target: file");
                 }
-                let max_message_bytes =
-                    max_message_bytes.map_or(DEFAULT_DLQ_MAX_MESSAGE_BYTES, |v| v as usize);
-                if !DLQ_MAX_MESSAGE_BYTES_RANGE.contains(&max_message_bytes) {
-                    problems.push(
-                        &o.path_of("max_message_bytes"),
-                        "must be between 16KiB and 512MiB",
-                    );
-                }
+                let max_message_bytes = match max_message_bytes {
+                    Some(v)
+                        if bounds::check_bytes(
+                            &o.path_of("max_message_bytes"),
+                            v,
+                            &bounds::DLQ_MESSAGE_BYTES,
+                            problems,
+                        ) =>
+                    {
+                        v as usize
+                    }
+                    _ => DEFAULT_DLQ_MAX_MESSAGE_BYTES,
+                };
                 DeadLetter::Kafka {
                     topic,
                     max_message_bytes,
@@ -219,10 +226,13 @@ impl LocalSink {
         let path = o.req_string("path", problems);
         let s = LocalSink {
             path: path.into(),
-            rotate_bytes: o.bytes("rotate_bytes", problems).unwrap_or(128 << 20),
-            rotate_interval: o
-                .duration("rotate_interval", problems)
-                .unwrap_or(Duration::from_secs(300)),
+            rotate_bytes: o.bytes_in("rotate_bytes", 128 << 20, &bounds::ROTATE_BYTES, problems),
+            rotate_interval: o.duration_in(
+                "rotate_interval",
+                Duration::from_secs(300),
+                &bounds::ROTATE_INTERVAL,
+                problems,
+            ),
         };
         o.deny_unknown(problems);
         Some(s)
@@ -313,8 +323,13 @@ pub struct Server {
     /// stops reading a response, or stalls in a body).
     #[serde(with = "humantime_serde_compat")]
     pub idle_timeout: Duration,
-    /// Connections served at once; further clients wait in the listen backlog until one closes.
+    /// Connections open at once. A new client is always accepted; when the port is full the
+    /// oldest idle connection (no request being handled) of the peer holding the most
+    /// connections is closed for it (`src/server/slots.rs`).
     pub max_connections: usize,
+    /// Connections open at once from one IP address; a new one closes that address's oldest
+    /// idle connection.
+    pub max_connections_per_peer: usize,
 }
 
 impl Server {
@@ -324,6 +339,8 @@ impl Server {
     pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
     /// Default `max_connections`.
     pub const MAX_CONNECTIONS: usize = 64;
+    /// Default `max_connections_per_peer`.
+    pub const MAX_CONNECTIONS_PER_PEER: usize = 16;
 
     pub(crate) fn read(mut o: Obj<'_>, prometheus_port: u64, problems: &mut Problems) -> Self {
         let listen = o
@@ -337,27 +354,31 @@ impl Server {
         }
         let s = Server {
             listen,
-            header_read_timeout: o
-                .duration("header_read_timeout", problems)
-                .unwrap_or(Self::HEADER_READ_TIMEOUT),
-            idle_timeout: o
-                .duration("idle_timeout", problems)
-                .unwrap_or(Self::IDLE_TIMEOUT),
-            max_connections: o
-                .u64("max_connections", problems)
-                .map_or(Self::MAX_CONNECTIONS, |v| v as usize),
+            header_read_timeout: o.duration_in(
+                "header_read_timeout",
+                Self::HEADER_READ_TIMEOUT,
+                &bounds::HTTP_TIMEOUT,
+                problems,
+            ),
+            idle_timeout: o.duration_in(
+                "idle_timeout",
+                Self::IDLE_TIMEOUT,
+                &bounds::HTTP_TIMEOUT,
+                problems,
+            ),
+            max_connections: o.count_in(
+                "max_connections",
+                Self::MAX_CONNECTIONS as u64,
+                &bounds::HTTP_CONNECTIONS,
+                problems,
+            ) as usize,
+            max_connections_per_peer: o.count_in(
+                "max_connections_per_peer",
+                Self::MAX_CONNECTIONS_PER_PEER as u64,
+                &bounds::HTTP_CONNECTIONS,
+                problems,
+            ) as usize,
         };
-        for (key, d) in [
-            ("header_read_timeout", s.header_read_timeout),
-            ("idle_timeout", s.idle_timeout),
-        ] {
-            if d.is_zero() {
-                problems.push(&o.path_of(key), "must be greater than 0");
-            }
-        }
-        if s.max_connections == 0 {
-            problems.push(&o.path_of("max_connections"), "must be at least 1");
-        }
         o.deny_unknown(problems);
         s
     }
@@ -435,19 +456,25 @@ impl Consumer {
         });
         let c = Consumer {
             start_from,
-            drain_timeout: o
-                .duration("drain_timeout", problems)
-                .unwrap_or(d.drain_timeout),
-            commit_interval: o
-                .duration("commit_interval", problems)
-                .unwrap_or(d.commit_interval),
-            session_timeout: o
-                .duration("session_timeout", problems)
-                .unwrap_or(d.session_timeout),
+            drain_timeout: o.duration_in(
+                "drain_timeout",
+                d.drain_timeout,
+                &bounds::DRAIN_TIMEOUT,
+                problems,
+            ),
+            commit_interval: o.duration_in(
+                "commit_interval",
+                d.commit_interval,
+                &bounds::COMMIT_INTERVAL,
+                problems,
+            ),
+            session_timeout: o.duration_in(
+                "session_timeout",
+                d.session_timeout,
+                &bounds::SESSION_TIMEOUT,
+                problems,
+            ),
         };
-        if c.commit_interval.is_zero() {
-            problems.push(&o.path_of("commit_interval"), "must be greater than 0");
-        }
         o.deny_unknown(problems);
         c
     }

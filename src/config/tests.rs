@@ -202,8 +202,8 @@ fn arize_sinks_are_accepted_with_production_defaults() {
     let text = parse(&y, Needs::RUN).unwrap_err().to_string();
     for expected in [
         "observation_sinks[1].config.uri: expected an http:// or https:// URL",
-        "observation_sinks[1].config.request_timeout: must be more than zero",
-        "observation_sinks[1].config.max_request_bytes: must be at least 64KiB",
+        "observation_sinks[1].config.request_timeout: must be from 1ms to 1h",
+        "observation_sinks[1].config.max_request_bytes: must be from 64KiB to 1GiB",
     ] {
         assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
     }
@@ -364,7 +364,7 @@ fn bigquery_options_are_known_and_validated() {
     for expected in [
         "storage_endpoint: expected an http:// or https:// URL",
         "auth: unknown auth mode \"oauth\"",
-        "max_request_bytes: 11534336 exceeds BigQuery's AppendRows cap",
+        "max_request_bytes: must be from 64KiB to 10MiB, found 11MiB",
         "max_inflight_bytes: must be at least max_request_bytes",
         "at most 4 clustering columns",
         "\"amount\" is a FLOAT column",
@@ -527,9 +527,9 @@ fn per_log_and_frame_limits_have_defaults_and_bounds() {
     );
     let text = parse(&y, Needs::RUN).unwrap_err().to_string();
     for expected in [
-        "batching.max_log_bytes: must be between 1KiB and 1GiB",
-        "batching.max_frame_bytes: must be at least 1KiB",
-        "batching.max_bytes: must be at most 1GiB",
+        "batching.max_log_bytes: must be from 1KiB to 1GiB, found 2GiB",
+        "batching.max_frame_bytes: must be from 1KiB to 4GiB, found 10B",
+        "batching.max_bytes: must be from 1KiB to 1GiB, found 2GiB",
     ] {
         assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
     }
@@ -544,14 +544,15 @@ fn server_limits_have_defaults_and_are_validated() {
     );
     assert_eq!(c.server.idle_timeout, std::time::Duration::from_secs(60));
     assert_eq!(c.server.max_connections, 64);
+    assert_eq!(c.server.max_connections_per_peer, 16);
     let y = format!(
         "{MERLIN}\nserver: {{header_read_timeout: 0s, idle_timeout: 0s, max_connections: 0}}\n"
     );
     let text = parse(&y, Needs::RUN).unwrap_err().to_string();
     for expected in [
-        "server.header_read_timeout: must be greater than 0",
-        "server.idle_timeout: must be greater than 0",
-        "server.max_connections: must be at least 1",
+        "server.header_read_timeout: must be from 1ms to 1h, found 0s",
+        "server.idle_timeout: must be from 1ms to 1h, found 0s",
+        "server.max_connections: must be from 1 to 65536, found 0",
     ] {
         assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
     }
@@ -580,11 +581,11 @@ fn the_dead_letter_message_limit_has_a_default_and_bounds() {
     for (extra, want) in [
         (
             "dead_letter: {target: kafka, max_message_bytes: 1KiB}\n",
-            "dead_letter.max_message_bytes: must be between 16KiB and 512MiB",
+            "dead_letter.max_message_bytes: must be from 16KiB to 512MiB, found 1KiB",
         ),
         (
             "dead_letter: {target: kafka, max_message_bytes: 1GiB}\n",
-            "dead_letter.max_message_bytes: must be between 16KiB and 512MiB",
+            "dead_letter.max_message_bytes: must be from 16KiB to 512MiB, found 1GiB",
         ),
         (
             "dead_letter: {target: file, path: /tmp/x, max_message_bytes: 1MiB}\n",
@@ -596,4 +597,117 @@ fn the_dead_letter_message_limit_has_a_default_and_bounds() {
             .to_string();
         assert!(text.contains(want), "{extra}: {text}");
     }
+}
+
+/// Every duration and size key of our sections and of a BIGQUERY sink, set far out of range, is
+/// refused naming the key and its range (issue 17: `batching.linger=18446744073709551615s`
+/// passed validation and panicked at run time).
+#[test]
+fn every_duration_and_size_is_bounded() {
+    let base = named("p", "m", "x: int64", "t", "g", "d");
+    let huge = "18446744073709551615s";
+    for (section, key, value, want) in [
+        ("batching", "linger", huge, "must be from 1ms to 1h"),
+        ("batching", "linger", "0s", "must be from 1ms to 1h"),
+        ("batching", "max_rows", "0", "must be from 1 to 4294967295"),
+        (
+            "batching",
+            "max_inflight_bytes",
+            "100GiB",
+            "must be from 1KiB to 64GiB",
+        ),
+        (
+            "batching",
+            "max_frame_bytes",
+            "8GiB",
+            "must be from 1KiB to 4GiB",
+        ),
+        (
+            "local_sink",
+            "rotate_bytes",
+            "10",
+            "must be from 1KiB to 1024GiB",
+        ),
+        (
+            "local_sink",
+            "rotate_interval",
+            huge,
+            "must be from 1s to 1day",
+        ),
+        (
+            "server",
+            "header_read_timeout",
+            huge,
+            "must be from 1ms to 1h",
+        ),
+        ("server", "idle_timeout", "2h", "must be from 1ms to 1h"),
+        ("consumer", "drain_timeout", huge, "must be from 0s to 1h"),
+        (
+            "consumer",
+            "commit_interval",
+            "0s",
+            "must be from 1ms to 1h",
+        ),
+        (
+            "consumer",
+            "session_timeout",
+            "2h",
+            "must be from 1ms to 1h",
+        ),
+    ] {
+        let extra = if section == "local_sink" {
+            format!("{section}: {{path: /tmp/x, {key}: {value}}}\n")
+        } else {
+            format!("{section}: {{{key}: {value}}}\n")
+        };
+        let text = parse(&(base.clone() + &extra), Needs::RUN)
+            .unwrap_err()
+            .to_string();
+        let want = format!("{section}.{key}: {want}");
+        assert!(text.contains(&want), "{extra}: missing {want:?} in {text}");
+    }
+}
+
+#[test]
+fn arize_timeouts_and_request_size_are_bounded() {
+    for (key, value, want) in [
+        (
+            "request_timeout",
+            "18446744073709551615s",
+            "must be from 1ms to 1h",
+        ),
+        ("connect_timeout", "0s", "must be from 1ms to 1h"),
+        ("max_request_bytes", "1KiB", "must be from 64KiB to 1GiB"),
+    ] {
+        let y = MERLIN.replace(
+            "observation_source:",
+            &format!(
+                "- type: ARIZE\n  config: {{api_key: k, space_key: s, {key}: {value}}}\nobservation_source:"
+            ),
+        );
+        let text = parse(&y, Needs::RUN).unwrap_err().to_string();
+        let want = format!("observation_sinks[1].config.{key}: {want}");
+        assert!(text.contains(&want), "missing {want:?} in {text}");
+    }
+}
+
+/// A batch below `max_bytes` plus one log of `max_log_bytes` must fit Arrow's i32 offsets, so
+/// no accepted log can be refused `too_large` because of the batch it lands in.
+#[test]
+fn max_bytes_plus_max_log_bytes_stays_under_the_arrow_offset_limit() {
+    let base = named("p", "m", "x: int64", "t", "g", "d");
+    let y = base.clone()
+        + "batching: {max_bytes: 1GiB, max_log_bytes: 1GiB, max_inflight_bytes: 2GiB}\n";
+    let text = parse(&y, Needs::RUN).unwrap_err().to_string();
+    assert!(
+        text.contains("batching.max_bytes: batching.max_bytes + batching.max_log_bytes must be at most 2147483647 bytes"),
+        "{text}"
+    );
+    let y =
+        base + "batching: {max_bytes: 1GiB, max_log_bytes: 1023MiB, max_inflight_bytes: 2GiB}\n";
+    let c = parse(&y, Needs::RUN).unwrap().0;
+    assert!(
+        (c.batching.max_bytes + c.batching.max_log_bytes) as u64
+            <= crate::config::ARROW_STRING_LIMIT
+    );
 }

@@ -54,6 +54,10 @@ pub const CONSUMER_LAG: &str = "observation_publisher_consumer_lag_messages";
 pub const COMMITS: &str = "observation_publisher_commits_total";
 /// Offset commits that failed. Counter.
 pub const COMMIT_FAILURES: &str = "observation_publisher_commit_failures_total";
+/// Exactly-once: assigned partitions held because their checkpoint could not be read (retried)
+/// or does not parse (stopped). Counter, per occurrence; label [`REASON`] (`unread` |
+/// `unparseable`).
+pub const CHECKPOINT_PROBLEMS: &str = "observation_publisher_checkpoint_problems_total";
 /// Constant 1 with the build's version. Gauge; label [`VERSION`].
 pub const BUILD_INFO: &str = "observation_publisher_build_info";
 
@@ -132,6 +136,11 @@ pub const ALL: &[(&str, MetricKind, &str)] = &[
     (CONSUMER_LAG, MetricKind::Gauge, "Messages between the consumer position and the high watermark."),
     (COMMITS, MetricKind::Counter, "Offset commits that succeeded."),
     (COMMIT_FAILURES, MetricKind::Counter, "Offset commits that failed."),
+    (
+        CHECKPOINT_PROBLEMS,
+        MetricKind::Counter,
+        "Exactly-once partitions held: checkpoint unread (retried) or unparseable (stopped).",
+    ),
     (BUILD_INFO, MetricKind::Gauge, "Constant 1, labelled with the publisher version."),
     // The BigQuery sink's.
     (bigquery::APPEND_LATENCY_SECONDS, MetricKind::Histogram, "Seconds from sending an AppendRows request to its response."),

@@ -292,6 +292,31 @@ impl Committed<'_> {
     }
 }
 
+/// Exactly-once: a partition held for its checkpoint (see `checkpoints.rs`).
+pub(crate) enum CheckpointHeld<'a> {
+    /// The read failed; the partition stays paused and the read is retried.
+    Unread(i32, &'a str),
+    /// The metadata does not parse; the partition stays stopped until revoked.
+    Unparseable(i32, &'a str),
+}
+
+impl CheckpointHeld<'_> {
+    pub(crate) fn emit(&self) {
+        match self {
+            CheckpointHeld::Unread(p, e) => {
+                metrics::counter!(names::CHECKPOINT_PROBLEMS, names::REASON => "unread")
+                    .increment(1);
+                tracing::warn!(partition = p, error = %e, "exactly-once: cannot read the partition's checkpoint; it stays paused and the read is retried");
+            }
+            CheckpointHeld::Unparseable(p, why) => {
+                metrics::counter!(names::CHECKPOINT_PROBLEMS, names::REASON => "unparseable")
+                    .increment(1);
+                tracing::error!(partition = p, error = %why, "exactly-once: the partition's checkpoint does not parse; the partition is stopped (paused until revoked) rather than started on a guess");
+            }
+        }
+    }
+}
+
 /// Intake paused (`partitions` paused: the in-flight budget is used up) or resumed (0).
 pub(crate) struct Intake {
     pub(crate) paused_partitions: usize,

@@ -2,6 +2,7 @@
 //! pipeline thread (librdkafka calls the rebalance callback from inside `poll`), so the state
 //! behind the mutex is never contended.
 
+use super::checkpoints::{self, Read, Start};
 use super::events::{self, RateLimit};
 use super::state::State;
 use crate::commit::Partition;
@@ -227,31 +228,28 @@ impl RebalanceListener for Listener {
     fn assigning(&self, consumer: &BaseConsumer<SourceContext>, tpl: &mut TopicPartitionList) {
         self.start_offsets(consumer, tpl);
         if self.exactly_once {
-            let mut q = TopicPartitionList::new();
-            for e in tpl.elements().iter().filter(|e| e.topic() == self.topic) {
-                q.add_partition(&self.topic, e.partition());
-            }
-            let mut found = std::collections::HashMap::new();
-            match consumer.committed_offsets(q, Duration::from_secs(10)) {
-                Ok(c) => {
-                    for e in c.elements() {
-                        if !e.metadata().is_empty() {
-                            found.insert(e.partition(), e.metadata().to_string());
-                        }
-                    }
-                }
-                // Without the checkpoints rows could be written twice: fail loudly; the
-                // partitions start without them only if the group has no commits either.
-                Err(e) => tracing::error!(error = %e, "exactly-once: cannot read commit metadata"),
-            }
-            lock(&self.state).checkpoints_read = found;
+            let ours: Vec<Partition> = tpl
+                .elements()
+                .iter()
+                .filter(|e| e.topic() == self.topic)
+                .map(|e| e.partition())
+                .collect();
+            let decisions = read_checkpoints(consumer, &self.topic, &ours);
+            lock(&self.state).checkpoints_read = decisions;
         }
     }
 
-    fn assigned(&self, partitions: &[i32]) {
+    fn assigned(&self, consumer: &BaseConsumer<SourceContext>, partitions: &[i32]) {
         let mut st = lock(&self.state);
-        let checkpoints = std::mem::take(&mut st.checkpoints_read);
-        st.assigned_with(partitions, &checkpoints);
+        if self.exactly_once {
+            let decisions = std::mem::take(&mut st.checkpoints_read);
+            let (_, hold) = st.apply_starts(decisions, Instant::now());
+            // Paused inside the rebalance callback, right after the assignment: no message of
+            // a held partition reaches the pipeline before its checkpoint is known.
+            pause(consumer, &self.topic, &hold);
+        } else {
+            st.assigned_with(partitions, &std::collections::HashMap::new());
+        }
         self.generation.fetch_add(1, Ordering::Relaxed);
     }
 
@@ -272,6 +270,116 @@ impl RebalanceListener for Listener {
         commit(&mut st, consumer, Some(partitions), CommitMode::Sync);
         st.forget(partitions);
     }
+}
+
+/// Exactly-once: reads the committed offsets of `partitions` and decides how each starts
+/// ([`checkpoints::decide`]): a failed request (or a failed entry) is a `Retry`, never "none".
+pub(super) fn read_checkpoints(
+    consumer: &BaseConsumer<SourceContext>,
+    topic: &str,
+    partitions: &[Partition],
+) -> Vec<(Partition, Start)> {
+    read_checkpoints_within(consumer, topic, partitions, CHECKPOINT_READ_TIMEOUT)
+}
+
+/// [`read_checkpoints`] with its timeout.
+fn read_checkpoints_within(
+    consumer: &BaseConsumer<SourceContext>,
+    topic: &str,
+    partitions: &[Partition],
+    timeout: Duration,
+) -> Vec<(Partition, Start)> {
+    if partitions.is_empty() {
+        return Vec::new();
+    }
+    let mut q = TopicPartitionList::new();
+    for p in partitions {
+        q.add_partition(topic, *p);
+    }
+    let reads: Vec<(Partition, Read)> = match consumer.committed_offsets(q, timeout) {
+        Ok(c) => partitions
+            .iter()
+            .map(|&p| {
+                let read = match c.find_partition(topic, p) {
+                    None => Read::Failed("the broker's answer left the partition out".into()),
+                    Some(e) => match (e.error(), e.offset()) {
+                        (Err(err), _) => Read::Failed(err.to_string()),
+                        (Ok(()), Offset::Offset(_)) => Read::Committed(e.metadata().to_string()),
+                        (Ok(()), _) => Read::NoCommit,
+                    },
+                };
+                (p, read)
+            })
+            .collect(),
+        Err(e) => partitions
+            .iter()
+            .map(|&p| (p, Read::Failed(e.to_string())))
+            .collect(),
+    };
+    reads
+        .into_iter()
+        .map(|(p, r)| (p, checkpoints::decide(r)))
+        .collect()
+}
+
+/// How long the checkpoint read at assignment may take.
+const CHECKPOINT_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a retried checkpoint read may take (the poll loop waits for it).
+const RETRY_READ_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Pauses `partitions` of `topic` (logged if it fails: the held partitions are also kept out of
+/// every resume).
+fn pause(consumer: &BaseConsumer<SourceContext>, topic: &str, partitions: &[Partition]) {
+    if partitions.is_empty() {
+        return;
+    }
+    let mut tpl = TopicPartitionList::new();
+    for p in partitions {
+        tpl.add_partition(topic, *p);
+    }
+    if let Err(e) = consumer.pause(&tpl) {
+        tracing::error!(error = %e, partitions = ?partitions, "cannot pause partitions held for their checkpoint");
+    }
+}
+
+/// Exactly-once: reads again the checkpoints of held partitions whose retry is due; those that
+/// can start are started and, unless intake is paused for the budget, resumed.
+fn retry_held(st: &mut State, consumer: &BaseConsumer<SourceContext>, topic: &str, paused: bool) {
+    let now = Instant::now();
+    let due = st.held.due(now);
+    if due.is_empty() {
+        return;
+    }
+    // A short timeout: the loop (other partitions' intake, acknowledgements) waits meanwhile.
+    let decisions = read_checkpoints_within(consumer, topic, &due, RETRY_READ_TIMEOUT);
+    let (start, _) = st.apply_starts(decisions, Instant::now());
+    if !start.is_empty() {
+        tracing::info!(partitions = ?start, "exactly-once: checkpoints read; partitions start");
+        if !paused {
+            let mut tpl = TopicPartitionList::new();
+            for p in &start {
+                tpl.add_partition(topic, *p);
+            }
+            if let Err(e) = consumer.resume(&tpl) {
+                tracing::error!(error = %e, "cannot resume partitions after reading their checkpoints");
+            }
+        }
+    }
+}
+
+/// The assignment minus the partitions held for their checkpoint.
+fn resumable(
+    consumer: &BaseConsumer<SourceContext>,
+    st: &State,
+) -> rdkafka::error::KafkaResult<TopicPartitionList> {
+    let a = consumer.assignment()?;
+    let mut out = TopicPartitionList::new();
+    for e in a.elements() {
+        if !st.held.is_held(e.partition()) {
+            out.add_partition(e.topic(), e.partition());
+        }
+    }
+    Ok(out)
 }
 
 /// Runs the consumer until `shutdown`, then drains. Returns whether everything in flight was
@@ -307,6 +415,7 @@ pub(crate) fn run(
                 register(&mut st, &consumer);
                 st.retry_dead_letters(now);
                 st.poll_linger(now);
+                retry_held(&mut st, &consumer, &cfg.topic, paused);
                 if now.duration_since(last_commit) >= cfg.commit_interval {
                     commit(&mut st, &consumer, None, CommitMode::Sync);
                     last_commit = now;
@@ -335,7 +444,7 @@ pub(crate) fn run(
                     }
                 }
             } else if paused && under {
-                if let Ok(a) = consumer.assignment() {
+                if let Ok(a) = resumable(&consumer, &lock(&state)) {
                     if consumer.resume(&a).is_ok() {
                         events::Intake {
                             paused_partitions: 0,
@@ -427,3 +536,7 @@ pub(crate) fn run(
     drop(consumer);
     drained
 }
+
+#[cfg(test)]
+#[path = "kafka_checkpoint_tests.rs"]
+mod checkpoint_tests;

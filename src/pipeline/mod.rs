@@ -23,8 +23,11 @@
 //!
 //! Shutdown (SIGTERM/SIGINT): stop intake, flush the open batch, wait for the sinks and the
 //! dead-letter target, commit, leave the group, exit 0, all within `consumer.drain_timeout`.
+//! Exit 1 if the drain did not finish, 101 if anything panicked (`crash.rs`).
 
 mod build;
+mod checkpoints;
+mod crash;
 mod events;
 mod kafka;
 mod ledger;
@@ -83,6 +86,7 @@ enum Intake {
 /// The pipeline thread running; [`Running::join`] waits for it to drain.
 struct Running {
     rt: tokio::runtime::Runtime,
+    health: Arc<Health>,
     hard_stop: CancellationToken,
     sink_task: tokio::task::JoinHandle<()>,
     pipeline: std::io::Result<std::thread::JoinHandle<bool>>,
@@ -100,6 +104,7 @@ impl Publisher {
         let health = Health::new();
         let shutdown = CancellationToken::new();
         let hard_stop = CancellationToken::new();
+        crash::install(Arc::clone(&health), shutdown.clone());
         rt.spawn(crate::shutdown::on_signal(shutdown.clone()));
 
         // HTTP: metrics and probes.
@@ -255,6 +260,7 @@ impl Publisher {
                     commit_interval: cfg.consumer.commit_interval,
                     drain_timeout: drain,
                 };
+                let health = Arc::clone(&health);
                 thread.spawn(move || {
                     kafka::run(*consumer, state, health, generation, loop_cfg, shutdown)
                 })
@@ -262,6 +268,7 @@ impl Publisher {
         };
         Running {
             rt,
+            health,
             hard_stop,
             sink_task,
             pipeline,
@@ -270,7 +277,8 @@ impl Publisher {
 }
 
 impl Running {
-    /// Waits for the pipeline to drain, then stops the sink task and the runtime.
+    /// Waits for the pipeline to drain, then stops the sink task and the runtime. Exit 0 only
+    /// when everything read was acknowledged and nothing panicked ([`crash::Outcome`]).
     fn join(self) -> ExitCode {
         let drained = self
             .pipeline
@@ -279,10 +287,20 @@ impl Running {
         self.hard_stop.cancel();
         let _ = self.rt.block_on(self.sink_task);
         self.rt.shutdown_timeout(Duration::from_secs(5));
-        if !drained {
-            tracing::warn!("stopped before every row was acknowledged; unacknowledged offsets were not committed and will be read again");
+        let crashes = self.health.crashes();
+        let outcome = crash::Outcome::of(drained, crashes.len());
+        match outcome {
+            crash::Outcome::Clean => tracing::info!("stopped"),
+            crash::Outcome::Unfinished => tracing::error!(
+                exit_code = outcome.code(),
+                "stopped before every row was acknowledged; unacknowledged offsets were not committed and will be read again"
+            ),
+            crash::Outcome::Crashed => tracing::error!(
+                exit_code = outcome.code(),
+                crashes = %crashes.join("; "),
+                "stopped after a crash"
+            ),
         }
-        tracing::info!("stopped");
-        ExitCode::SUCCESS
+        ExitCode::from(outcome.code())
     }
 }

@@ -37,6 +37,9 @@ pub(crate) async fn run(
         j = rx.recv() => j,
         () = hard_stop.cancelled() => None,
     } {
+        if super::crash::injected("panic_in_sink_task") {
+            panic!("injected fault: panic_in_sink_task");
+        }
         let mut dead = Vec::new();
         let mut checkpoints = Vec::new();
         for sink in sinks.iter_mut() {

@@ -8,6 +8,7 @@
 //! target; the ledger holds its offset until the letter is written. What may be committed is
 //! the ledger's answer alone; `kafka.rs` only carries it to the broker.
 
+use super::checkpoints::{HeldPartitions, Start};
 use super::events::{self, RateLimit};
 use super::ledger::{BatchId, Ledger};
 use crate::batch::{Batch, Batcher};
@@ -79,9 +80,11 @@ pub(crate) struct State {
     starts: Option<PartitionStarts>,
     /// Exactly-once: new streams waiting to be recorded (arrived as [`Event::Register`]).
     registrations: Vec<Registration>,
-    /// Exactly-once: the commit metadata read while partitions are being assigned, applied
+    /// Exactly-once: the start decisions made while partitions are being assigned, applied
     /// once the assignment is done.
-    pub(crate) checkpoints_read: HashMap<Partition, String>,
+    pub(crate) checkpoints_read: Vec<(Partition, Start)>,
+    /// Exactly-once: assigned partitions held (paused) for their checkpoint.
+    pub(crate) held: HeldPartitions,
     counts: Counts,
     pub(crate) totals: Totals,
     log_limit: RateLimit,
@@ -116,7 +119,8 @@ impl State {
             budget,
             starts,
             registrations: Vec::new(),
-            checkpoints_read: HashMap::new(),
+            checkpoints_read: Vec::new(),
+            held: HeldPartitions::default(),
             counts: Counts::default(),
             totals: Totals::default(),
             log_limit: RateLimit::new(),
@@ -130,7 +134,7 @@ impl State {
     /// buffers of batches flushed but not yet acknowledged ([`Batch::held_bytes`], their
     /// capacity, not their data) and what the open batch's builders hold
     /// ([`Batcher::held_bytes`]). librdkafka's prefetch (a quarter of the budget, see
-    /// [`crate::source::consumer_config`]) comes on top; docs/reliability.md §1.2 has the
+    /// [`crate::source::consumer_config`]) comes on top; docs/reliability.md §1.4 has the
     /// whole memory formula.
     pub(crate) fn inflight_bytes(&self) -> usize {
         self.ledger.inflight_bytes() + self.batcher.held_bytes()
@@ -427,6 +431,47 @@ impl State {
         }
     }
 
+    /// Exactly-once: applies start decisions at `now`. Returns the partitions that start
+    /// (their checkpoints handed to the ledger and the sink) and those held (to pause).
+    pub(crate) fn apply_starts(
+        &mut self,
+        decisions: Vec<(Partition, Start)>,
+        now: Instant,
+    ) -> (Vec<Partition>, Vec<Partition>) {
+        let (mut start, mut hold) = (Vec::new(), Vec::new());
+        let mut checkpoints = HashMap::new();
+        for (p, d) in decisions {
+            match &d {
+                Start::Retry(e) => super::events::CheckpointHeld::Unread(p, e).emit(),
+                Start::Stop(why) => super::events::CheckpointHeld::Unparseable(p, why).emit(),
+                Start::Fresh => {}
+                Start::Resume(m) => {
+                    checkpoints.insert(p, m.clone());
+                }
+            }
+            if self.held.apply(p, &d, now) {
+                start.push(p);
+            } else {
+                hold.push(p);
+            }
+        }
+        if !start.is_empty() {
+            self.assigned_with(&start, &checkpoints);
+        }
+        self.publish_held();
+        (start, hold)
+    }
+
+    fn publish_held(&self) {
+        let (unread, unparseable) = self.held.counts();
+        self.health
+            .checkpoints_unread
+            .store(unread, Ordering::Relaxed);
+        self.health
+            .checkpoints_unparseable
+            .store(unparseable, Ordering::Relaxed);
+    }
+
     /// Exactly-once: new streams the sink wants recorded.
     pub(crate) fn take_registrations(&mut self) -> Vec<Registration> {
         std::mem::take(&mut self.registrations)
@@ -435,6 +480,8 @@ impl State {
     /// Forgets revoked partitions (after their committable offsets were committed). Their
     /// letters waiting for a retry are dropped: the next owner dead-letters those logs again.
     pub(crate) fn forget(&mut self, partitions: &[Partition]) {
+        self.held.revoked(partitions);
+        self.publish_held();
         self.dlq_retry
             .retain(|(_, l)| !partitions.contains(&l.partition));
         for r in self.ledger.revoked(partitions) {

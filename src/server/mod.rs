@@ -13,14 +13,15 @@ use axum::routing::get;
 use axum::Router;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
+use slots::{Admission, SlotId, Slots};
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 /// Readiness conditions, set by the stages.
@@ -36,10 +37,20 @@ pub struct Health {
     pub dead_letter_ok: AtomicBool,
     /// Every sink's connection reports itself healthy (BigQuery writer health).
     pub sink_streams_ok: AtomicBool,
+    /// Exactly-once partitions paused because their checkpoint could not be read (retried).
+    pub checkpoints_unread: AtomicUsize,
+    /// Exactly-once partitions stopped because their checkpoint does not parse.
+    pub checkpoints_unparseable: AtomicUsize,
     /// HTTP connections open now.
     pub http_connections: AtomicUsize,
     /// Most HTTP connections ever open at once (never above `server.max_connections`).
     pub http_connections_peak: AtomicUsize,
+    /// What crashed (a pipeline thread or task that panicked, with its message); while not
+    /// empty, `/healthz` answers 503 and the process exits non-zero when it stops.
+    pub crashed: Mutex<Vec<String>>,
+    /// HTTP connections closed to make room for a newer client (`server.max_connections`,
+    /// `server.max_connections_per_peer`).
+    pub http_connections_evicted: AtomicUsize,
 }
 
 impl Health {
@@ -50,6 +61,22 @@ impl Health {
         h.dead_letter_ok.store(true, Ordering::Relaxed);
         h.sink_streams_ok.store(true, Ordering::Relaxed);
         Arc::new(h)
+    }
+
+    /// Records that `what` crashed: `/healthz` fails from now on.
+    pub fn crash(&self, what: String) {
+        self.crashed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(what);
+    }
+
+    /// What crashed so far (empty = healthy).
+    pub fn crashes(&self) -> Vec<String> {
+        self.crashed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// The conditions that are not met (empty = ready).
@@ -70,6 +97,12 @@ impl Health {
         if !self.dead_letter_ok.load(Ordering::Relaxed) {
             v.push("dead-letter target is not usable");
         }
+        if self.checkpoints_unread.load(Ordering::Relaxed) > 0 {
+            v.push("exactly-once: a partition's checkpoint could not be read (retrying; the partition is paused)");
+        }
+        if self.checkpoints_unparseable.load(Ordering::Relaxed) > 0 {
+            v.push("exactly-once: a partition's checkpoint does not parse (the partition is stopped; see the error log)");
+        }
         v
     }
 }
@@ -82,8 +115,11 @@ struct AppState {
 
 /// Serves the three endpoints on `listener` until `shutdown` is cancelled, within the limits of
 /// `cfg` (`server` section):
-/// - at most `max_connections` connections are served at once: a permit is taken *before*
-///   accepting, so further clients wait in the kernel's listen backlog;
+/// - every connection is accepted at once, then admitted by [`slots::Slots`]: at most
+///   `max_connections` are open, at most `max_connections_per_peer` from one IP address, and
+///   room is made by closing the oldest *idle* connection (no request being handled) of the
+///   same peer, or else of the peer holding the most; so a probe, which sends its request as
+///   soon as it connects, is never queued behind stalled clients;
 /// - a client has `header_read_timeout` to send a request's headers (hyper's timer, counted from
 ///   when the server starts waiting: a new connection or the previous response), then the
 ///   connection is closed;
@@ -100,7 +136,7 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let app = Router::new()
         .route("/metrics", get(metrics))
-        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .with_state(AppState {
             health: Arc::clone(&health),
@@ -110,16 +146,15 @@ pub async fn serve(
     http.timer(TokioTimer::new())
         .header_read_timeout(cfg.header_read_timeout)
         .keep_alive(true);
-    let permits = Arc::new(Semaphore::new(cfg.max_connections.max(1)));
+    let registry = Arc::new(Mutex::new(Registry {
+        slots: Slots::new(cfg.max_connections, cfg.max_connections_per_peer),
+        evictions: HashMap::new(),
+    }));
     loop {
-        let permit = tokio::select! {
-            () = shutdown.cancelled() => return Ok(()),
-            p = Arc::clone(&permits).acquire_owned() => p.expect("the semaphore is never closed"),
-        };
-        let stream = tokio::select! {
+        let (stream, peer) = tokio::select! {
             () = shutdown.cancelled() => return Ok(()),
             r = listener.accept() => match r {
-                Ok((stream, _)) => stream,
+                Ok(accepted) => accepted,
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot accept an HTTP connection; retrying");
                     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -127,26 +162,82 @@ pub async fn serve(
                 }
             },
         };
+        let (id, evicted) = {
+            let mut r = lock(&registry);
+            let (id, evict) = match r.slots.admit(peer.ip()) {
+                Admission::Admit { id, evict } => (id, evict),
+                Admission::Refuse => {
+                    // Every slot is handling a request right now: this client retries.
+                    drop(stream);
+                    continue;
+                }
+            };
+            let evicted = evict.and_then(|old| r.evictions.remove(&old));
+            let token = shutdown.child_token();
+            r.evictions.insert(id, token.clone());
+            (id, (evicted, token))
+        };
+        let (evicted, evict_me) = evicted;
+        if let Some(old) = evicted {
+            old.cancel();
+            health.http_connections.fetch_sub(1, Ordering::Relaxed);
+            health
+                .http_connections_evicted
+                .fetch_add(1, Ordering::Relaxed);
+        }
         let open = health.http_connections.fetch_add(1, Ordering::Relaxed) + 1;
         health
             .http_connections_peak
             .fetch_max(open, Ordering::Relaxed);
         let io = TokioIo::new(IdleTimeout::new(stream, cfg.idle_timeout));
-        let conn = http.serve_connection(io, TowerToHyperService::new(app.clone()));
-        let (health, stop) = (Arc::clone(&health), shutdown.clone());
+        let inner = TowerToHyperService::new(app.clone());
+        let reg = Arc::clone(&registry);
+        let service = hyper::service::service_fn(move |req| {
+            lock(&reg).slots.busy(id, true);
+            let answer = hyper::service::Service::call(&inner, req);
+            let reg = Arc::clone(&reg);
+            async move {
+                let r = answer.await;
+                lock(&reg).slots.busy(id, false);
+                r
+            }
+        });
+        let conn = http.serve_connection(io, service);
+        let (health, stop, registry) =
+            (Arc::clone(&health), shutdown.clone(), Arc::clone(&registry));
         tokio::spawn(async move {
             tokio::pin!(conn);
             tokio::select! {
                 _ = conn.as_mut() => {}
-                () = stop.cancelled() => {
+                () = evict_me.cancelled() => {
+                    if !stop.is_cancelled() {
+                        // Evicted for a newer client (its slot is already free): dropping the
+                        // connection closes the socket.
+                        return;
+                    }
                     conn.as_mut().graceful_shutdown();
                     let _ = conn.as_mut().await;
                 }
             }
-            health.http_connections.fetch_sub(1, Ordering::Relaxed);
-            drop(permit);
+            let mut r = lock(&registry);
+            if r.evictions.remove(&id).is_some() {
+                r.slots.release(id);
+                health.http_connections.fetch_sub(1, Ordering::Relaxed);
+            }
         });
     }
+}
+
+/// The connection slots and, for each open connection, the token that closes it.
+struct Registry {
+    slots: Slots,
+    evictions: HashMap<SlotId, CancellationToken>,
+}
+
+fn lock(r: &Mutex<Registry>) -> MutexGuard<'_, Registry> {
+    // Every critical section is a few map operations; a panic inside one is a bug, and the
+    // maps stay usable.
+    r.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// A stream that fails with `TimedOut` when no byte has moved in either direction for `timeout`
@@ -246,6 +337,18 @@ async fn metrics(State(s): State<AppState>) -> ([(&'static str, &'static str); 1
     )
 }
 
+async fn healthz(State(s): State<AppState>) -> (StatusCode, String) {
+    let crashed = s.health.crashes();
+    if crashed.is_empty() {
+        (StatusCode::OK, "ok\n".into())
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("unhealthy: {}\n", crashed.join("; ")),
+        )
+    }
+}
+
 async fn readyz(State(s): State<AppState>) -> (StatusCode, String) {
     let missing = s.health.not_ready();
     if missing.is_empty() {
@@ -257,6 +360,8 @@ async fn readyz(State(s): State<AppState>) -> (StatusCode, String) {
         )
     }
 }
+
+mod slots;
 
 #[cfg(test)]
 mod tests;

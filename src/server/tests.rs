@@ -14,6 +14,7 @@ fn cfg(header_ms: u64, idle_ms: u64, max_connections: usize) -> Server {
         header_read_timeout: Duration::from_millis(header_ms),
         idle_timeout: Duration::from_millis(idle_ms),
         max_connections,
+        max_connections_per_peer: max_connections,
     }
 }
 
@@ -112,8 +113,8 @@ fn a_silent_connection_is_closed_after_the_idle_timeout() {
 #[test]
 fn no_more_than_max_connections_are_served_at_once() {
     let srv = start(cfg(300, 3_600_000, 2));
-    // Five silent clients connect at once: two are served (and timed out), the others wait in
-    // the backlog for a free slot, are then served and timed out in turn.
+    // Five silent clients connect at once: each new one closes the oldest idle one once two are
+    // open, and the last two are closed by the header timeout.
     let mut clients: Vec<TcpStream> = (0..5)
         .map(|_| TcpStream::connect(srv.addr).unwrap())
         .collect();

@@ -92,8 +92,8 @@ pub trait RebalanceListener: Send + Sync {
     /// Partitions are about to be assigned: the listener may set start offsets in `tpl` (for
     /// partitions the group has no committed offset for).
     fn assigning(&self, consumer: &BaseConsumer<SourceContext>, tpl: &mut TopicPartitionList);
-    /// Partitions were assigned (possibly none).
-    fn assigned(&self, partitions: &[i32]);
+    /// Partitions were assigned (possibly none); the listener may pause some of them.
+    fn assigned(&self, consumer: &BaseConsumer<SourceContext>, partitions: &[i32]);
     /// Partitions are about to be revoked: stop intake, settle what can be settled, commit.
     fn revoking(&self, consumer: &BaseConsumer<SourceContext>, partitions: &[i32]);
 }
@@ -175,7 +175,7 @@ impl ConsumerContext for SourceContext {
                 tracing::info!(partitions = ?parts, "partitions assigned");
                 self.health.joined.store(true, Ordering::Relaxed);
                 if let Some(l) = self.listener.get() {
-                    l.assigned(&parts);
+                    l.assigned(consumer, &parts);
                 }
             }
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {

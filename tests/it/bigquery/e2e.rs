@@ -9,6 +9,9 @@ use std::process::{Child, Stdio};
 
 const LIMIT: Duration = Duration::from_secs(120);
 
+#[path = "e2e_checkpoints.rs"]
+mod checkpoints;
+
 /// Logs timestamped within the table's partition range (now minus an hour); `bad` of them
 /// malformed, and `old` of them dated a year back (outside the 14-day partition expiration).
 fn logs(n: usize, seed: u64, bad: &[usize], old: &[usize]) -> Vec<Vec<u8>> {

@@ -1,0 +1,100 @@
+//! A crash is never a clean exit: every panic, on any thread or task of `run` (the pipeline
+//! thread, the sink task, the dead-letter writer, the HTTP server, a BigQuery driver), is
+//! recorded in [`Health::crash`] (`/healthz` answers 503 naming it from then on) and starts a
+//! shutdown; the process then drains what it can and exits [`EXIT_CRASHED`].
+//!
+//! A panic hook is the one place that sees every panic, whoever catches it afterwards (tokio
+//! turns a task's panic into a `JoinError` that nobody might look at), so it is process-global
+//! by necessity; it is installed once, by `run`, and chains to the previous hook (which prints
+//! the message and the backtrace).
+
+use crate::server::Health;
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
+
+/// Exit code of a run in which something panicked (Rust's own code for a panicking `main`).
+pub(crate) const EXIT_CRASHED: u8 = 101;
+/// Exit code of a run that stopped before every row read was acknowledged (an unfinished drain,
+/// or an input it could not read to its end).
+pub(crate) const EXIT_UNFINISHED: u8 = 1;
+
+/// Installs the hook: every later panic is recorded in `health` and cancels `shutdown`.
+pub(crate) fn install(health: Arc<Health>, shutdown: CancellationToken) {
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        previous(info);
+        let thread = std::thread::current();
+        let what = describe(thread.name().unwrap_or("unnamed"), info);
+        tracing::error!(crash = %what, "panic: stopping, the process will exit non-zero");
+        health.crash(what);
+        shutdown.cancel();
+    }));
+}
+
+/// "thread 'pipeline' panicked at src/x.rs:1:2: message".
+fn describe(thread: &str, info: &std::panic::PanicHookInfo<'_>) -> String {
+    let payload = info.payload();
+    let msg = payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(no message)");
+    match info.location() {
+        Some(l) => format!("thread '{thread}' panicked at {l}: {msg}"),
+        None => format!("thread '{thread}' panicked: {msg}"),
+    }
+}
+
+/// How a run ended, from what its parts report: the exit code to use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// Everything read was acknowledged and nothing crashed: exit 0.
+    Clean,
+    /// Not everything read was acknowledged (drain deadline passed, input unreadable): exit 1.
+    Unfinished,
+    /// Something panicked: exit 101.
+    Crashed,
+}
+
+impl Outcome {
+    /// `drained`: the pipeline thread finished and reported every row acknowledged;
+    /// `crashes`: how many panics were recorded (a panicking pipeline thread counts there too).
+    pub(crate) fn of(drained: bool, crashes: usize) -> Self {
+        if crashes > 0 {
+            Outcome::Crashed
+        } else if drained {
+            Outcome::Clean
+        } else {
+            Outcome::Unfinished
+        }
+    }
+
+    /// The process exit code.
+    pub(crate) fn code(self) -> u8 {
+        match self {
+            Outcome::Clean => 0,
+            Outcome::Unfinished => EXIT_UNFINISHED,
+            Outcome::Crashed => EXIT_CRASHED,
+        }
+    }
+}
+
+/// Test-only fault injection (debug builds only, so never in a release image): with
+/// `OBS_PUBLISHER_FAULT=panic_in_sink_task` the sink task panics on its first batch. The
+/// integration tests use it to prove a crashed sink task ends the process non-zero.
+pub(crate) fn injected(point: &str) -> bool {
+    cfg!(debug_assertions) && std::env::var("OBS_PUBLISHER_FAULT").is_ok_and(|v| v == point)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_clean_drain_without_crashes_exits_zero() {
+        assert_eq!(Outcome::of(true, 0).code(), 0);
+        assert_eq!(Outcome::of(false, 0).code(), 1);
+        assert_eq!(Outcome::of(true, 1).code(), 101);
+        assert_eq!(Outcome::of(false, 2).code(), 101);
+    }
+}
