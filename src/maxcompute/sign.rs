@@ -8,6 +8,10 @@
 //! (`k=v`, or `k` when the value is empty). The header is
 //! `Authorization: ODPS <access_id>:base64(HMAC-SHA1(secret, canonical))`.
 //!
+//! Headers are signed when they start with `x-odps-` (pyodps 0.13); pyodps 0.12.2 also signs a
+//! header starting with `x-odps` without the dash, as a bare value line. We never send one, so
+//! both versions agree on every request this crate makes (tests/it/maxcompute/sign.rs).
+//!
 //! pyodps percent-decodes the whole target once and then parses the query with `parse_qsl`,
 //! which decodes again and reads `+` as a space; [`canonical_string`] does the same, so the
 //! signature covers what pyodps (and so the service) computes from the bytes sent.
@@ -109,7 +113,7 @@ pub fn canonical_string(req: &RequestToSign<'_>) -> String {
     let mut signed: std::collections::BTreeMap<String, String> = Default::default();
     for (k, v) in req.headers {
         let k = k.to_lowercase();
-        if k == "content-type" || k == "content-md5" || k.starts_with("x-odps") {
+        if k == "content-type" || k == "content-md5" || k.starts_with("x-odps-") {
             signed.insert(k, v.to_string());
         }
     }

@@ -11,6 +11,7 @@ mod closed_stdout;
 mod common;
 mod hostile;
 mod image;
+mod maxcompute;
 mod memory;
 mod merlin;
 mod runtime;
