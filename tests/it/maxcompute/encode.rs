@@ -225,21 +225,26 @@ pub(crate) fn block(layout: &TableLayout, rows: &[Row]) -> Vec<u8> {
 #[test]
 fn pyodps_readers_decode_our_blocks_to_the_values_written() {
     let rows = rows();
-    for layout in [binary(), ranking()] {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("block.bin");
-        std::fs::write(&path, block(&layout, &rows)).unwrap();
-        let spec = json!({"columns": odps_columns(&layout), "block": path});
-        let expected: Vec<Vec<Json>> = rows.iter().map(|r| plain(&layout, r)).collect();
-        for version in VERSIONS {
-            for force_py in [false, true] {
-                let answer = oracle(version, force_py, "decode", &spec);
-                assert_eq!(
-                    answer["mode"],
-                    if force_py { "py" } else { "c" },
-                    "pyodps {version}: the reader implementation asked for"
-                );
-                let got: Vec<Vec<Json>> = serde_json::from_value(answer["rows"].clone()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let layouts = [binary(), ranking()];
+    let mut blocks = Vec::new();
+    for (n, layout) in layouts.iter().enumerate() {
+        let path = dir.path().join(format!("block-{n}.bin"));
+        std::fs::write(&path, block(layout, &rows)).unwrap();
+        blocks.push(json!({"columns": odps_columns(layout), "block": path}));
+    }
+    let spec = json!({ "blocks": blocks });
+    for version in VERSIONS {
+        for force_py in [false, true] {
+            let answer = oracle(version, force_py, "decode", &spec);
+            assert_eq!(
+                answer["mode"],
+                if force_py { "py" } else { "c" },
+                "pyodps {version}: the reader implementation asked for"
+            );
+            for (layout, got) in layouts.iter().zip(answer["results"].as_array().unwrap()) {
+                let got: Vec<Vec<Json>> = serde_json::from_value(got.clone()).unwrap();
+                let expected: Vec<Vec<Json>> = rows.iter().map(|r| plain(layout, r)).collect();
                 assert_eq!(got.len(), expected.len());
                 for (n, (g, e)) in got.iter().zip(&expected).enumerate() {
                     assert_eq!(
@@ -253,57 +258,58 @@ fn pyodps_readers_decode_our_blocks_to_the_values_written() {
     }
 }
 
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 #[test]
 fn bytes_equal_pyodps_pure_python_writer() {
     // pyodps's pure-Python writer, bytes compared with ours. Its C writer differs by design (a
     // CRC ≥ 2^31 as a 10-byte varint, which its own pure-Python reader refuses).
-    let layout = binary();
-    let all = rows();
+    //
     // pyodps truncates seconds towards zero (`int(ms / 1000)`) while taking the sub-second part
     // from the floored datetime: for an instant before 1970 with a fraction it writes a value
-    // one second late (its readers read it back so). Those rows are compared separately.
+    // one second late (its readers read it back so). Those rows are compared separately: one
+    // row 1.5 s before the epoch, which ours writes as -2 s + 0.5 s and pyodps as -1 s + 0.5 s,
+    // i.e. what ours writes for -0.5 s.
     let fractional_before_1970 = |r: &Row| r.ts.is_some_and(|us| us < 0 && us % 1_000_000 != 0);
-    let exact: Vec<Row> = all
-        .iter()
+    let early = Row {
+        ts: Some(-1_500_000),
+        ..EMPTY
+    };
+    let one_second_late = Row {
+        ts: Some(-500_000),
+        ..EMPTY
+    };
+    let layouts = [binary(), ranking()];
+    let exact: Vec<Row> = rows()
+        .into_iter()
         .filter(|r| !fractional_before_1970(r))
-        .cloned()
         .collect();
+    let mut sets = Vec::new();
+    let mut expected = Vec::new();
+    for layout in &layouts {
+        sets.push(json!({
+            "columns": odps_columns(layout),
+            "rows": exact.iter().map(|r| plain(layout, r)).collect::<Vec<_>>(),
+        }));
+        expected.push(hex(&block(layout, &exact)));
+    }
+    sets.push(json!({
+        "columns": odps_columns(&layouts[0]),
+        "rows": [plain(&layouts[0], &early)],
+    }));
+    expected.push(hex(&block(&layouts[0], &[one_second_late])));
+    let spec = json!({ "sets": sets });
     for version in VERSIONS {
-        let spec = json!({
-            "columns": odps_columns(&layout),
-            "rows": exact.iter().map(|r| plain(&layout, r)).collect::<Vec<_>>(),
-        });
         let answer = oracle(version, true, "encode", &spec);
         assert_eq!(answer["mode"], "py");
-        let theirs = answer["hex"].as_str().unwrap();
-        let ours: String = block(&layout, &exact)
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
-        assert_eq!(ours, theirs, "pyodps {}", answer["version"]);
-
-        // One row 1.5 s before the epoch: ours floors (-2 s + 0.5 s), pyodps writes -1 s + 0.5 s.
-        let early = Row {
-            ts: Some(-1_500_000),
-            ..EMPTY
-        };
-        let spec = json!({
-            "columns": odps_columns(&layout),
-            "rows": [plain(&layout, &early)],
-        });
-        let theirs = oracle(version, true, "encode", &spec);
-        let mut w = BlockWriter::new();
-        w.field(
-            2,
-            observation_publisher::maxcompute::record::Value::TimestampMicros(-500_000),
-        );
-        w.end_record();
-        let late: String = w.finish().iter().map(|b| format!("{b:02x}")).collect();
+        let theirs: Vec<String> = serde_json::from_value(answer["results"].clone()).unwrap();
+        assert_eq!(theirs[..2], expected[..2], "pyodps {}", answer["version"]);
         assert_eq!(
-            theirs["hex"].as_str().unwrap(),
-            late,
+            theirs[2], expected[2],
             "pyodps {}: -1.5 s written as -0.5 s",
-            theirs["version"]
+            answer["version"]
         );
     }
 }

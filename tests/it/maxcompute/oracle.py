@@ -98,32 +98,41 @@ def plain(value):
 
 
 def decode(spec):
+    """spec: {"blocks": [{"columns": [[name, type]…], "block": path}…]}"""
     from odps.tunnel.io.reader import TunnelRecordReader
 
-    data = open(spec["block"], "rb").read()
-    reader = TunnelRecordReader(schema_of(spec), lambda *_, **__: io.BytesIO(data))
-    rows = [[plain(v) for v in record.values] for record in reader]
-    return {"version": odps.__version__, "mode": reader._mode(), "rows": rows}
+    results, mode = [], None
+    for item in spec["blocks"]:
+        data = open(item["block"], "rb").read()
+        reader = TunnelRecordReader(schema_of(item), lambda *_, **__: io.BytesIO(data))
+        results.append([[plain(v) for v in record.values] for record in reader])
+        mode = reader._mode()
+    return {"version": odps.__version__, "mode": mode, "results": results}
 
 
 def encode(spec):
+    """spec: {"sets": [{"columns": [[name, type]…], "rows": [[value…]…]}…]}"""
     import pandas as pd
     from odps.tunnel.io.writer import BaseRecordWriter
 
-    schema = schema_of(spec)
-    out = io.BytesIO()
-    writer = BaseRecordWriter(schema, out)
-    for row in spec["rows"]:
-        values = []
-        for (name, ty), v in zip(spec["columns"], row):
-            if isinstance(v, dict) and "us" in v:
-                v = pd.Timestamp(v["us"], unit="us", tz="UTC")
-            elif isinstance(v, dict):
-                v = struct.unpack("<d", struct.pack("<q", v["f64"]))[0]
-            values.append(v)
-        writer.write(odps.models.Record(schema=schema, values=values))
-    writer.close()
-    return {"version": odps.__version__, "mode": writer._mode(), "hex": out.getvalue().hex()}
+    results, mode = [], None
+    for item in spec["sets"]:
+        schema = schema_of(item)
+        out = io.BytesIO()
+        writer = BaseRecordWriter(schema, out)
+        for row in item["rows"]:
+            values = []
+            for v in row:
+                if isinstance(v, dict) and "us" in v:
+                    v = pd.Timestamp(v["us"], unit="us", tz="UTC")
+                elif isinstance(v, dict):
+                    v = struct.unpack("<d", struct.pack("<q", v["f64"]))[0]
+                values.append(v)
+            writer.write(odps.models.Record(schema=schema, values=values))
+        writer.close()
+        results.append(out.getvalue().hex())
+        mode = writer._mode()
+    return {"version": odps.__version__, "mode": mode, "results": results}
 
 
 if __name__ == "__main__":
