@@ -217,4 +217,93 @@ mod tests {
         put_varint(&mut expected, 1_000_000_000);
         assert_eq!(block, expected);
     }
+
+    mod properties {
+        use super::super::*;
+        use proptest::prelude::*;
+
+        /// Reads one varint at `*at`.
+        fn varint(bytes: &[u8], at: &mut usize) -> u64 {
+            let mut v = 0u64;
+            let mut shift = 0;
+            loop {
+                let b = bytes[*at];
+                *at += 1;
+                v |= u64::from(b & 0x7f) << shift;
+                if b < 0x80 {
+                    return v;
+                }
+                shift += 7;
+            }
+        }
+
+        fn unzigzag(v: u64) -> i64 {
+            ((v >> 1) as i64) ^ -((v & 1) as i64)
+        }
+
+        proptest! {
+            #[test]
+            fn timestamps_split_into_floored_seconds_and_nanos(us in any::<i64>()) {
+                let mut w = BlockWriter::new();
+                w.field(0, Value::TimestampMicros(us));
+                let mut at = 0;
+                prop_assert_eq!(varint(&w.out, &mut at), (1 << 3) | 2);
+                let seconds = unzigzag(varint(&w.out, &mut at));
+                let nanos = unzigzag(varint(&w.out, &mut at));
+                prop_assert_eq!(at, w.out.len());
+                prop_assert!((0..1_000_000_000).contains(&nanos) && nanos % 1_000 == 0);
+                prop_assert_eq!(i128::from(seconds) * 1_000_000 + i128::from(nanos / 1_000), i128::from(us));
+            }
+
+            #[test]
+            fn records_checksum_what_pyodps_checksums(
+                int in any::<i64>(),
+                double in any::<f64>(),
+                flag in any::<bool>(),
+                text in ".{0,40}",
+                null_mask in 0u8..16,
+            ) {
+                let mut w = BlockWriter::new();
+                let mut crc_input = Vec::new();
+                let mut expected = Vec::new();
+                if null_mask & 1 == 0 {
+                    w.field(0, Value::Bigint(int));
+                    crc_input.extend_from_slice(&1i32.to_le_bytes());
+                    crc_input.extend_from_slice(&int.to_le_bytes());
+                    expected.push(0x08);
+                    put_varint(&mut expected, zigzag64(int));
+                }
+                if null_mask & 2 == 0 {
+                    w.field(1, Value::Double(double));
+                    crc_input.extend_from_slice(&2i32.to_le_bytes());
+                    crc_input.extend_from_slice(&double.to_le_bytes());
+                    expected.push(0x11);
+                    expected.extend_from_slice(&double.to_le_bytes());
+                }
+                if null_mask & 4 == 0 {
+                    w.field(2, Value::Boolean(flag));
+                    crc_input.extend_from_slice(&3i32.to_le_bytes());
+                    crc_input.push(u8::from(flag));
+                    expected.extend_from_slice(&[0x18, u8::from(flag)]);
+                }
+                if null_mask & 8 == 0 {
+                    w.field(3, Value::String(&text));
+                    crc_input.extend_from_slice(&4i32.to_le_bytes());
+                    crc_input.extend_from_slice(text.as_bytes());
+                    expected.push(0x22);
+                    put_varint(&mut expected, text.len() as u64);
+                    expected.extend_from_slice(text.as_bytes());
+                }
+                w.end_record();
+                let crc = crc32c::crc32c(&crc_input);
+                put_tag(&mut expected, END_RECORD, WIRE_VARINT);
+                put_varint(&mut expected, u64::from(crc));
+                put_tag(&mut expected, META_COUNT, WIRE_VARINT);
+                put_varint(&mut expected, 2);
+                put_tag(&mut expected, META_CHECKSUM, WIRE_VARINT);
+                put_varint(&mut expected, u64::from(crc32c::crc32c(&crc.to_le_bytes())));
+                prop_assert_eq!(w.finish(), expected);
+            }
+        }
+    }
 }
