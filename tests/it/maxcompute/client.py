@@ -4,7 +4,7 @@
                                   create, alter, staging_create, insert, drop, columns, rows)
 
 Does what a sink does with pyodps: looks the table up (missing), creates it with the given
-statement, alters it, writes rows through the Tunnel into a staging table, reads them back
+statement, alters it (twice: the second fails), writes rows through the Tunnel into a staging table, reads them back
 through the Tunnel, copies them with INSERT .. SELECT, drops the staging table; then calls with
 a wrong secret. Prints what it saw as JSON.
 """
@@ -65,6 +65,11 @@ def main():
     out["partitions"] = partitions(name)
     o.execute_sql(spec["alter"], hints=HINTS)
     out["altered"] = columns(name)
+    try:  # the same columns again: the instance fails and pyodps surfaces the task's error
+        o.execute_sql(spec["alter"], hints=HINTS)
+        out["failed_sql"] = None
+    except ODPSError as e:
+        out["failed_sql"] = str(e)
 
     staging = "%s.%s.%s" % (spec["project"], spec["dataset"], spec["staging"])
     o.execute_sql(spec["staging_create"], hints=HINTS)

@@ -150,6 +150,10 @@ def run_sql(sql, project):
                 raise SqlError("ODPS-0130071: column %s already exists" % name)
             table["columns"].append([name, ty])
         return "OK"
+    m = re.match(r"(?is)truncate\s+table\s+(\S+)\s*$", s)
+    if m:
+        table_of(split_name(m.group(1), project))["rows"] = []
+        return "OK"
     m = re.match(r"(?is)drop\s+table\s+(if\s+exists\s+)?(\S+)\s*$", s)
     if m:
         key = split_name(m.group(2), project)
@@ -310,9 +314,14 @@ class Handler(BaseHTTPRequestHandler):
                     return self.instances(m.group(1), m.group(2), params, body)
                 m = re.match(r"^/projects/([^/]+)$", path)
                 if api and m:
+                    date = "Tue, 01 Dec 2026 00:00:00 GMT"
                     return self.reply(
                         200,
-                        "<Project><Name>%s</Name><Status>AVAILABLE</Status></Project>" % m.group(1),
+                        "<Project><Name>%s</Name><State>AVAILABLE</State><Properties><Property>"
+                        "<Name>odps.sql.type.system.odps2</Name><Value>true</Value></Property>"
+                        "</Properties></Project>" % m.group(1),
+                        headers=[("x-odps-owner", "fake"), ("x-odps-creation-time", date),
+                                 ("Last-Modified", date)],
                     )
         except SqlError as e:
             return self.error(400, "InvalidParameter", str(e))
