@@ -4,7 +4,8 @@
 //! - [`encode`]: our Tunnel blocks decode with pyodps's `TunnelRecordReader` (C and pure
 //!   Python) to the values written; byte-equal to pyodps's pure-Python writer where it is right.
 //! - [`fake`]: the fake MaxCompute endpoint (tests/it/maxcompute/fake.py), checked with pyodps
-//!   0.12.2's own `ODPS` client.
+//!   0.12.2's own `ODPS` client and with Merlin's own calls (merlin_sink.py); our signer and
+//!   encoder write through it.
 
 mod encode;
 mod fake;
