@@ -28,6 +28,7 @@
 //! - [`pipeline`]: `run`: wires source → decode → batch → sinks → commit.
 //! - [`metrics`], [`server`], [`telemetry`], [`shutdown`]: operating the daemon.
 //! - [`bigquery`]: the BigQuery sink's writer (Storage Write API, Arrow rows) and table management.
+//! - [`maxcompute`]: MaxCompute protocol pieces (signing, Tunnel records, DDL), checked by pyodps.
 //! - [`merlin_entry`]: Merlin's container command (`python -m publisher +environment=NAME`).
 //! - [`bootstrap`]: one publisher Deployment per model version on Kubernetes.
 
@@ -43,6 +44,7 @@ pub mod deadletter;
 pub mod decode;
 pub mod framing;
 pub mod gen;
+pub mod maxcompute;
 pub mod merlin_entry;
 pub mod metrics;
 pub mod naming;

@@ -1,0 +1,15 @@
+//! MaxCompute (Alibaba Cloud ODPS) protocol pieces, pure and verified against pyodps
+//! (tests/it/maxcompute): request signing, the Tunnel's record encoding, Merlin's DDL. The
+//! sink built on them is issue 19's later part; docs/maxcompute.md records the wire facts.
+//!
+//! - [`sign`]: V2 signing (`Authorization: ODPS <id>:base64(HMAC-SHA1)`); secrets never printed.
+//! - [`record`]: the Tunnel's protobuf-like record stream with CRC32C checksums.
+//! - [`encode`]: Arrow batches of the model's table → records, tags from the table's schema.
+//! - [`schema`]: MaxCompute column types.
+//! - [`ddl`]: Merlin's table name, create and alter statements; a changed type is refused.
+
+pub mod ddl;
+pub mod encode;
+pub mod record;
+pub mod schema;
+pub mod sign;

@@ -1,0 +1,475 @@
+"""A fake MaxCompute endpoint for tests (stdlib http.server + pyodps as the authority).
+
+    python fake.py ACCESS_ID SECRET     prints "PORT\n" once listening on 127.0.0.1
+
+Every request's signature is checked with pyodps's own signer (AliyunAccount over the request
+as received): a mismatch gets 403 SignatureNotMatch. Control plane under /api:
+  GET  /api/projects/{p}[/schemas/{s}]/tables/{t}   table XML, or 404 NoSuchObject
+  GET  /api/projects/{p}/tunnel?service             the tunnel host (this server)
+  POST /api/projects/{p}/instances                  runs the SQL it understands: create table
+       (incl. Merlin's auto partition), alter table add columns, insert into .. select, drop
+       table; 201 + Location. GET .../instances/{id}[?taskstatus|?result] polls it.
+Tunnel (no /api prefix), pyodps TableTunnel's protocol:
+  POST table?uploads=1, PUT table?uploadid&blockid (body decoded with pyodps's
+  TunnelRecordReader; chunked and deflate bodies), GET table?uploadid (blocks), POST
+  table?uploadid (commit: rows appended); POST table?downloads, GET table?downloadid&data
+  (records written with pyodps's own writer).
+Test-only: GET /__fake/tables dumps every table as JSON (timestamps {"us": n}, doubles
+{"f64": bits}); GET /__fake/instances lists the SQL run (statement, settings, outcome);
+GET /__fake/log lists the requests seen (method, path, whether the signature matched).
+Tables live in memory. The auto partition value is the UTC day of request_timestamp: an
+assumption of this fake, not a confirmed fact of the service.
+"""
+
+import io
+import json
+import os
+import re
+import struct
+import sys
+import threading
+import time
+import uuid
+import zlib
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qsl, urlsplit
+
+os.environ["TZ"] = "UTC"
+time.tzset()
+
+from odps import options  # noqa: E402
+
+options.retry_times = 0
+options.local_timezone = "UTC"
+
+import pandas as pd  # noqa: E402
+from odps.accounts import AliyunAccount  # noqa: E402
+from odps.models import Column, Record, TableSchema  # noqa: E402
+from odps.tunnel.io.reader import TunnelRecordReader  # noqa: E402
+from odps.tunnel.io.writer import BaseRecordWriter  # noqa: E402
+from requests.structures import CaseInsensitiveDict  # noqa: E402
+
+LOCK = threading.Lock()
+TABLES = {}  # (project, schema, name) -> table dict
+INSTANCES = {}  # id -> {"ok": bool, "result": str, "sql": str, "settings": dict}
+SESSIONS = {}  # id -> {"key": table key, "blocks": {id: [rows]}, "status": str}
+LOG = []
+
+
+class SqlError(Exception):
+    pass
+
+
+def split_name(name, project):
+    parts = [p.strip("`").lower() for p in name.strip().split(".")]
+    if len(parts) == 1:
+        return (project, "default", parts[0])
+    if len(parts) == 2:  # odps.namespace.schema=true: <schema>.<table>
+        return (project, parts[0], parts[1])
+    return (parts[0], parts[1], parts[2])
+
+
+def split_top(text):
+    out, depth, cur = [], 0, ""
+    for c in text:
+        if c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+        if c == "," and depth == 0:
+            out.append(cur)
+            cur = ""
+        else:
+            cur += c
+    if cur.strip():
+        out.append(cur)
+    return [x.strip() for x in out]
+
+
+def parse_columns(text):
+    cols = []
+    for item in split_top(text):
+        m = re.fullmatch(r"(`(?:[^`]|``)+`|[A-Za-z_]\w*)\s+(\w+)", item)
+        if not m:
+            raise SqlError("cannot parse column %r" % item)
+        name = m.group(1)
+        if name.startswith("`"):
+            name = name[1:-1].replace("``", "`")
+        cols.append([name, m.group(2).upper()])
+    return cols
+
+
+def ts_us(v):
+    if v is None:
+        return None
+    v = pd.Timestamp(v)
+    if v.tzinfo is not None:
+        v = v.tz_convert("UTC").tz_localize(None)
+    return (v - pd.Timestamp(0)).value // 1000
+
+
+def with_partition(table, row):
+    auto = table.get("auto")
+    if auto:
+        col, pt = auto
+        us = row.get(col.lower())
+        row[pt] = None if us is None else pd.Timestamp(ts_us(us) * 1000).strftime("%Y-%m-%d")
+    return row
+
+
+def run_sql(sql, project):
+    s = sql.strip().rstrip(";").strip()
+    m = re.match(
+        r"(?is)create\s+table\s+(if\s+not\s+exists\s+)?(\S+)\s*\((.*?)\)\s*"
+        r"(?:auto\s+partitioned\s+by\s*\(\s*trunc_time\s*\(\s*(\w+)\s*,\s*'day'\s*\)\s+as\s+(\w+)\s*\))?"
+        r"\s*(?:lifecycle\s+(\d+))?\s*$",
+        s,
+    )
+    if m:
+        key = split_name(m.group(2), project)
+        if key in TABLES:
+            if m.group(1):
+                return "OK"
+            raise SqlError("ODPS-0130071: Table or view already exists - %s" % ".".join(key))
+        auto = (m.group(4), m.group(5).lower()) if m.group(4) else None
+        TABLES[key] = {
+            "columns": parse_columns(m.group(3)),
+            "partitions": [[auto[1], "STRING"]] if auto else [],
+            "auto": auto,
+            "lifecycle": int(m.group(6)) if m.group(6) else None,
+            "ddl": s,
+            "rows": [],
+        }
+        return "OK"
+    m = re.match(r"(?is)alter\s+table\s+(\S+)\s+add\s+columns\s*\((.*)\)\s*$", s)
+    if m:
+        table = table_of(split_name(m.group(1), project))
+        have = {c[0].lower() for c in table["columns"]}
+        for name, ty in parse_columns(m.group(2)):
+            if name.lower() in have:
+                raise SqlError("ODPS-0130071: column %s already exists" % name)
+            table["columns"].append([name, ty])
+        return "OK"
+    m = re.match(r"(?is)truncate\s+table\s+(\S+)\s*$", s)
+    if m:
+        table_of(split_name(m.group(1), project))["rows"] = []
+        return "OK"
+    m = re.match(r"(?is)drop\s+table\s+(if\s+exists\s+)?(\S+)\s*$", s)
+    if m:
+        key = split_name(m.group(2), project)
+        if key not in TABLES and not m.group(1):
+            raise SqlError("ODPS-0130131: Table not found - %s" % ".".join(key))
+        TABLES.pop(key, None)
+        return "OK"
+    m = re.match(
+        r"(?is)insert\s+into\s+(?:table\s+)?(\S+)\s*\((.*?)\)\s*select\s+(.*?)\s+from\s+(\S+)\s*$", s
+    )
+    if m:
+        target = table_of(split_name(m.group(1), project))
+        source = table_of(split_name(m.group(4), project))
+        cols = [c.strip().strip("`").lower() for c in m.group(2).split(",")]
+        exprs = split_top(m.group(3))
+        if len(cols) != len(exprs):
+            raise SqlError("ODPS-0130161: column count mismatch")
+        types = {c[0].lower(): c[1] for c in target["columns"]}
+        for row in source["rows"]:
+            new = {c[0].lower(): None for c in target["columns"]}
+            for col, expr in zip(cols, exprs):
+                if col not in types:
+                    raise SqlError("ODPS-0130071: column %s not in target" % col)
+                cm = re.match(r"(?is)cast\s*\(\s*(\w+)\s+as\s+timestamp\s*\)$", expr)
+                value = row.get((cm.group(1) if cm else expr).strip("`").lower())
+                if types[col] == "TIMESTAMP" and value is not None:
+                    value = pd.Timestamp(ts_us(value) * 1000)
+                new[col] = value
+            target["rows"].append(with_partition(target, new))
+        return "OK"
+    raise SqlError("ODPS-0130161: the fake does not understand: %s" % s[:200])
+
+
+def table_of(key):
+    if key not in TABLES:
+        raise SqlError("ODPS-0130131: Table not found - %s" % ".".join(key))
+    return TABLES[key]
+
+
+def schema_json(table):
+    col = lambda c: {"name": c[0], "type": c[1].lower(), "comment": "", "isNullable": True}
+    return {
+        "columns": [col(c) for c in table["columns"]],
+        "partitionKeys": [col(c) for c in table["partitions"]],
+    }
+
+
+def odps_schema(table):
+    return TableSchema(
+        columns=[Column(name=c[0], type=c[1].lower()) for c in table["columns"]]
+    )
+
+
+def plain(v):
+    if v is None or isinstance(v, (bool, str, int)):
+        return v
+    if isinstance(v, float):
+        return {"f64": struct.unpack("<q", struct.pack("<d", v))[0]}
+    if isinstance(v, bytes):
+        return v.decode()
+    return {"us": ts_us(v)}
+
+
+def xml_escape(s):
+    return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    access_id = secret = None
+
+    def log_message(self, *args):
+        pass
+
+    def body(self):
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            data = b""
+            while True:
+                size = int(self.rfile.readline().split(b";")[0].strip(), 16)
+                if size == 0:
+                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                        pass
+                    break
+                data += self.rfile.read(size)
+                self.rfile.readline()
+        else:
+            data = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if self.headers.get("Content-Encoding", "").lower() == "deflate":
+            data = zlib.decompress(data)
+        return data
+
+    def reply(self, status, body=b"", ctype="application/xml", headers=()):
+        if isinstance(body, str):
+            body = body.encode()
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("x-odps-request-id", uuid.uuid4().hex)
+        for k, v in headers:
+            self.send_header(k, v)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def error(self, status, code, message):
+        self.reply(
+            status,
+            '<?xml version="1.0" encoding="UTF-8"?><Error><Code>%s</Code><Message>%s</Message>'
+            "<RequestId>%s</RequestId><HostId>fake</HostId></Error>"
+            % (code, xml_escape(message), uuid.uuid4().hex),
+        )
+
+    def tunnel_error(self, status, code, message):
+        self.reply(status, json.dumps({"Code": code, "Message": message}), "application/json")
+
+    def signature_ok(self, api):
+        class Req:
+            pass
+
+        req = Req()
+        req.method = self.command
+        req.headers = CaseInsensitiveDict(
+            {k: v for k, v in self.headers.items() if k.lower() != "authorization"}
+        )
+        endpoint = "http://fake/api" if api else "http://fake"
+        req.url = "http://fake" + self.path
+        AliyunAccount(self.access_id, self.secret).sign_request(req, endpoint)
+        return req.headers["Authorization"] == self.headers.get("Authorization")
+
+    def handle_any(self):
+        split = urlsplit(self.path)
+        path = split.path
+        params = dict(parse_qsl(split.query, keep_blank_values=True))
+        if path.startswith("/__fake/"):
+            return self.fake_admin(path)
+        api = path.startswith("/api/")
+        body = self.body()
+        ok = self.signature_ok(api)
+        with LOCK:
+            LOG.append({"method": self.command, "path": self.path, "signature_ok": ok})
+        if not ok:
+            return self.error(403, "SignatureNotMatch", "The request signature does not match")
+        if api:
+            path = path[len("/api"):]
+        m = re.match(r"^/projects/([^/]+)(?:/schemas/([^/]+))?/tables/([^/]+)$", path)
+        try:
+            with LOCK:
+                if m:
+                    project = m.group(1)
+                    schema = m.group(2) or params.get("curr_schema") or "default"
+                    key = (project, schema.lower(), m.group(3).lower())
+                    return (self.table_api if api else self.tunnel)(key, params, body)
+                m = re.match(r"^/projects/([^/]+)/tunnel$", path)
+                if api and m and "service" in params:
+                    host = "127.0.0.1:%d" % self.server.server_address[1]
+                    return self.reply(200, host, "text/plain")
+                m = re.match(r"^/projects/([^/]+)/instances(?:/([^/]+))?$", path)
+                if api and m:
+                    return self.instances(m.group(1), m.group(2), params, body)
+                m = re.match(r"^/projects/([^/]+)$", path)
+                if api and m:
+                    date = "Tue, 01 Dec 2026 00:00:00 GMT"
+                    return self.reply(
+                        200,
+                        "<Project><Name>%s</Name><State>AVAILABLE</State><Properties><Property>"
+                        "<Name>odps.sql.type.system.odps2</Name><Value>true</Value></Property>"
+                        "</Properties></Project>" % m.group(1),
+                        headers=[("x-odps-owner", "fake"), ("x-odps-creation-time", date),
+                                 ("Last-Modified", date)],
+                    )
+        except SqlError as e:
+            return self.error(400, "InvalidParameter", str(e))
+        self.error(404, "NoSuchObject", "the fake has no %s %s" % (self.command, path))
+
+    do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = handle_any
+
+    def fake_admin(self, path):
+        with LOCK:
+            if path == "/__fake/tables":
+                out = {
+                    ".".join(k): {
+                        "columns": t["columns"],
+                        "partitions": t["partitions"],
+                        "lifecycle": t["lifecycle"],
+                        "ddl": t.get("ddl"),
+                        "rows": [{c: plain(v) for c, v in r.items()} for r in t["rows"]],
+                    }
+                    for k, t in TABLES.items()
+                }
+                return self.reply(200, json.dumps(out), "application/json")
+            if path == "/__fake/instances":
+                return self.reply(200, json.dumps(list(INSTANCES.values())), "application/json")
+            if path == "/__fake/log":
+                return self.reply(200, json.dumps(LOG), "application/json")
+        self.reply(404, "")
+
+    def table_api(self, key, params, body):
+        if self.command != "GET":
+            return self.error(405, "MethodNotAllowed", self.command)
+        table = TABLES.get(key)
+        if table is None:
+            return self.error(404, "NoSuchObject", "Table not found - %s" % ".".join(key))
+        schema = schema_json(table)
+        schema.update({"tableName": key[2], "owner": "fake", "createTime": 0,
+                       "lastModifiedTime": 0, "lastDDLTime": 0, "isVirtualView": False,
+                       "lifecycle": table["lifecycle"] or -1})
+        self.reply(
+            200,
+            '<?xml version="1.0" encoding="UTF-8"?><Table><Name>%s</Name><TableId>%s</TableId>'
+            "<Owner>fake</Owner><Schema><![CDATA[%s]]></Schema></Table>"
+            % (key[2], "t" + uuid.uuid5(uuid.NAMESPACE_OID, ".".join(key)).hex, json.dumps(schema)),
+        )
+
+    def instances(self, project, instance_id, params, body):
+        if instance_id is None and self.command == "POST":
+            text = body.decode()
+            query = re.search(r"<Query><!\[CDATA\[(.*?)\]\]></Query>", text, re.S)
+            settings = {}
+            prop = re.search(r"<Name>settings</Name>\s*<Value>(.*?)</Value>", text, re.S)
+            if prop:
+                settings = json.loads(prop.group(1).replace("&quot;", '"'))
+            new_id = time.strftime("%Y%m%d%H%M%S") + uuid.uuid4().hex[:16]
+            sql = query.group(1) if query else ""
+            try:
+                result, ok = run_sql(sql, project), True
+            except SqlError as e:
+                result, ok = str(e), False
+            INSTANCES[new_id] = {"ok": ok, "result": result, "sql": sql, "settings": settings}
+            location = "http://%s:%d/api/projects/%s/instances/%s" % (
+                self.server.server_address + (project, new_id)
+            )
+            return self.reply(201, "", headers=[("Location", location)])
+        inst = INSTANCES.get(instance_id)
+        if inst is None:
+            return self.error(404, "NoSuchObject", "instance %s" % instance_id)
+        status = "Success" if inst["ok"] else "Failed"
+        task = '<Task Type="SQL"><Name>AnonymousSQLTask</Name><Status>%s</Status>' % status
+        if "taskstatus" in params:
+            body = "<Instance><Status>Terminated</Status><Tasks>%s</Task></Tasks></Instance>" % task
+        elif "result" in params:
+            body = (
+                '<Instance><Tasks><Task Type="SQL"><Name>AnonymousSQLTask</Name>'
+                '<Result Format="text"><![CDATA[%s]]></Result></Task></Tasks></Instance>'
+                % inst["result"]
+            )
+        else:
+            body = "<Instance><Status>Terminated</Status></Instance>"
+        self.reply(200, '<?xml version="1.0" encoding="UTF-8"?>' + body)
+
+    def session_json(self, sid):
+        s = SESSIONS[sid]
+        table = TABLES[s["key"]]
+        return json.dumps(
+            {
+                "UploadID": sid,
+                "DownloadID": sid,
+                "Status": s["status"],
+                "RecordCount": len(table["rows"]),
+                "UploadedBlockList": [{"BlockID": b} for b in sorted(s["blocks"])],
+                "Schema": schema_json(table),
+            }
+        )
+
+    def tunnel(self, key, params, body):
+        if key not in TABLES:
+            return self.tunnel_error(404, "NoSuchTable", "Table not found - %s" % ".".join(key))
+        table = TABLES[key]
+        if self.command == "POST" and ("uploads" in params or "downloads" in params):
+            sid = time.strftime("%Y%m%d%H%M%S") + uuid.uuid4().hex[:16]
+            SESSIONS[sid] = {"key": key, "blocks": {}, "status": "normal"}
+            return self.reply(201, self.session_json(sid), "application/json")
+        sid = params.get("uploadid") or params.get("downloadid")
+        if sid not in SESSIONS:
+            return self.tunnel_error(404, "NoSuchUpload", "no session %s" % sid)
+        s = SESSIONS[sid]
+        if self.command == "PUT" and "blockid" in params:
+            if s["status"] != "normal":
+                return self.tunnel_error(400, "InvalidStatus", "session is %s" % s["status"])
+            reader = TunnelRecordReader(odps_schema(table), lambda *_, **__: io.BytesIO(body))
+            names = [c[0].lower() for c in table["columns"]]
+            rows = [dict(zip(names, r.values)) for r in reader]
+            s["blocks"][int(params["blockid"])] = rows
+            return self.reply(200, "", "application/json")
+        if self.command == "GET" and "downloadid" in params and "data" in params:
+            start, count = (int(x) for x in params["rowrange"].strip("()").split(","))
+            schema = odps_schema(table)
+            out = io.BytesIO()
+            writer = BaseRecordWriter(schema, out)
+            names = [c[0].lower() for c in table["columns"]]
+            for row in table["rows"][start:start + count]:
+                values = [row.get(n) for n in names]
+                values = [
+                    pd.Timestamp(ts_us(v), unit="us", tz="UTC")
+                    if c[1] == "TIMESTAMP" and v is not None else v
+                    for c, v in zip(table["columns"], values)
+                ]
+                writer.write(Record(schema=schema, values=values))
+            writer.close()
+            return self.reply(200, out.getvalue(), "application/octet-stream",
+                              headers=[("odps-tunnel-record-count", str(count))])
+        if self.command == "GET":
+            return self.reply(200, self.session_json(sid), "application/json")
+        if self.command == "POST" and "uploadid" in params:
+            if s["status"] == "normal":
+                for block in sorted(s["blocks"]):
+                    table["rows"].extend(with_partition(table, r) for r in s["blocks"][block])
+                s["status"] = "closed"
+            return self.reply(200, self.session_json(sid), "application/json")
+        self.tunnel_error(400, "InvalidRequest", "the fake has no %s %s" % (self.command, self.path))
+
+
+def main():
+    Handler.access_id, Handler.secret = sys.argv[1], sys.argv[2]
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    print(server.server_address[1], flush=True)
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

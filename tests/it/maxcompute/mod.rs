@@ -1,0 +1,66 @@
+//! The MaxCompute protocol pieces against pyodps's own code (issue 19, item 4): pyodps 0.12.2
+//! (Merlin's pin) and the latest 0.13.x, each in a venv of `scripts/odps-oracle setup`.
+//! - [`sign`]: golden vectors from pyodps's `AliyunAccount`; ours gives the same `Authorization`.
+//! - [`encode`]: our Tunnel blocks decode with pyodps's `TunnelRecordReader` (C and pure
+//!   Python) to the values written; byte-equal to pyodps's pure-Python writer where it is right.
+//! - [`fake`]: the fake MaxCompute endpoint (tests/it/maxcompute/fake.py), checked with pyodps
+//!   0.12.2's own `ODPS` client and with Merlin's own calls (merlin_sink.py); our signer and
+//!   encoder write through it.
+
+mod encode;
+mod fake;
+mod sign;
+
+use serde_json::Value as Json;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+/// The pyodps versions every oracle test runs against (`scripts/odps-oracle python V`).
+pub(crate) const VERSIONS: [&str; 2] = ["0.12", "0.13"];
+
+/// The python of the venv for `version`, creating the venvs once per test run.
+pub(crate) fn python(version: &str) -> PathBuf {
+    static SETUP: OnceLock<()> = OnceLock::new();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    SETUP.get_or_init(|| {
+        let status = Command::new(root.join("scripts/odps-oracle"))
+            .arg("setup")
+            .status()
+            .unwrap();
+        assert!(status.success(), "scripts/odps-oracle setup failed");
+    });
+    let out = Command::new(root.join("scripts/odps-oracle"))
+        .args(["python", version])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+}
+
+/// Runs `oracle.py COMMAND spec` under pyodps `version`, its C implementation or (`force_py`)
+/// its pure-Python one; returns its JSON answer.
+pub(crate) fn oracle(version: &str, force_py: bool, command: &str, spec: &Json) -> Json {
+    let dir = tempfile::tempdir().unwrap();
+    let spec_path = dir.path().join("spec.json");
+    std::fs::write(&spec_path, spec.to_string()).unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/maxcompute/oracle.py");
+    let out = Command::new(python(version))
+        .arg(script)
+        .arg(command)
+        .arg(&spec_path)
+        .env("ODPS_FORCE_PY", if force_py { "1" } else { "0" })
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "oracle {command} (pyodps {version}, force_py {force_py}) failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "oracle output: {e}\n{}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })
+}
