@@ -63,11 +63,12 @@ pub(crate) const ARIZE_TIMEOUT: RangeInclusive<Duration> = MS..=HOUR;
 /// An ARIZE sink's `max_request_bytes`: 64 KiB to 1 GiB.
 pub(crate) const ARIZE_REQUEST_BYTES: RangeInclusive<u64> = (64 * KIB)..=GIB;
 
-/// Records a problem at `path` unless `value` lies in `range`.
-pub(crate) fn check_duration(
+/// Records a problem at `path` unless `value` lies in `range`, the numbers written by `show`.
+fn check<T: PartialOrd + Copy>(
     path: &str,
-    value: Duration,
-    range: &RangeInclusive<Duration>,
+    value: T,
+    range: &RangeInclusive<T>,
+    show: fn(T) -> String,
     problems: &mut Problems,
 ) -> bool {
     let ok = range.contains(&value);
@@ -76,35 +77,33 @@ pub(crate) fn check_duration(
             path,
             format_args!(
                 "must be from {} to {}, found {}",
-                fmt_duration(*range.start()),
-                fmt_duration(*range.end()),
-                fmt_duration(value)
+                show(*range.start()),
+                show(*range.end()),
+                show(value)
             ),
         );
     }
     ok
 }
 
-/// Records a problem at `path` unless `value` lies in `range`.
+/// Records a problem at `path` unless the duration `value` lies in `range`.
+pub(crate) fn check_duration(
+    path: &str,
+    value: Duration,
+    range: &RangeInclusive<Duration>,
+    problems: &mut Problems,
+) -> bool {
+    check(path, value, range, fmt_duration, problems)
+}
+
+/// Records a problem at `path` unless the byte size `value` lies in `range`.
 pub(crate) fn check_bytes(
     path: &str,
     value: u64,
     range: &RangeInclusive<u64>,
     problems: &mut Problems,
 ) -> bool {
-    let ok = range.contains(&value);
-    if !ok {
-        problems.push(
-            path,
-            format_args!(
-                "must be from {} to {}, found {}",
-                fmt_bytes(*range.start()),
-                fmt_bytes(*range.end()),
-                fmt_bytes(value)
-            ),
-        );
-    }
-    ok
+    check(path, value, range, fmt_bytes, problems)
 }
 
 /// Records a problem at `path` unless the count `value` lies in `range`.
@@ -114,18 +113,7 @@ pub(crate) fn check_count(
     range: &RangeInclusive<u64>,
     problems: &mut Problems,
 ) -> bool {
-    let ok = range.contains(&value);
-    if !ok {
-        problems.push(
-            path,
-            format_args!(
-                "must be from {} to {}, found {value}",
-                range.start(),
-                range.end()
-            ),
-        );
-    }
-    ok
+    check(path, value, range, |n| n.to_string(), problems)
 }
 
 /// A duration as the config accepts it back (`1h`, `500ms`, `0s`).
