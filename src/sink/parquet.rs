@@ -22,7 +22,7 @@
 //! retryable and leaves no visible file for the failed slice; an encoding failure or a batch
 //! without a `request_timestamp` column is permanent.
 
-use super::{Sink, SinkError, SinkErrorKind, WriteFuture};
+use super::{Progress, Sink, SinkError, SinkErrorKind, SubmitFuture};
 use crate::batch::Batch;
 use crate::config::LocalSink;
 use crate::output::{civil_from_days, parquet_properties};
@@ -47,7 +47,14 @@ pub const DAY_COLUMN: &str = "request_timestamp";
 #[derive(Debug, Clone)]
 pub struct ParquetSink {
     inner: Arc<Inner>,
+    /// Bounds the batches being written at once (see [`WRITES_AT_ONCE`]).
+    writes: Arc<tokio::sync::Semaphore>,
 }
+
+/// Batches written at once, each on tokio's blocking pool: while one is `fsync`ing, the next is
+/// encoded. Each holds its encoded file in memory until written (at most `rotate_bytes` per
+/// file), so this also bounds the sink's own memory.
+pub const WRITES_AT_ONCE: usize = 2;
 
 #[derive(Debug)]
 struct Inner {
@@ -68,6 +75,7 @@ impl ParquetSink {
                 run: fastrand::u32(..),
                 seq: AtomicU64::new(0),
             }),
+            writes: Arc::new(tokio::sync::Semaphore::new(WRITES_AT_ONCE)),
         }
     }
 
@@ -88,18 +96,32 @@ impl Sink for ParquetSink {
         "local_parquet"
     }
 
-    fn write(&mut self, batch: Arc<Batch>) -> WriteFuture<'_> {
+    /// Takes the batch once fewer than [`WRITES_AT_ONCE`] are being written and writes it on
+    /// tokio's blocking pool; the acknowledgement resolves when its files are durable.
+    fn submit(&mut self, batch: Arc<Batch>) -> SubmitFuture<'_> {
         let inner = Arc::clone(&self.inner);
+        let writes = Arc::clone(&self.writes);
         Box::pin(async move {
-            match tokio::task::spawn_blocking(move || inner.write_batch(&batch)).await {
-                Ok(result) => result.map(|_| super::WriteReport::default()),
-                Err(join) => Err(SinkError::new(
-                    SinkErrorKind::Internal,
-                    false,
-                    "parquet writer task failed",
-                )
-                .with_source(join)),
-            }
+            let permit = writes.acquire_owned().await.map_err(|_| {
+                SinkError::new(SinkErrorKind::Internal, true, "parquet sink closed")
+            })?;
+            let job = tokio::task::spawn_blocking(move || {
+                let r = inner.write_batch(&batch);
+                drop(permit);
+                r
+            });
+            let ack: super::Acknowledgement = Box::pin(async move {
+                match job.await {
+                    Ok(result) => result.map(|_| Progress::Written(super::WriteReport::default())),
+                    Err(join) => Err(SinkError::new(
+                        SinkErrorKind::Internal,
+                        false,
+                        "parquet writer task failed",
+                    )
+                    .with_source(join)),
+                }
+            });
+            Ok(ack)
         })
     }
 }
