@@ -151,6 +151,38 @@ impl BigQueryTableSink {
         })
     }
 
+    /// A sink on `table`'s default stream through `connections` writers sharing
+    /// `opts.max_inflight_bytes`, without table management (the table must exist with the
+    /// layout's columns): for measurements against a stand-in AppendRows server
+    /// (`examples/bq_pipeline.rs`).
+    pub fn on_default_stream(
+        client: &StorageClient,
+        table: &bigquery::TableRef,
+        schema: SchemaRef,
+        mut opts: bigquery::WriterOptions,
+        connections: usize,
+    ) -> Result<Self, WriterError> {
+        let connections = connections.max(1);
+        opts.max_inflight_bytes =
+            (opts.max_inflight_bytes / connections).max(opts.max_request_bytes);
+        let writers = (0..connections)
+            .map(|_| {
+                AppendWriter::start(
+                    client.own_connection(),
+                    table,
+                    Arc::clone(&schema),
+                    opts.clone(),
+                )
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(BigQueryTableSink {
+            health: all_healthy(&writers),
+            writers,
+            next: 0,
+            kafka_schema: None,
+        })
+    }
+
     /// Connections in the pool.
     pub fn connections(&self) -> usize {
         self.writers.len()
