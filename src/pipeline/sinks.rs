@@ -349,3 +349,6 @@ fn max_timestamp_seconds(b: &arrow_array::RecordBatch) -> Option<f64> {
     }
     max.map(|m| m as f64 / 1e6)
 }
+
+#[cfg(test)]
+mod tests;
