@@ -11,104 +11,17 @@
 //!
 //! `cargo run --example bq_pipeline` prints the median of 3 runs of each, side by side.
 use observation_publisher::batch::{Batch, Batcher};
-use observation_publisher::bigquery::proto::{
-    append_rows_response, AppendRowsRequest, AppendRowsResponse,
-};
 use observation_publisher::bigquery::{StorageClient, TableRef, WriterOptions};
 use observation_publisher::config::Batching;
 use observation_publisher::gen::{GenOptions, Generator};
 use observation_publisher::sink::bigquery::BigQueryTableSink;
 use observation_publisher::sink::{Progress, Sink};
 use observation_publisher::table::TableLayout;
-use std::convert::Infallible;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
-use tonic::body::Body;
-use tonic::codec::Streaming;
-use tonic::codegen::{http, Service};
-use tonic::Status;
+use std::time::Instant;
 
-const DELAY: Duration = Duration::from_millis(100);
-
-type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
-
-#[derive(Clone)]
-struct Server;
-
-impl tonic::server::NamedService for Server {
-    const NAME: &'static str = "google.cloud.bigquery.storage.v1.BigQueryWrite";
-}
-
-impl Service<http::Request<Body>> for Server {
-    type Response = http::Response<Body>;
-    type Error = Infallible;
-    type Future = BoxFuture<Result<Self::Response, Infallible>>;
-
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, req: http::Request<Body>) -> Self::Future {
-        Box::pin(async move {
-            if req.uri().path().ends_with("/AppendRows") {
-                let codec =
-                    tonic_prost::ProstCodec::<AppendRowsResponse, AppendRowsRequest>::default();
-                Ok(tonic::server::Grpc::new(codec).streaming(Append, req).await)
-            } else {
-                Ok(Status::unimplemented("AppendRows only").into_http())
-            }
-        })
-    }
-}
-
-struct Append;
-
-type Responses = ReceiverStream<Result<AppendRowsResponse, Status>>;
-
-impl Service<tonic::Request<Streaming<AppendRowsRequest>>> for Append {
-    type Response = tonic::Response<Responses>;
-    type Error = Status;
-    type Future = BoxFuture<Result<Self::Response, Status>>;
-
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Status>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, req: tonic::Request<Streaming<AppendRowsRequest>>) -> Self::Future {
-        Box::pin(async move {
-            let mut inbound = req.into_inner();
-            let (tx, rx) = mpsc::channel(1024);
-            let (due_tx, mut due_rx) = mpsc::unbounded_channel::<tokio::time::Instant>();
-            tokio::spawn(async move {
-                while let Ok(Some(_)) = inbound.message().await {
-                    if due_tx.send(tokio::time::Instant::now() + DELAY).is_err() {
-                        return;
-                    }
-                }
-            });
-            tokio::spawn(async move {
-                while let Some(at) = due_rx.recv().await {
-                    tokio::time::sleep_until(at).await;
-                    let ok = AppendRowsResponse {
-                        response: Some(append_rows_response::Response::AppendResult(
-                            Default::default(),
-                        )),
-                        ..Default::default()
-                    };
-                    if tx.send(Ok(ok)).await.is_err() {
-                        return;
-                    }
-                }
-            });
-            Ok(tonic::Response::new(ReceiverStream::new(rx)))
-        })
-    }
-}
+#[path = "../tests/it/bigquery/slow_ack.rs"]
+mod slow_ack;
 
 fn batches(n: usize) -> (Vec<Arc<Batch>>, Arc<TableLayout>) {
     let schema = observation_publisher::gen::benchmark_schema(20);
@@ -200,15 +113,8 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 #[tokio::main]
 async fn main() {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let url = format!("http://{}", listener.local_addr().expect("addr"));
-    tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(Server)
-            .serve_with_incoming(TcpListenerStream::new(listener)),
-    );
+    let server = slow_ack::SlowAck::start().await;
+    let url = server.url.clone();
     let (all, layout) = batches(401);
     let rows_per_batch = all.iter().map(|b| b.rows()).sum::<usize>() / all.len();
     println!(

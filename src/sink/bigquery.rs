@@ -183,6 +183,13 @@ impl BigQueryTableSink {
         })
     }
 
+    /// Encoded bytes of the requests in flight or queued, over the pool: at most
+    /// `max_inflight_bytes` (each writer's share at least one request). This is what pipelining
+    /// adds to the memory formula (docs/reliability.md §1.2).
+    pub fn pipelined_bytes(&self) -> usize {
+        self.writers.iter().map(AppendWriter::inflight_bytes).sum()
+    }
+
     /// Connections in the pool.
     pub fn connections(&self) -> usize {
         self.writers.len()
