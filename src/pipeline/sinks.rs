@@ -63,6 +63,9 @@ struct Task {
     labels: ModelLabels,
     topic: String,
     names: Vec<&'static str>,
+    /// Per sink: its last submission or acknowledgement failed. Readiness (`sinks_ok`) is true
+    /// only while no sink is failing, whatever the others do meanwhile.
+    failing: Vec<bool>,
     taken: HashMap<BatchId, Taken>,
     /// Per sink: batches to submit, in order.
     queues: Vec<VecDeque<Queued>>,
@@ -86,6 +89,7 @@ pub(crate) async fn run(
         labels,
         topic,
         names: sinks.iter().map(|s| s.name()).collect(),
+        failing: vec![false; sinks.len()],
         taken: HashMap::new(),
         queues: sinks.iter().map(|_| VecDeque::new()).collect(),
         acks: JoinSet::new(),
@@ -111,6 +115,8 @@ pub(crate) async fn run(
                 tokio::pin!(submit);
                 let r = loop {
                     tokio::select! {
+                        // Hard stop: the process is exiting; nothing of this batch is counted.
+                        () = hard_stop.cancelled() => return,
                         r = &mut submit => break r,
                         Some(done) = t.acks.join_next() => {
                             if !t.answered(done) {
@@ -208,6 +214,7 @@ impl Task {
     /// sink's queue, due after the backoff (or the destination's Retry-After), or after
     /// [`NEEDS_FIX_RETRY`] when retrying at once cannot help.
     fn failed(&mut self, id: BatchId, sink: SinkIndex, attempt: u32, error: &SinkError) {
+        self.failing[sink] = true;
         self.health.sinks_ok.store(false, Ordering::Relaxed);
         let name = self.names[sink];
         let wait = if error.is_retryable() {
@@ -275,7 +282,10 @@ impl Task {
         submitted: Instant,
         report: WriteReport,
     ) -> bool {
-        self.health.sinks_ok.store(true, Ordering::Relaxed);
+        self.failing[sink] = false;
+        self.health
+            .sinks_ok
+            .store(!self.failing.contains(&true), Ordering::Relaxed);
         let Some(taken) = self.taken.get_mut(&id) else {
             return true;
         };

@@ -99,6 +99,7 @@ fn batch_at(offset: i64) -> Batch {
 }
 
 struct Rig {
+    health: Arc<Health>,
     ledger: Ledger,
     events: mpsc::Receiver<Event>,
     jobs: tokio::sync::mpsc::Sender<SinkJob>,
@@ -114,11 +115,12 @@ impl Rig {
         let (a, b) = (Controlled::default(), Controlled::default());
         let (jobs, rx) = tokio::sync::mpsc::channel(2);
         let (tx, events) = mpsc::channel();
+        let health = Health::new();
         tokio::spawn(run(
             rx,
             vec![Box::new(a.clone()), Box::new(b.clone())],
             tx,
-            Health::new(),
+            Arc::clone(&health),
             CancellationToken::new(),
             ModelLabels {
                 model_id: "m".into(),
@@ -130,6 +132,7 @@ impl Rig {
         let mut ledger = Ledger::new(false);
         ledger.assigned(&[P], &HashMap::new());
         Rig {
+            health,
             ledger,
             events,
             jobs,
@@ -277,12 +280,19 @@ async fn a_sink_that_needs_a_fix_is_retried_after_30_seconds_and_holds_its_later
         "nothing new while the failed batch waits"
     );
     assert_eq!(r.b.submitted(), [0, 1]);
+    r.b.answer(1, written());
+    r.settle().await;
+    assert!(
+        !r.health.sinks_ok.load(Ordering::Relaxed),
+        "unready while sink a needs a fix, though sink b writes"
+    );
     assert_eq!(r.commit(), None);
-    for _ in 0..5 {
+    for _ in 0..4 {
         r.settle().await; // 35 s
     }
     assert_eq!(r.a.submitted(), [0, 0, 1]);
     r.a.answer(0, written());
     r.settle().await;
+    assert!(r.health.sinks_ok.load(Ordering::Relaxed), "ready again");
     assert_eq!(r.commit(), Some(1));
 }
