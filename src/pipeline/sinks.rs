@@ -13,6 +13,7 @@
 use super::events::{self, ModelLabels, RateLimit};
 use super::ledger::{BatchId, SinkIndex};
 use super::state::{Event, SinkJob};
+use crate::batch::Batch;
 use crate::deadletter::{DeadLetter, Kind};
 use crate::server::Health;
 use crate::sink::retry::Backoff;
@@ -34,9 +35,27 @@ const NEEDS_FIX_RETRY: Duration = Duration::from_secs(30);
 
 /// One batch the task has taken and not every sink has written.
 struct Taken {
-    job: SinkJob,
+    /// The batch, while some sink holds it (not staged, not written): dropped once every sink
+    /// has let go, as the ledger stops counting its bytes then.
+    batch: Option<Arc<Batch>>,
+    rows: usize,
+    messages: usize,
+    newest: Option<f64>,
+    opened: Instant,
     /// Sinks that have not written it yet.
     remaining: usize,
+    /// Per sink: it let go of the batch (staged or written it).
+    released: Vec<bool>,
+}
+
+impl Taken {
+    /// Sink `sink` let go of the batch (staged or written); drops it when no sink holds it.
+    fn let_go(&mut self, sink: SinkIndex) {
+        self.released[sink] = true;
+        if self.released.iter().all(|s| *s) {
+            self.batch = None;
+        }
+    }
 }
 
 /// A batch waiting to be submitted to one sink, and when it may be.
@@ -107,8 +126,16 @@ pub(crate) async fn run(
                 }
                 let (id, attempt) = (q.id, q.attempt);
                 t.queues[i].pop_front();
-                let Some(batch) = t.taken.get(&id).map(|tk| Arc::clone(&tk.job.batch)) else {
+                let Some(taken) = t.taken.get(&id) else {
                     continue;
+                };
+                let Some(batch) = taken.batch.clone() else {
+                    tracing::error!(
+                        sink = t.names[i],
+                        "a sink failed a batch after staging it, when no sink holds it any \
+                         more: it cannot be submitted again; its offsets stay uncommitted"
+                    );
+                    return;
                 };
                 let submitted = Instant::now();
                 let submit = sink.submit(batch);
@@ -188,7 +215,16 @@ impl Task {
             });
         }
         let remaining = self.queues.len();
-        self.taken.insert(id, Taken { job, remaining });
+        let taken = Taken {
+            rows: job.batch.rows(),
+            messages: job.batch.messages,
+            newest: max_timestamp_seconds(&job.batch.records),
+            opened: job.opened,
+            batch: Some(job.batch),
+            remaining,
+            released: vec![false; remaining],
+        };
+        self.taken.insert(id, taken);
     }
 
     fn watch(
@@ -258,10 +294,17 @@ impl Task {
         };
         match a.result {
             Err(e) => {
+                if let Some(t) = self.taken.get_mut(&a.id) {
+                    // Submitted again, the sink holds the batch again (if it still exists).
+                    t.released[a.sink] = false;
+                }
                 self.failed(a.id, a.sink, a.attempt, &e);
                 true
             }
             Ok(Progress::Staged(next)) => {
+                if let Some(t) = self.taken.get_mut(&a.id) {
+                    t.let_go(a.sink);
+                }
                 self.watch(a.id, a.sink, a.attempt, a.submitted, next);
                 self.events
                     .send(Event::Staged {
@@ -290,48 +333,58 @@ impl Task {
             return true;
         };
         let name = self.names[sink];
-        let batch = Arc::clone(&taken.job.batch);
         events::SinkWrote {
             sink: name,
-            rows: batch.rows().saturating_sub(report.rejected.len()),
+            rows: taken.rows.saturating_sub(report.rejected.len()),
             latency: submitted.elapsed(),
         }
         .emit();
         let mut dead = Vec::new();
-        for r in report.rejected {
-            let Some((partition, offset)) = batch.source_of_row(r.row) else {
-                continue;
-            };
-            events::RowRejected {
-                sink: name,
-                partition,
-                offset,
-                row: r.row,
-                code: r.code,
-                reason: &r.message,
+        if taken.batch.is_none() && !report.rejected.is_empty() {
+            tracing::error!(
+                sink = name,
+                "a sink refused rows after staging a batch no sink holds any more: they cannot \
+                 be dead-lettered; its offsets stay uncommitted"
+            );
+            return false;
+        }
+        if let Some(batch) = taken.batch.clone() {
+            for r in report.rejected {
+                let Some((partition, offset)) = batch.source_of_row(r.row) else {
+                    continue;
+                };
+                events::RowRejected {
+                    sink: name,
+                    partition,
+                    offset,
+                    row: r.row,
+                    code: r.code,
+                    reason: &r.message,
+                }
+                .emit(&mut self.rows_log, Instant::now());
+                dead.push(DeadLetter {
+                    topic: self.topic.clone(),
+                    partition,
+                    offset,
+                    epoch: batch.epoch_of(partition),
+                    key: None,
+                    payload: crate::output::row_json(&batch.records, r.row),
+                    kind: Kind::Row,
+                    code: r.code,
+                    message: format!("{name}: {}", r.message),
+                    claim_check: false,
+                });
             }
-            .emit(&mut self.rows_log, Instant::now());
-            dead.push(DeadLetter {
-                topic: self.topic.clone(),
-                partition,
-                offset,
-                epoch: batch.epoch_of(partition),
-                key: None,
-                payload: crate::output::row_json(&batch.records, r.row),
-                kind: Kind::Row,
-                code: r.code,
-                message: format!("{name}: {}", r.message),
-                claim_check: false,
-            });
         }
         taken.remaining -= 1;
+        taken.let_go(sink);
         if taken.remaining == 0 {
             if let Some(t) = self.taken.remove(&id) {
                 events::BatchAcknowledged {
                     labels: &self.labels,
-                    messages: t.job.batch.messages,
-                    newest: max_timestamp_seconds(&t.job.batch.records),
-                    since_opened: t.job.opened.elapsed(),
+                    messages: t.messages,
+                    newest: t.newest,
+                    since_opened: t.opened.elapsed(),
                 }
                 .emit();
             }

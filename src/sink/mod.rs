@@ -84,7 +84,11 @@ pub enum Progress {
     /// Durable, except the rows the report lists as rejected.
     Written(WriteReport),
     /// The sink no longer holds the batch's bytes; its rows are not durable yet. The
-    /// acknowledgement continues with this future.
+    /// acknowledgement continues with this future. Once every sink has let go of a batch the
+    /// runtime drops it, so what follows a staged step must not need the batch again: it
+    /// retries on its own from what it staged, refuses no rows (refuse them before staging),
+    /// and an error from it (once no sink holds the batch) stops the sink task with the offsets
+    /// uncommitted.
     Staged(Acknowledgement),
 }
 

@@ -106,6 +106,8 @@ struct Rig {
     a: Controlled,
     b: Controlled,
     bytes: HashMap<i64, usize>,
+    /// The batches sent, to see when the task lets go of them.
+    sent: HashMap<i64, std::sync::Weak<Batch>>,
 }
 
 const P: Partition = 0;
@@ -139,6 +141,7 @@ impl Rig {
             a,
             b,
             bytes: HashMap::new(),
+            sent: HashMap::new(),
         }
     }
 
@@ -149,10 +152,12 @@ impl Rig {
         let (id, epochs) = self.ledger.dispatched(&batch.offsets, bytes, 2);
         batch.epochs = epochs;
         self.bytes.insert(offset, bytes);
+        let batch = Arc::new(batch);
+        self.sent.insert(offset, Arc::downgrade(&batch));
         self.jobs
             .send(SinkJob {
                 id,
-                batch: Arc::new(batch),
+                batch,
                 opened: Instant::now(),
             })
             .await
@@ -234,11 +239,18 @@ async fn acknowledgements_arrive_per_sink_in_any_order_and_failures_are_resubmit
     assert_eq!(r.b.submitted(), [0, 1, 2, 3], "sink b is not asked again");
     assert_eq!(r.commit(), None);
 
-    // Batch 1: staged by both sinks, its bytes leave the in-flight count; not committable.
+    // Batch 1: staged by both sinks, its bytes leave the in-flight count (and the task drops
+    // it); not committable.
     r.a.stage(1);
+    r.settle().await;
+    assert!(r.sent[&1].upgrade().is_some(), "sink b still holds batch 1");
     r.b.stage(1);
     r.settle().await;
     assert_eq!(r.ledger.inflight_bytes(), 1000 + 4000);
+    assert!(
+        r.sent[&1].upgrade().is_none(),
+        "no sink holds batch 1 any more"
+    );
     r.a.answer(0, written());
     r.settle().await;
     assert_eq!(
