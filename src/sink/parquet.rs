@@ -7,7 +7,8 @@
 //! Guarantee (acknowledged = durable): each (batch, day) slice is encoded in memory, written to a
 //! hidden temporary name (`.part-….parquet.tmp`) created exclusively, `fsync`ed, renamed to its
 //! final name, and the folder is `fsync`ed (and the base folder too when the day folder is new)
-//! **before** [`Sink::write`] returns `Ok`. A reader therefore only ever sees complete files, and
+//! **before** the batch's acknowledgement resolves `Written` ([`Sink::submit`] takes a batch
+//! once fewer than [`WRITES_AT_ONCE`] are being written, and writes it on the blocking pool). A reader therefore only ever sees complete files, and
 //! a crash before the acknowledgement leaves at most a hidden temporary file (and, if the crash
 //! hits between two renames of one batch, some final files whose rows are written again after the
 //! restart: at-least-once).

@@ -1,4 +1,6 @@
-//! Retrying sink writes: a pure backoff schedule and the async loop around [`Sink::write`].
+//! Retrying sink writes: a pure backoff schedule and the async loop around [`Sink::write`], for
+//! callers that write one batch at a time (the pipeline's sink task pipelines submissions and
+//! retries per sink itself, with the same schedule: `pipeline/sinks.rs`).
 //!
 //! Input: a sink, a batch, a [`Backoff`] and a cancellation token. Output: `Ok(())` once the sink
 //! acknowledged the batch, [`RetryError::NeedsFix`] on the first non-retryable error, or
