@@ -34,9 +34,9 @@ pub use load::{apply_env, apply_sets, load_value, redact, redact_collect, ENV_PR
 pub use merlin::{
     ArizeSink, BigQueryAuth, BigQuerySink, KafkaSource, MaxComputeSink, RetryConfig, SinkConfig,
     DEFAULT_ARIZE_CONNECT_TIMEOUT, DEFAULT_ARIZE_MAX_REQUEST_BYTES, DEFAULT_ARIZE_REQUEST_TIMEOUT,
-    DEFAULT_ARIZE_URI, DEFAULT_MAX_INFLIGHT_BYTES, DEFAULT_MAX_REQUEST_BYTES,
+    DEFAULT_ARIZE_URI, DEFAULT_CONNECTIONS, DEFAULT_MAX_INFLIGHT_BYTES, DEFAULT_MAX_REQUEST_BYTES,
     DEFAULT_REST_BASE_URL, DEFAULT_STORAGE_ENDPOINT, FORBIDDEN_CONSUMER_KEYS,
-    MAX_APPEND_REQUEST_BYTES,
+    MAX_APPEND_REQUEST_BYTES, MAX_CONNECTIONS,
 };
 pub use ours::{
     Batching, Consumer, DeadLetter, Delivery, LocalSink, LogFormat, Logging, Server, StartFrom,
