@@ -17,6 +17,8 @@ pub(crate) struct Captured {
     /// Header names lower-cased, in the order received.
     pub(crate) headers: Vec<(String, String)>,
     pub(crate) body: Vec<u8>,
+    /// The status it was answered with (`None`: the connection was dropped).
+    pub(crate) answered: Option<u16>,
 }
 
 impl Captured {
@@ -75,6 +77,16 @@ impl Server {
         self.state.lock().unwrap().script.extend(replies);
     }
 
+    /// Forgets the replies not used yet: from now on every request is answered 200.
+    pub(crate) fn unscript(&self) {
+        self.state.lock().unwrap().script.clear();
+    }
+
+    /// How many requests were captured so far (without taking them).
+    pub(crate) fn count(&self) -> usize {
+        self.state.lock().unwrap().captured.len()
+    }
+
     /// Takes the requests captured so far.
     pub(crate) fn take(&self) -> Vec<Captured> {
         std::mem::take(&mut self.state.lock().unwrap().captured)
@@ -117,15 +129,21 @@ fn serve(conn: TcpStream, state: &Mutex<State>) {
         }
         let reply = {
             let mut st = state.lock().unwrap();
+            let reply = st
+                .script
+                .pop_front()
+                .unwrap_or(Reply::Status(200, Vec::new()));
             st.captured.push(Captured {
                 method,
                 path,
                 headers,
                 body,
+                answered: match &reply {
+                    Reply::Status(code, _) => Some(*code),
+                    Reply::Drop => None,
+                },
             });
-            st.script
-                .pop_front()
-                .unwrap_or(Reply::Status(200, Vec::new()))
+            reply
         };
         match reply {
             Reply::Drop => return,
