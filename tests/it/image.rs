@@ -198,8 +198,25 @@ fn run_args(pod: &PodSpec, secret: &Secret, dir: &Path, name: &str) -> Vec<Strin
             let mode = s.default_mode.expect("defaultMode") as u32;
             let data = secret.string_data.clone().unwrap_or_default();
             assert!(!data.is_empty(), "the Secret carries the config");
+            // `items` projects only the listed keys (at their paths); without it, every key.
+            let items: Option<Vec<(String, String)>> = s.items.as_ref().map(|items| {
+                items
+                    .iter()
+                    .map(|i| {
+                        assert!(i.mode.is_none(), "a per-item mode this test cannot honour");
+                        (i.key.clone(), i.path.clone())
+                    })
+                    .collect()
+            });
             for (key, value) in data {
-                let f = host.join(&key);
+                let path = match &items {
+                    None => key.clone(),
+                    Some(items) => match items.iter().find(|(k, _)| *k == key) {
+                        Some((_, p)) => p.clone(),
+                        None => continue,
+                    },
+                };
+                let f = host.join(&path);
                 std::fs::write(&f, value).unwrap();
                 chown(&f, Some(0), Some(fs_group as u32)).unwrap();
                 std::fs::set_permissions(&f, std::fs::Permissions::from_mode(mode)).unwrap();
