@@ -1,6 +1,7 @@
 //! `bootstrap apply`: claim the revision, server-side apply the version's objects, wait for the
 //! rollout.
 
+use super::checksum::{ChecksumKey, KEY_ITEM};
 use super::error::{is_not_found, BootstrapError};
 use super::manifest::{build, scaled_object_resource, FIELD_MANAGER};
 use super::owner::check;
@@ -125,11 +126,26 @@ pub async fn apply(
     wait_for_rollout(client, spec, deadline, opts.backoff).await
 }
 
+/// The checksum key of an existing config Secret, or a new one when there is none (first
+/// apply, a Secret written before the key existed, or a key that does not parse).
+fn checksum_key(existing: Option<&Secret>) -> Result<ChecksumKey, BootstrapError> {
+    let stored = existing
+        .and_then(|s| s.data.as_ref())
+        .and_then(|d| d.get(KEY_ITEM));
+    if let Some(key) = stored.and_then(|v| ChecksumKey::parse(&v.0)) {
+        return Ok(key);
+    }
+    if stored.is_some() {
+        tracing::warn!("the config Secret's {KEY_ITEM} is not 64 hex digits; generating a new one (the pods roll once)");
+    }
+    Ok(ChecksumKey::generate()?)
+}
+
 /// Server-side applies ServiceAccount, Secret, Deployment and the optional ScaledObject (or
 /// removes a ScaledObject left from a revision that had autoscaling). Every object already under
-/// one of these names must carry this version's identity labels ([`super::owner::check`]).
+/// one of these names must carry this version's identity labels ([`super::owner::check`]). The
+/// Secret's checksum key is kept across applies ([`super::checksum`]).
 pub async fn write_objects(client: &Client, spec: &Spec) -> Result<(), BootstrapError> {
-    let m = build(spec);
     let ns = &spec.namespace;
     let pp = PatchParams::apply(FIELD_MANAGER).force();
     let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
@@ -138,7 +154,8 @@ pub async fn write_objects(client: &Client, spec: &Spec) -> Result<(), Bootstrap
     let scaled: Api<DynamicObject> =
         Api::namespaced_with(client.clone(), ns, &scaled_object_resource());
     check(&sas, "ServiceAccount", &spec.names.workload, spec).await?;
-    check(&secrets, "Secret", &spec.names.config_secret, spec).await?;
+    let secret = check(&secrets, "Secret", &spec.names.config_secret, spec).await?;
+    let m = build(spec, &checksum_key(secret.as_ref())?);
     check(&deployments, "Deployment", &spec.names.workload, spec).await?;
     match check(&scaled, "ScaledObject", &spec.names.workload, spec).await {
         // KEDA not installed: the resource itself is unknown.

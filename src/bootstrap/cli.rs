@@ -5,6 +5,7 @@
 //! (nothing deleted), cluster or Kafka error; 2 invalid spec or usage.
 
 use super::apply::{apply, ApplyOptions};
+use super::checksum::ChecksumKey;
 use super::delete::{delete, DrainOptions};
 use super::error::{BootstrapError, EXIT_FAILED, EXIT_USAGE};
 use super::kafka::partition_count_async;
@@ -168,7 +169,7 @@ pub async fn execute(args: BootstrapArgs) -> ExitCode {
     };
     if let BootstrapCommand::Apply(a) = &args.command {
         if a.dry_run {
-            return match render_yaml(&build(&spec), a.show_secrets) {
+            return match render_yaml(&build(&spec, &ChecksumKey::DryRun), a.show_secrets) {
                 Ok(yaml) => crate::stdout::print("bootstrap", &yaml),
                 Err(e) => {
                     eprintln!("error: cannot render the manifests: {e}");

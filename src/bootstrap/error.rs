@@ -59,6 +59,9 @@ pub enum BootstrapError {
     /// Kafka could not be queried.
     #[error("kafka: {0}")]
     Kafka(String),
+    /// The checksum key could not be drawn (the OS random source failed).
+    #[error(transparent)]
+    Randomness(#[from] super::checksum::NoRandomness),
 }
 
 /// Whether a kube error means "no such object". A bare 404 (an API group that is not installed,
@@ -89,7 +92,8 @@ impl BootstrapError {
             },
             BootstrapError::Timeout { .. }
             | BootstrapError::DrainTimeout { .. }
-            | BootstrapError::Kafka(_) => true,
+            | BootstrapError::Kafka(_)
+            | BootstrapError::Randomness(_) => true,
         }
     }
 

@@ -1,13 +1,14 @@
 //! Pure builders for the objects of one model version: ServiceAccount, Secret, Deployment and,
 //! with autoscaling, a KEDA `ScaledObject`. No I/O; `--dry-run` prints exactly these.
 
+use super::checksum::{ChecksumKey, KEY_ITEM};
 use super::names::label_value;
 use super::spec::{Spec, DATA_DIR, TMP_DIR};
 use k8s_openapi::api::apps::v1::{
     Deployment, DeploymentSpec, DeploymentStrategy, RollingUpdateDeployment,
 };
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, HTTPGetAction,
+    Capabilities, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, HTTPGetAction, KeyToPath,
     PersistentVolumeClaimVolumeSource, PodSecurityContext, PodSpec, PodTemplateSpec, Probe,
     ResourceRequirements, SeccompProfile, Secret, SecretVolumeSource, SecurityContext,
     ServiceAccount, Volume, VolumeMount,
@@ -24,7 +25,7 @@ use std::collections::BTreeMap;
 pub const FIELD_MANAGER: &str = "observation-publisher";
 /// Annotation holding the spec revision, on every object and on the pod template.
 pub const ANNOTATION_REVISION: &str = "observation-publisher.caraml.dev/revision";
-/// Pod-template annotation holding the SHA-256 of `config.yaml`.
+/// Pod-template annotation holding the keyed digest of `config.yaml` (see [`super::checksum`]).
 pub const ANNOTATION_CONFIG_CHECKSUM: &str = "observation-publisher.caraml.dev/config-checksum";
 /// Workload-identity annotation on the ServiceAccount.
 pub const ANNOTATION_GCP_SA: &str = "iam.gke.io/gcp-service-account";
@@ -111,12 +112,13 @@ fn meta(spec: &Spec, name: &str, extra_annotations: &[(&str, String)]) -> Object
     }
 }
 
-/// Builds every object of the version.
-pub fn build(spec: &Spec) -> Manifests {
+/// Builds every object of the version; `key` is the config Secret's checksum key
+/// ([`ChecksumKey::DryRun`] for `--dry-run`).
+pub fn build(spec: &Spec, key: &ChecksumKey) -> Manifests {
     Manifests {
         service_account: service_account(spec),
-        secret: config_secret(spec),
-        deployment: deployment(spec),
+        secret: config_secret(spec, key),
+        deployment: deployment(spec, key),
         scaled_object: scaled_object(spec),
     }
 }
@@ -136,15 +138,18 @@ pub fn service_account(spec: &Spec) -> ServiceAccount {
     }
 }
 
-/// The Secret holding `config.yaml`.
-pub fn config_secret(spec: &Spec) -> Secret {
+/// The Secret holding `config.yaml` and the key of its checksum annotation.
+pub fn config_secret(spec: &Spec, key: &ChecksumKey) -> Secret {
     Secret {
         metadata: meta(spec, &spec.names.config_secret, &[]),
         type_: Some("Opaque".into()),
-        data: Some(BTreeMap::from([(
-            CONFIG_ITEM.to_string(),
-            ByteString(spec.config_yaml().into_bytes()),
-        )])),
+        data: Some(BTreeMap::from([
+            (
+                CONFIG_ITEM.to_string(),
+                ByteString(spec.config_yaml().into_bytes()),
+            ),
+            (KEY_ITEM.to_string(), ByteString(key.stored().into_bytes())),
+        ])),
         ..Secret::default()
     }
 }
@@ -192,14 +197,20 @@ fn mount(name: &str, path: &str, read_only: bool) -> VolumeMount {
     }
 }
 
-/// The publisher Deployment.
-pub fn deployment(spec: &Spec) -> Deployment {
+/// The publisher Deployment; `key` keys its `config-checksum` annotation.
+pub fn deployment(spec: &Spec, key: &ChecksumKey) -> Deployment {
     let port = spec.metrics_port();
     let mut volumes = vec![
         Volume {
             name: "config".into(),
             secret: Some(SecretVolumeSource {
                 secret_name: Some(spec.names.config_secret.clone()),
+                // Only config.yaml: the checksum key is for `apply`, not for the pods.
+                items: Some(vec![KeyToPath {
+                    key: CONFIG_ITEM.into(),
+                    path: CONFIG_ITEM.into(),
+                    ..KeyToPath::default()
+                }]),
                 default_mode: Some(0o440),
                 ..SecretVolumeSource::default()
             }),
@@ -287,7 +298,7 @@ pub fn deployment(spec: &Spec) -> Deployment {
         (ANNOTATION_REVISION.to_string(), spec.revision.to_string()),
         (
             ANNOTATION_CONFIG_CHECKSUM.to_string(),
-            spec.config_checksum(),
+            key.annotation(&spec.config_yaml()),
         ),
     ]);
     Deployment {
@@ -415,7 +426,7 @@ mod tests {
 
     #[test]
     fn key_secret_is_mounted_only_when_named() {
-        let without = deployment(&spec(""));
+        let without = deployment(&spec(""), &ChecksumKey::DryRun);
         let p = pod(&without);
         assert!(p
             .volumes
@@ -425,7 +436,10 @@ mod tests {
             .all(|v| v.name != "gcp-key"));
         assert!(p.containers[0].env.is_none());
 
-        let with = deployment(&spec("identity: {key_secret: gcp-key}"));
+        let with = deployment(
+            &spec("identity: {key_secret: gcp-key}"),
+            &ChecksumKey::DryRun,
+        );
         let p = pod(&with);
         let v = p
             .volumes
@@ -449,7 +463,7 @@ mod tests {
     #[test]
     fn deployment_is_hardened_and_probed() {
         let s = spec("");
-        let d = deployment(&s);
+        let d = deployment(&s, &ChecksumKey::DryRun);
         let p = pod(&d);
         assert_eq!(
             p.service_account_name.as_deref(),
@@ -510,7 +524,7 @@ mod tests {
 
     #[test]
     fn empty_dirs_have_a_size_limit_and_a_named_claim_is_mounted() {
-        let p = deployment(&spec(""));
+        let p = deployment(&spec(""), &ChecksumKey::DryRun);
         let vols = pod(&p).volumes.clone().unwrap();
         let limits: Vec<_> = vols
             .iter()
@@ -520,9 +534,10 @@ mod tests {
         assert_eq!(limits, [Some("1Gi"), Some("1Gi")]);
         assert!(vols.iter().all(|v| v.persistent_volume_claim.is_none()));
 
-        let d = deployment(&spec(
-            "storage: {size_limit: 300Mi, persistent: {claim: pub-data, mount_path: /data}}",
-        ));
+        let d = deployment(
+            &spec("storage: {size_limit: 300Mi, persistent: {claim: pub-data, mount_path: /data}}"),
+            &ChecksumKey::DryRun,
+        );
         let p = pod(&d);
         let vols = p.volumes.as_ref().unwrap();
         assert!(vols
@@ -540,31 +555,56 @@ mod tests {
             .any(|m| m.name == "persistent" && m.mount_path == "/data"));
     }
 
+    fn checksum(d: &Deployment) -> String {
+        d.spec
+            .as_ref()
+            .unwrap()
+            .template
+            .metadata
+            .as_ref()
+            .unwrap()
+            .annotations
+            .as_ref()
+            .unwrap()[ANNOTATION_CONFIG_CHECKSUM]
+            .clone()
+    }
+
     #[test]
-    fn config_change_changes_the_checksum() {
-        let a = deployment(&spec(""));
+    fn config_change_changes_the_checksum_and_only_a_config_change() {
+        let key = ChecksumKey::generate().unwrap();
+        let a = deployment(&spec(""), &key);
         let text = MINIMAL.replace("ttl_days: 14", "ttl_days: 15");
-        let b = deployment(&Spec::parse(&text).unwrap().0);
-        let ann = |d: &Deployment| {
-            d.spec
-                .as_ref()
-                .unwrap()
-                .template
-                .metadata
-                .as_ref()
-                .unwrap()
-                .annotations
-                .as_ref()
-                .unwrap()[ANNOTATION_CONFIG_CHECKSUM]
-                .clone()
-        };
-        assert_ne!(ann(&a), ann(&b));
+        let b = deployment(&Spec::parse(&text).unwrap().0, &key);
+        assert_ne!(checksum(&a), checksum(&b));
+        assert_eq!(checksum(&a), checksum(&deployment(&spec(""), &key)));
+    }
+
+    #[test]
+    fn the_secret_carries_the_key_and_the_pods_mount_only_config_yaml() {
+        let key = ChecksumKey::generate().unwrap();
+        let m = build(&spec(""), &key);
+        let data = m.secret.data.as_ref().unwrap();
+        assert_eq!(data[KEY_ITEM].0, key.stored().into_bytes());
+        let vols = pod(&m.deployment).volumes.as_ref().unwrap();
+        let config = vols.iter().find(|v| v.name == "config").unwrap();
+        let items = config.secret.as_ref().unwrap().items.as_ref().unwrap();
+        assert_eq!(items.len(), 1);
+        assert_eq!(items[0].key, CONFIG_ITEM);
+    }
+
+    #[test]
+    fn dry_run_prints_no_digest() {
+        let m = build(&spec(""), &ChecksumKey::DryRun);
+        assert_eq!(
+            checksum(&m.deployment),
+            crate::bootstrap::checksum::DRY_RUN_ANNOTATION
+        );
     }
 
     #[test]
     fn autoscaling_emits_a_scaled_object_and_leaves_replicas_alone() {
         let s = spec("autoscaling: {min_replicas: 1, max_replicas: 4, lag_threshold: 500}");
-        let m = build(&s);
+        let m = build(&s, &ChecksumKey::DryRun);
         assert_eq!(m.deployment.spec.as_ref().unwrap().replicas, None);
         let so = m.scaled_object.unwrap();
         assert_eq!(so.data["spec"]["maxReplicaCount"], 4);
@@ -572,12 +612,14 @@ mod tests {
             so.data["spec"]["triggers"][0]["metadata"]["consumerGroup"],
             s.group_id()
         );
-        assert!(build(&spec("")).scaled_object.is_none());
+        assert!(build(&spec(""), &ChecksumKey::DryRun)
+            .scaled_object
+            .is_none());
     }
 
     #[test]
     fn secrets_are_redacted_unless_asked() {
-        let m = build(&spec(""));
+        let m = build(&spec(""), &ChecksumKey::DryRun);
         let hidden = render_yaml(&m, false).unwrap();
         assert!(hidden.contains("config.yaml: <redacted>"), "{hidden}");
         assert!(!hidden.contains("bootstrap_servers"), "{hidden}");

@@ -10,6 +10,7 @@
 //! - [`names`]: DNS-1123 object names carrying the identity hash; label values.
 //! - [`owner`]: identity labels checked before writes and deletes; adopting older objects.
 //! - [`manifest`]: pure builders of the objects; `--dry-run` prints them.
+//! - [`checksum`]: the keyed `config-checksum` annotation (HMAC-SHA256, key in the Secret).
 //! - [`revision`]: the revision rules on a marker ConfigMap with optimistic concurrency.
 //! - [`storage`]: emptyDir size limits; local files only on a named persistent volume.
 //! - [`rollout`]: whether a Deployment has rolled out (pure).
@@ -20,6 +21,7 @@
 //! - [`cli`]: clap arguments and the glue.
 
 pub mod apply;
+pub mod checksum;
 pub mod cli;
 pub mod delete;
 pub mod error;

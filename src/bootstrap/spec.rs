@@ -31,7 +31,6 @@ use super::names::{is_dns_label, is_dns_subdomain, is_label_key, is_label_value,
 use super::storage::Storage;
 use crate::config::{key_text, scalar_text, Config, Needs, Obj, Problems};
 use serde_yaml_ng::{Mapping, Value};
-use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -307,12 +306,6 @@ impl Spec {
     pub fn config_yaml(&self) -> String {
         // A mapping of strings, numbers and nested mappings always serializes.
         serde_yaml_ng::to_string(&self.run_config).unwrap_or_default()
-    }
-
-    /// SHA-256 (hex) of `config.yaml`; a change rolls the pods.
-    pub fn config_checksum(&self) -> String {
-        let d = Sha256::digest(self.config_yaml().as_bytes());
-        d.iter().map(|b| format!("{b:02x}")).collect()
     }
 
     /// The port the publisher serves `/metrics`, `/healthz` and `/readyz` on.

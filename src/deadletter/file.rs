@@ -7,9 +7,18 @@
 //! a file moved away by an operator is created again, and a target whose directory or disk was
 //! broken recovers as soon as it is fixed, without a restart. They are opened once at start-up
 //! too, so a path that cannot be written is a start-up error.
+//!
+//! Every frame the target writes can be read back by `run --replay` at the same settings: a
+//! letter whose payload is over `batching.max_frame_bytes` (the largest frame replay and
+//! `convert` accept) is written as a **claim check**, as the Kafka target does over its size
+//! limit: the frame holds the first [`CLAIM_CHECK_PREFIX_BYTES`] of the payload (at most the
+//! frame limit) and the reasons line says so (`claim_check` with the original size and SHA-256;
+//! the payload stays in the source topic at `partition` / `offset`).
 
+use super::kafka::CLAIM_CHECK_PREFIX_BYTES;
 use super::{DeadLetter, Failure, Outcome, OutcomeFn, Target};
 use crate::framing::write_frame;
+use sha2::{Digest, Sha256};
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
@@ -33,8 +42,9 @@ pub struct FileTarget {
 }
 
 impl FileTarget {
-    /// Opens (creating parent directories) `path` and its sidecar for appending.
-    pub fn new(path: &Path, on_outcome: OutcomeFn) -> io::Result<Self> {
+    /// Opens (creating parent directories) `path` and its sidecar for appending; letters over
+    /// `max_frame` bytes (`batching.max_frame_bytes`) are written as claim checks.
+    pub fn new(path: &Path, max_frame: usize, on_outcome: OutcomeFn) -> io::Result<Self> {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir)?;
         }
@@ -45,7 +55,7 @@ impl FileTarget {
         let worker_path = path.to_path_buf();
         let worker = std::thread::Builder::new()
             .name("dead-letter-file".into())
-            .spawn(move || writer_loop(rx, &worker_path, on_outcome, p2))?;
+            .spawn(move || writer_loop(rx, &worker_path, max_frame, on_outcome, p2))?;
         Ok(FileTarget {
             tx: Some(tx),
             pending,
@@ -60,30 +70,72 @@ fn open_files(path: &Path) -> io::Result<(File, File)> {
     Ok((open(path)?, open(&reasons_path(path))?))
 }
 
-fn write_all(path: &Path, letters: &[DeadLetter]) -> io::Result<()> {
+/// The frame written for `letter`: its payload, or a claim check's prefix when the payload is
+/// over `max_frame` (then also the payload's size).
+pub fn frame_of(letter: &DeadLetter, max_frame: usize) -> (&[u8], Option<usize>) {
+    if letter.payload.len() <= max_frame {
+        return (&letter.payload, None);
+    }
+    let prefix = CLAIM_CHECK_PREFIX_BYTES.min(max_frame);
+    (&letter.payload[..prefix], Some(letter.payload.len()))
+}
+
+/// Writes `letters` frame by frame through 64 KiB buffers into `data` and their reasons lines
+/// into `reasons`; returns, per letter, the payload size when it was written as a claim check.
+/// A payload larger than the buffer goes straight to the writer, so a group of letters is never
+/// copied into one buffer (that doubled the memory the budget counts for them).
+fn write_letters<D: Write, R: Write>(
+    data: D,
+    reasons: R,
+    letters: &[DeadLetter],
+    max_frame: usize,
+) -> io::Result<Vec<Option<usize>>> {
+    let mut dbuf = io::BufWriter::with_capacity(64 << 10, data);
+    let mut rbuf = io::BufWriter::with_capacity(64 << 10, reasons);
+    let mut claim_checks = Vec::with_capacity(letters.len());
+    for l in letters {
+        let (frame, claim_check) = frame_of(l, max_frame);
+        write_frame(&mut dbuf, frame)?;
+        let mut line = serde_json::json!({
+            "topic": l.topic, "partition": l.partition, "offset": l.offset,
+            "kind": l.kind.as_str(), "code": l.code, "message": l.message,
+        });
+        if let Some(size) = claim_check {
+            let sha: String = Sha256::digest(&l.payload)
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect();
+            line["claim_check"] = serde_json::json!({
+                "original_size": size, "original_sha256": sha, "frame_bytes": frame.len(),
+                "reason": format!(
+                    "payload of {size} bytes over batching.max_frame_bytes ({max_frame}); the frame \
+                     holds its first {} bytes, the payload stays in the source topic at \
+                     partition / offset", frame.len()
+                ),
+            });
+        }
+        serde_json::to_writer(&mut rbuf, &line)?;
+        rbuf.write_all(b"\n")?;
+        claim_checks.push(claim_check);
+    }
+    dbuf.flush()?;
+    rbuf.flush()?;
+    Ok(claim_checks)
+}
+
+fn write_all(
+    path: &Path,
+    letters: &[DeadLetter],
+    max_frame: usize,
+) -> io::Result<Vec<Option<usize>>> {
     let (mut data, mut reasons) = open_files(path)?;
     let (data, reasons) = (&mut data, &mut reasons);
     let (d0, r0) = (data.metadata()?.len(), reasons.metadata()?.len());
     let result = (|| {
-        // Frame by frame through small buffers: a payload larger than the buffer goes straight
-        // to the file, so a group of letters is never copied into one buffer (that doubled the
-        // memory the budget counts for them).
-        let mut dbuf = io::BufWriter::with_capacity(64 << 10, &mut *data);
-        let mut rbuf = io::BufWriter::with_capacity(64 << 10, &mut *reasons);
-        for l in letters {
-            write_frame(&mut dbuf, &l.payload)?;
-            let line = serde_json::json!({
-                "topic": l.topic, "partition": l.partition, "offset": l.offset,
-                "kind": l.kind.as_str(), "code": l.code, "message": l.message,
-            });
-            serde_json::to_writer(&mut rbuf, &line)?;
-            rbuf.write_all(b"\n")?;
-        }
-        dbuf.flush()?;
-        rbuf.flush()?;
-        drop((dbuf, rbuf));
+        let claim_checks = write_letters(&mut *data, &mut *reasons, letters, max_frame)?;
         data.sync_data()?;
-        reasons.sync_data()
+        reasons.sync_data()?;
+        Ok(claim_checks)
     })();
     if result.is_err() {
         // Best effort: never leave a half-written frame that would break replay.
@@ -96,12 +148,13 @@ fn write_all(path: &Path, letters: &[DeadLetter]) -> io::Result<()> {
 fn writer_loop(
     rx: mpsc::Receiver<DeadLetter>,
     path: &Path,
+    max_frame: usize,
     on: OutcomeFn,
     pending: Arc<AtomicUsize>,
 ) {
     while let Ok(first) = rx.recv() {
-        // A claim check is the Kafka target's answer to a size limit; a file has none, so the
-        // letter is written whole whatever its flag.
+        // The pipeline's claim-check flag answers the Kafka target's refusals; here only the
+        // frame limit decides (`frame_of`).
         let mut letters = vec![first];
         while let Ok(more) = rx.try_recv() {
             letters.push(more);
@@ -110,12 +163,12 @@ fn writer_loop(
             }
         }
         let n = letters.len();
-        match write_all(path, &letters) {
-            Ok(()) => {
-                for l in letters {
+        match write_all(path, &letters, max_frame) {
+            Ok(claim_checks) => {
+                for (l, claim_check) in letters.into_iter().zip(claim_checks) {
                     on(Outcome::Written {
                         bytes: l.held_bytes(),
-                        claim_check: None,
+                        claim_check,
                         partition: l.partition,
                         offset: l.offset,
                         epoch: l.epoch,
@@ -185,7 +238,12 @@ mod tests {
         let path = dir.path().join("dlq/dead.bin");
         let acks = Arc::new(Mutex::new(Vec::new()));
         let a2 = Arc::clone(&acks);
-        let mut t = FileTarget::new(&path, Arc::new(move |o| a2.lock().unwrap().push(o))).unwrap();
+        let mut t = FileTarget::new(
+            &path,
+            1 << 20,
+            Arc::new(move |o| a2.lock().unwrap().push(o)),
+        )
+        .unwrap();
         for i in 0..3 {
             t.send(DeadLetter {
                 topic: "t".into(),
@@ -225,5 +283,130 @@ mod tests {
             reasons.contains("\"offset\":12") && reasons.contains("reason 2"),
             "{reasons}"
         );
+    }
+
+    fn letter(offset: i64, payload: Vec<u8>) -> DeadLetter {
+        DeadLetter {
+            topic: "t".into(),
+            partition: 0,
+            offset,
+            epoch: 0,
+            key: None,
+            payload,
+            kind: Kind::Decode,
+            code: "too_large",
+            message: "m".into(),
+            claim_check: false,
+        }
+    }
+
+    /// Issue 17 item 7: a letter over the frame limit used to be written whole, and
+    /// `run --replay` at the same settings then stopped at it.
+    #[test]
+    fn a_letter_over_the_frame_limit_is_claim_checked_so_every_frame_replays() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("dead.bin");
+        let acks = Arc::new(Mutex::new(Vec::new()));
+        let a2 = Arc::clone(&acks);
+        let max_frame = 8 << 10;
+        let mut t = FileTarget::new(
+            &path,
+            max_frame,
+            Arc::new(move |o| a2.lock().unwrap().push(o)),
+        )
+        .unwrap();
+        let big: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
+        t.send(letter(1, vec![1; 10]));
+        t.send(letter(2, big.clone()));
+        t.send(letter(3, vec![3; max_frame]));
+        t.flush(Duration::from_secs(10));
+        let checks: Vec<(i64, Option<usize>)> = acks
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|o| match o {
+                Outcome::Written {
+                    offset,
+                    claim_check,
+                    ..
+                } => (*offset, *claim_check),
+                Outcome::Failed { error, .. } => panic!("{error}"),
+            })
+            .collect();
+        assert_eq!(checks, [(1, None), (2, Some(100_000)), (3, None)]);
+        // Read as `run --replay` reads it, with the same frame limit: every frame.
+        let mut r = FrameReader::new(std::io::BufReader::new(File::open(&path).unwrap()))
+            .with_max_frame(max_frame);
+        let mut frames = Vec::new();
+        let mut buf = Vec::new();
+        while r.next_into(&mut buf).unwrap().is_some() {
+            frames.push(buf.clone());
+        }
+        assert_eq!(frames.len(), 3);
+        assert_eq!(frames[1], big[..CLAIM_CHECK_PREFIX_BYTES]);
+        assert_eq!(frames[2].len(), max_frame);
+        let reasons = std::fs::read_to_string(reasons_path(&path)).unwrap();
+        let lines: Vec<serde_json::Value> = reasons
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(lines.len(), 3, "one reasons line per frame");
+        assert_eq!(lines[1]["offset"], 2);
+        assert_eq!(lines[1]["claim_check"]["original_size"], 100_000);
+        let sha: String = Sha256::digest(&big)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        assert_eq!(lines[1]["claim_check"]["original_sha256"], sha.as_str());
+        assert!(lines[0].get("claim_check").is_none());
+        // A frame limit under the claim check's usual prefix bounds the prefix too.
+        let l = letter(4, big);
+        assert_eq!(frame_of(&l, 1024).0.len(), 1024);
+    }
+
+    /// Records the largest single write the writer under the buffers receives.
+    struct Largest<'a>(&'a mut Vec<u8>, usize);
+    impl Write for Largest<'_> {
+        fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+            self.1 = self.1.max(b.len());
+            self.0.extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// Issue 17 item 7, first half: a group of letters is written frame by frame, never copied
+    /// into one buffer first (that held each payload twice while the budget counted it once).
+    /// Observed through the writer: no single write is larger than the 64 KiB buffer or the
+    /// largest payload, while the group is several times that.
+    #[test]
+    fn a_group_of_letters_is_written_frame_by_frame_not_copied_into_one_buffer() {
+        let mut letters: Vec<DeadLetter> = (0..200).map(|i| letter(i, vec![7; 1000])).collect();
+        letters.push(letter(200, vec![9; 200_000]));
+        letters.extend((201..400).map(|i| letter(i, vec![8; 1000])));
+        let total: usize = letters.iter().map(|l| l.payload.len()).sum();
+        let (mut data, mut reasons) = (Vec::new(), Vec::new());
+        let mut d = Largest(&mut data, 0);
+        let mut r = Largest(&mut reasons, 0);
+        let checks = write_letters(&mut d, &mut r, &letters, 64 << 20).unwrap();
+        let (largest_data, largest_reasons) = (d.1, r.1);
+        assert!(checks.iter().all(Option::is_none));
+        assert!(total > 500_000);
+        assert!(
+            largest_data <= 200_000,
+            "a write of {largest_data} bytes: the group was buffered"
+        );
+        assert!(largest_reasons <= 64 << 10, "{largest_reasons}");
+        // And the bytes are the frames, in order.
+        let mut fr = FrameReader::new(&data[..]);
+        let mut buf = Vec::new();
+        for l in &letters {
+            assert!(fr.next_into(&mut buf).unwrap().is_some());
+            assert_eq!(buf, l.payload);
+        }
+        assert!(fr.next_into(&mut buf).unwrap().is_none());
+        assert_eq!(String::from_utf8(reasons).unwrap().lines().count(), 400);
     }
 }

@@ -140,7 +140,7 @@ pub(super) fn dead_letters(
     let dlq: Result<Box<dyn deadletter::Target>, String> =
         match (&cfg.dead_letter, &cfg.observation_source, replay) {
             (DeadLetterCfg::File { path }, _, _) => {
-                deadletter::file::FileTarget::new(path, on_outcome)
+                deadletter::file::FileTarget::new(path, cfg.batching.max_frame_bytes, on_outcome)
                     .map(|t| Box::new(t) as Box<dyn deadletter::Target>)
                     .map_err(|e| format!("dead_letter.path {}: {e}", path.display()))
             }
@@ -150,7 +150,7 @@ pub(super) fn dead_letters(
                 p.push(".dlq");
                 let path = PathBuf::from(p);
                 tracing::info!(path = %path.display(), "replay: dead letters go to a file");
-                deadletter::file::FileTarget::new(&path, on_outcome)
+                deadletter::file::FileTarget::new(&path, cfg.batching.max_frame_bytes, on_outcome)
                     .map(|t| Box::new(t) as Box<dyn deadletter::Target>)
                     .map_err(|e| format!("{}: {e}", path.display()))
             }

@@ -18,6 +18,8 @@ pub(crate) struct Captured {
     /// Header names lower-cased, in the order received.
     pub(crate) headers: Vec<(String, String)>,
     pub(crate) body: Vec<u8>,
+    /// The status it was answered with (`None`: the connection was dropped).
+    pub(crate) answered: Option<u16>,
 }
 
 impl Captured {
@@ -87,6 +89,16 @@ impl Server {
         self.state.lock().unwrap().script.extend(replies);
     }
 
+    /// Forgets the replies not used yet: from now on every request is answered 200.
+    pub(crate) fn unscript(&self) {
+        self.state.lock().unwrap().script.clear();
+    }
+
+    /// How many requests were captured so far (without taking them).
+    pub(crate) fn count(&self) -> usize {
+        self.state.lock().unwrap().captured.len()
+    }
+
     /// Takes the requests captured so far.
     pub(crate) fn take(&self) -> Vec<Captured> {
         std::mem::take(&mut self.state.lock().unwrap().captured)
@@ -134,14 +146,19 @@ fn serve(conn: TcpStream, state: &Mutex<State>) {
         }
         let reply = {
             let mut st = state.lock().unwrap();
+            let default = st.default.clone();
+            let reply = st.script.pop_front().unwrap_or(default);
             st.captured.push(Captured {
                 method,
                 path,
                 headers,
                 body,
+                answered: match &reply {
+                    Reply::Status(code, _) | Reply::Body(code, _, _) => Some(*code),
+                    Reply::Drop => None,
+                },
             });
-            let default = st.default.clone();
-            st.script.pop_front().unwrap_or(default)
+            reply
         };
         match reply {
             Reply::Drop => return,

@@ -4,6 +4,7 @@
 //! validation, check by check, and the sink's handling of Arize's statuses.
 
 mod oracle;
+mod outage;
 mod status;
 
 use observation_publisher::batch::{Batch, Batcher};

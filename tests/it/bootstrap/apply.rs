@@ -5,7 +5,7 @@ use super::{fast, opts, spec, NS};
 use axum::http::Method;
 use observation_publisher::bootstrap::apply::{apply, ApplyOptions, ApplyOutcome};
 use observation_publisher::bootstrap::error::BootstrapError;
-use observation_publisher::bootstrap::manifest::ANNOTATION_REVISION;
+use observation_publisher::bootstrap::manifest::{ANNOTATION_CONFIG_CHECKSUM, ANNOTATION_REVISION};
 use observation_publisher::bootstrap::names::{is_dns_label, MAX_NAME};
 use serde_json::{json, Value};
 use std::time::Duration;
@@ -536,4 +536,78 @@ async fn apply_works_without_keda_when_autoscaling_is_off() {
     let s = spec("sample", "credit-model", "3", 1, "");
     let out = apply(&fake.client(), &s, opts()).await.unwrap();
     assert_eq!(out.exit_code(), 0);
+}
+
+fn config_checksum(fake: &FakeApiServer, s: &observation_publisher::bootstrap::Spec) -> String {
+    let d = fake.get(NS, "deployments", &s.names.workload).unwrap();
+    d["spec"]["template"]["metadata"]["annotations"][ANNOTATION_CONFIG_CHECKSUM]
+        .as_str()
+        .expect("config-checksum annotation")
+        .to_string()
+}
+
+fn secret_item(
+    fake: &FakeApiServer,
+    s: &observation_publisher::bootstrap::Spec,
+    item: &str,
+) -> Vec<u8> {
+    let secret = fake.get(NS, "secrets", &s.names.config_secret).unwrap();
+    decode_b64(
+        secret["data"][item]
+            .as_str()
+            .unwrap_or_else(|| panic!("{item} missing")),
+    )
+}
+
+/// Issue 17 item 5: the annotation rolls the pods on a config change, but is not a digest of
+/// `config.yaml` anyone who reads Deployments could test guesses against.
+#[tokio::test]
+async fn the_config_checksum_follows_the_config_but_is_keyed_by_the_secret() {
+    use observation_publisher::bootstrap::checksum::{hmac_sha256, ChecksumKey, KEY_ITEM};
+    use sha2::{Digest, Sha256};
+    let hex = |b: &[u8]| b.iter().map(|b| format!("{b:02x}")).collect::<String>();
+    let fake = FakeApiServer::start(Rollouts::Complete).await;
+    let c = fake.client();
+    let r1 = spec("sample", "credit-model", "3", 1, "");
+    apply(&c, &r1, opts()).await.unwrap();
+    let first = config_checksum(&fake, &r1);
+    let key = secret_item(&fake, &r1, KEY_ITEM);
+    let yaml = secret_item(&fake, &r1, "config.yaml");
+
+    // Not checkable without the Secret: not SHA-256(config.yaml), not HMAC under another key;
+    // it is HMAC-SHA256 under the key kept in the Secret.
+    assert_ne!(first, hex(&Sha256::digest(&yaml)));
+    let other = ChecksumKey::generate().unwrap();
+    assert_ne!(first, other.annotation(std::str::from_utf8(&yaml).unwrap()));
+    assert_ne!(first, hex(&hmac_sha256(b"", &yaml)));
+    let key_bytes: Vec<u8> = (0..key.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(std::str::from_utf8(&key[i..i + 2]).unwrap(), 16).unwrap())
+        .collect();
+    assert_eq!(key_bytes.len(), 32);
+    assert_eq!(first, hex(&hmac_sha256(&key_bytes, &yaml)));
+
+    // A new revision with the same config: the key is read back, the annotation is unchanged
+    // (the pods do not roll for nothing).
+    let r2 = spec("sample", "credit-model", "3", 2, "");
+    apply(&c, &r2, opts()).await.unwrap();
+    assert_eq!(secret_item(&fake, &r2, KEY_ITEM), key);
+    assert_eq!(config_checksum(&fake, &r2), first);
+
+    // A config change changes it, under the same key.
+    let text = super::spec_text("sample", "credit-model", "3", 3, "")
+        .replace("ttl_days: 14", "ttl_days: 15");
+    let r3 = observation_publisher::bootstrap::Spec::parse(&text)
+        .unwrap_or_else(|p| panic!("{p}"))
+        .0;
+    apply(&c, &r3, opts()).await.unwrap();
+    assert_eq!(secret_item(&fake, &r3, KEY_ITEM), key);
+    assert_ne!(config_checksum(&fake, &r3), first);
+    assert_eq!(
+        config_checksum(&fake, &r3),
+        hex(&hmac_sha256(
+            &key_bytes,
+            &secret_item(&fake, &r3, "config.yaml")
+        ))
+    );
 }

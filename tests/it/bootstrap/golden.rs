@@ -1,6 +1,7 @@
 //! `apply --dry-run` output against golden files in `tests/golden/` (reviewed by eye). Set
 //! `UPDATE_GOLDEN=1` to rewrite them after an intended change, then review the diff.
 
+use observation_publisher::bootstrap::checksum::ChecksumKey;
 use observation_publisher::bootstrap::manifest::{build, render_yaml};
 use observation_publisher::bootstrap::Spec;
 use std::path::PathBuf;
@@ -73,7 +74,7 @@ fn key_secret_and_autoscaling_dry_run_matches_golden() {
         )
         .replace("# autoscaling: {", "autoscaling: {");
     let (spec, _) = Spec::parse(&text).unwrap_or_else(|p| panic!("{p}"));
-    let yaml = render_yaml(&build(&spec), true).unwrap();
+    let yaml = render_yaml(&build(&spec, &ChecksumKey::DryRun), true).unwrap();
     assert!(yaml.contains("GOOGLE_APPLICATION_CREDENTIALS"));
     assert!(yaml.contains("kind: ScaledObject"));
     assert!(

@@ -142,8 +142,25 @@ fn run_args(
                 files.push((k, v.0));
             }
             assert!(!files.is_empty(), "the Secret {:?} has data", s.secret_name);
+            // `items` projects only the listed keys (at their paths); without it, every key.
+            let items: Option<Vec<(String, String)>> = s.items.as_ref().map(|items| {
+                items
+                    .iter()
+                    .map(|i| {
+                        assert!(i.mode.is_none(), "a per-item mode this test cannot honour");
+                        (i.key.clone(), i.path.clone())
+                    })
+                    .collect()
+            });
             for (key, value) in files {
-                let f = host.join(&key);
+                let path = match &items {
+                    None => key.clone(),
+                    Some(items) => match items.iter().find(|(k, _)| *k == key) {
+                        Some((_, p)) => p.clone(),
+                        None => continue,
+                    },
+                };
+                let f = host.join(&path);
                 std::fs::write(&f, value).unwrap();
                 chown(&f, Some(0), Some(owner_group)).unwrap();
                 std::fs::set_permissions(&f, std::fs::Permissions::from_mode(mode)).unwrap();
