@@ -118,7 +118,7 @@ impl Client {
         format!("/projects/{}", Self::seg(&self.opts.project))
     }
 
-    /// One signed request; a non-2xx answer is a [`Failure::Status`].
+    /// One signed request with a body of known length.
     async fn call(
         &self,
         plane: Plane,
@@ -126,6 +126,19 @@ impl Client {
         target: &str,
         headers: &[(&str, &str)],
         body: Bytes,
+    ) -> Result<(u16, reqwest::header::HeaderMap, Bytes), Failure> {
+        self.call_body(plane, method, target, headers, body.into())
+            .await
+    }
+
+    /// One signed request; a non-2xx answer is a [`Failure::Status`].
+    async fn call_body(
+        &self,
+        plane: Plane,
+        method: reqwest::Method,
+        target: &str,
+        headers: &[(&str, &str)],
+        body: reqwest::Body,
     ) -> Result<(u16, reqwest::header::HeaderMap, Bytes), Failure> {
         let base = match plane {
             Plane::Control => self.opts.endpoint.trim_end_matches('/').to_string(),
@@ -339,9 +352,7 @@ impl Client {
         extra: &[(&str, &str)],
         body: Bytes,
     ) -> Result<Bytes, CallError> {
-        let mut headers = TUNNEL_HEADERS.to_vec();
-        headers.extend_from_slice(extra);
-        self.call(Plane::Tunnel, method, &target, &headers, body)
+        self.call(Plane::Tunnel, method, &target, &tunnel_headers(extra), body)
             .await
             .map(|(_, _, b)| b)
             .map_err(|f| fail(what, f))
@@ -393,15 +404,16 @@ impl Client {
             Self::seg(upload_id),
             Self::seg(&self.opts.project)
         );
-        self.tunnel_call(
-            &what,
+        self.call_body(
+            Plane::Tunnel,
             reqwest::Method::PUT,
-            target,
-            &[("Content-Type", "application/octet-stream")],
-            data,
+            &target,
+            &tunnel_headers(&[("Content-Type", "application/octet-stream")]),
+            reqwest::Body::wrap(Chunked(data)),
         )
         .await
         .map(|_| ())
+        .map_err(|f| fail(&what, f))
     }
 
     /// The session as the service holds it (status, uploaded blocks).
@@ -455,6 +467,36 @@ impl Client {
             .tunnel_call(&what, reqwest::Method::POST, target, &[], Bytes::new())
             .await?;
         Self::session_of(&what, &body)
+    }
+}
+
+fn tunnel_headers<'a>(extra: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
+    let mut headers = TUNNEL_HEADERS.to_vec();
+    headers.extend_from_slice(extra);
+    headers
+}
+
+/// Size of one chunk of a block's body.
+const CHUNK: usize = 64 * 1024;
+
+/// A block's body sent as pyodps sends it: `Transfer-Encoding: chunked` (no length announced),
+/// in [`CHUNK`]-byte frames.
+struct Chunked(Bytes);
+
+impl http_body::Body for Chunked {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+        if self.0.is_empty() {
+            return std::task::Poll::Ready(None);
+        }
+        let n = self.0.len().min(CHUNK);
+        let frame = self.0.split_to(n);
+        std::task::Poll::Ready(Some(Ok(http_body::Frame::data(frame))))
     }
 }
 
