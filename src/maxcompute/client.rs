@@ -62,6 +62,9 @@ pub struct ClientOptions {
     pub connect_timeout: Duration,
     /// Longest wait between two polls of a running SQL instance.
     pub max_poll_interval: Duration,
+    /// Longest wait for an SQL instance to terminate; then a retryable timeout (the instance may
+    /// still run: the caller looks the table up again before re-running DDL).
+    pub max_instance_wait: Duration,
 }
 
 /// A signed client of one project.
@@ -304,10 +307,20 @@ impl Client {
             }
         };
         let mut wait = Duration::from_millis(20);
+        let deadline = tokio::time::Instant::now() + self.opts.max_instance_wait;
         loop {
             let xml = get("").await.map_err(|f| fail(&what, f))?;
             if wire::tag_text(&xml, "Status").as_deref() == Some("Terminated") {
                 break;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(fail(
+                    &what,
+                    Failure::Timeout(format!(
+                        "not terminated after {:?}; it may still run",
+                        self.opts.max_instance_wait
+                    )),
+                ));
             }
             tokio::time::sleep(wait).await;
             wait = (wait * 2).min(self.opts.max_poll_interval);

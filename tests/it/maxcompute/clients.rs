@@ -18,6 +18,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 fn client(fake: &Fake, secret: &str, tunnel: Option<String>) -> Client {
+    client_waiting(fake, secret, tunnel, Duration::from_secs(60))
+}
+
+fn client_waiting(fake: &Fake, secret: &str, tunnel: Option<String>, wait: Duration) -> Client {
     Client::new(
         ClientOptions {
             endpoint: format!("http://127.0.0.1:{}/api", fake.port),
@@ -27,6 +31,7 @@ fn client(fake: &Fake, secret: &str, tunnel: Option<String>) -> Client {
             request_timeout: Duration::from_secs(30),
             connect_timeout: Duration::from_secs(5),
             max_poll_interval: Duration::from_millis(200),
+            max_instance_wait: wait,
         },
         Credentials::new(ACCESS_ID, secret),
     )
@@ -85,6 +90,24 @@ fn clients_run_sql_and_upload_through_the_fake_and_classify_its_faults() {
         );
         assert!(m.contains(&create) && m.contains("fault injected"), "{m}");
         c.run_sql(&create, SQL_SETTINGS).await.unwrap();
+        // An instance still running: polled until it terminates; past the wait, a retryable
+        // timeout.
+        arm(&fake, json!({"running_polls": 3}));
+        let before = status_polls(&fake);
+        c.run_sql("drop table if exists ds.nothing_here", SQL_SETTINGS)
+            .await
+            .unwrap();
+        assert_eq!(status_polls(&fake), before + 4);
+        let impatient = client_waiting(&fake, SECRET, None, Duration::ZERO);
+        arm(&fake, json!({"running_polls": 1}));
+        let m = expect(
+            impatient
+                .run_sql("drop table if exists ds.nothing_here", SQL_SETTINGS)
+                .await,
+            Class::Retry,
+            SinkErrorKind::Io,
+        );
+        assert!(m.contains("may still run"), "{m}");
         // A malformed statement: needs a fix, named with the service's error.
         let m = expect(
             c.run_sql("create tabel oops (a bigint)", SQL_SETTINGS)
@@ -231,5 +254,21 @@ fn service_asks(fake: &Fake) -> usize {
         .unwrap()
         .iter()
         .filter(|r| r["path"].as_str().unwrap_or("").contains("tunnel?service"))
+        .count()
+}
+
+/// `GET …/instances/{id}` without `?taskstatus` / `?result`, as logged by the fake.
+fn status_polls(fake: &Fake) -> usize {
+    fake.dump("log")
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| {
+            let p = r["path"].as_str().unwrap_or("");
+            r["method"] == "GET"
+                && p.contains("/instances/")
+                && !p.contains("taskstatus")
+                && !p.contains("result")
+        })
         .count()
 }

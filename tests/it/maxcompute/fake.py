@@ -15,7 +15,7 @@ Tunnel (no /api prefix), pyodps TableTunnel's protocol:
   table?uploadid (commit: rows appended); POST table?downloads, GET table?downloadid&data
   (records written with pyodps's own writer).
 Faults: POST /__fake/faults {"fail_instances": N, "refuse_signatures": N, "drop_block_put": N,
-"unavailable": N, "throttle": N, "fail_commit": N} arms the next N occurrences of each (see
+"unavailable": N, "throttle": N, "fail_commit": N, "running_polls": N} arms the next N occurrences of each (see
 FAULTS); a block the reader cannot decode is refused with 400 MalformedDataStream.
 Test-only: GET /__fake/tables dumps every table as JSON (timestamps {"us": n}, doubles
 {"f64": bits}); GET /__fake/instances lists the SQL run (statement, settings, outcome);
@@ -66,6 +66,7 @@ FAULTS = {
     "unavailable": 0,  # the next N signed requests get 503 ServiceUnavailable
     "throttle": 0,  # the next N signed requests get 429 SlotExceeded
     "fail_commit": 0,  # the next N commits get 500 InternalServerError, nothing committed
+    "running_polls": 0,  # the next SQL instance answers Running to its first N status polls
 }
 
 
@@ -425,7 +426,9 @@ class Handler(BaseHTTPRequestHandler):
                 result, ok = run_sql(sql, project), True
             except SqlError as e:
                 result, ok = str(e), False
-            INSTANCES[new_id] = {"ok": ok, "result": result, "sql": sql, "settings": settings}
+            INSTANCES[new_id] = {"ok": ok, "result": result, "sql": sql, "settings": settings,
+                                 "running": FAULTS["running_polls"]}
+            FAULTS["running_polls"] = 0
             location = "http://%s:%d/api/projects/%s/instances/%s" % (
                 self.server.server_address + (project, new_id)
             )
@@ -443,6 +446,9 @@ class Handler(BaseHTTPRequestHandler):
                 '<Result Format="text"><![CDATA[%s]]></Result></Task></Tasks></Instance>'
                 % inst["result"]
             )
+        elif inst["running"] > 0:
+            inst["running"] -= 1
+            body = "<Instance><Status>Running</Status></Instance>"
         else:
             body = "<Instance><Status>Terminated</Status></Instance>"
         self.reply(200, '<?xml version="1.0" encoding="UTF-8"?>' + body)
