@@ -67,6 +67,32 @@ pub struct ClientOptions {
     pub max_instance_wait: Duration,
 }
 
+/// Default longest wait between two polls of a running SQL instance.
+pub const DEFAULT_MAX_POLL_INTERVAL: Duration = Duration::from_secs(1);
+/// Default longest wait for an SQL instance to terminate.
+pub const DEFAULT_MAX_INSTANCE_WAIT: Duration = Duration::from_secs(600);
+
+impl ClientOptions {
+    /// The options of a MAXCOMPUTE sink's configuration (polling at the defaults).
+    pub fn from_config(c: &crate::config::MaxComputeSink) -> Self {
+        ClientOptions {
+            endpoint: c.access_url.clone(),
+            project: c.project.clone(),
+            dataset: c.dataset.clone(),
+            tunnel_endpoint: c.tunnel_endpoint.clone(),
+            request_timeout: c.request_timeout,
+            connect_timeout: c.connect_timeout,
+            max_poll_interval: DEFAULT_MAX_POLL_INTERVAL,
+            max_instance_wait: DEFAULT_MAX_INSTANCE_WAIT,
+        }
+    }
+}
+
+/// The access key pair of a MAXCOMPUTE sink's configuration.
+pub fn credentials(c: &crate::config::MaxComputeSink) -> Credentials {
+    Credentials::new(c.access_key_id.clone(), c.access_key_secret.clone())
+}
+
 /// A signed client of one project.
 pub struct Client {
     http: reqwest::Client,

@@ -288,17 +288,7 @@ fn pyodps_client_runs_our_ddl_and_the_tunnel_on_the_fake() {
 
 /// The SQL task body pyodps posts (odps/models/instances.py), settings as a JSON property.
 fn instance_xml(sql: &str) -> String {
-    let settings: serde_json::Map<String, Json> = SQL_SETTINGS
-        .iter()
-        .map(|(k, v)| (k.to_string(), json!(v)))
-        .collect();
-    format!(
-        "<?xml version=\"1.0\" encoding=\"utf-8\"?><Instance><Job><Priority>9</Priority><Tasks><SQL>\
-         <Name>AnonymousSQLTask</Name><Config><Property><Name>settings</Name><Value>{}</Value>\
-         </Property></Config><Query><![CDATA[{sql}]]></Query></SQL></Tasks><DAG><RunMode>Sequence\
-         </RunMode></DAG></Job></Instance>",
-        Json::Object(settings).to_string().replace('"', "&quot;")
-    )
+    observation_publisher::maxcompute::wire::instance_xml(sql, SQL_SETTINGS)
 }
 
 #[test]
