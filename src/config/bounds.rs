@@ -58,12 +58,12 @@ pub(crate) const APPEND_REQUEST_BYTES: RangeInclusive<u64> =
 /// A BIGQUERY sink's `max_inflight_bytes`: 64 KiB to 64 GiB (and at least `max_request_bytes`).
 pub(crate) const SINK_INFLIGHT_BYTES: RangeInclusive<u64> = (64 * KIB)..=(64 * GIB);
 
-/// A MAXCOMPUTE sink's `interval` (how often staged rows are moved into the target): 1 s to 1 day.
-pub(crate) const MAXCOMPUTE_INTERVAL: RangeInclusive<Duration> = SEC..=DAY;
 /// An ARIZE sink's `request_timeout` and `connect_timeout`: 1 ms to 1 h.
 pub(crate) const ARIZE_TIMEOUT: RangeInclusive<Duration> = MS..=HOUR;
 /// An ARIZE sink's `max_request_bytes`: 64 KiB to 1 GiB.
 pub(crate) const ARIZE_REQUEST_BYTES: RangeInclusive<u64> = (64 * KIB)..=GIB;
+/// A MAXCOMPUTE sink's `interval` (how often staged rows are moved into the target): 1 s to 1 day.
+pub(crate) const MAXCOMPUTE_INTERVAL: RangeInclusive<Duration> = SEC..=DAY;
 
 /// Records a problem at `path` unless `value` lies in `range`.
 pub(crate) fn check_duration(
