@@ -65,6 +65,8 @@ pub(crate) const APPEND_CONNECTIONS: RangeInclusive<u64> =
 pub(crate) const ARIZE_TIMEOUT: RangeInclusive<Duration> = MS..=HOUR;
 /// An ARIZE sink's `max_request_bytes`: 64 KiB to 1 GiB.
 pub(crate) const ARIZE_REQUEST_BYTES: RangeInclusive<u64> = (64 * KIB)..=GIB;
+/// A MAXCOMPUTE sink's `interval` (how often staged rows are moved into the target): 1 s to 1 day.
+pub(crate) const MAXCOMPUTE_INTERVAL: RangeInclusive<Duration> = SEC..=DAY;
 
 /// Records a problem at `path` unless `value` lies in `range`, the numbers written by `show`.
 fn check<T: PartialOrd + Copy>(

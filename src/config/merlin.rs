@@ -203,8 +203,9 @@ pub const DEFAULT_ARIZE_CONNECT_TIMEOUT: std::time::Duration = std::time::Durati
 /// Default `max_request_bytes` of the ARIZE sink: 8 MiB.
 pub const DEFAULT_ARIZE_MAX_REQUEST_BYTES: u64 = 8 << 20;
 
-/// A MAXCOMPUTE sink (parsed so configs validate; not supported by `run` yet).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// A MAXCOMPUTE sink: Merlin's keys plus ours (not supported by `run` yet). `Debug` redacts
+/// the access key id and secret; `check-config` redacts them by key name.
+#[derive(Clone, PartialEq, Serialize)]
 pub struct MaxComputeSink {
     /// ODPS project.
     pub project: String,
@@ -216,9 +217,54 @@ pub struct MaxComputeSink {
     pub access_key_id: String,
     /// Access key secret (secret).
     pub access_key_secret: String,
-    /// Endpoint.
+    /// Endpoint of the control plane (`http(s)://host/api`).
     pub access_url: String,
+    /// Merlin's retry block (read so it does not warn; the publisher always retries transient
+    /// errors with its own backoff).
+    pub retry: RetryConfig,
+    /// Ours: the Tunnel endpoint (`tunnel_endpoint`); absent: asked from the project's
+    /// `tunnel?service`.
+    pub tunnel_endpoint: Option<String>,
+    /// Ours, provisional: how often staged rows are moved into the model's table (`interval`).
+    #[serde(with = "super::ours::humantime_serde_compat")]
+    pub interval: std::time::Duration,
+    /// Ours: timeout of one request (`request_timeout`).
+    #[serde(with = "super::ours::humantime_serde_compat")]
+    pub request_timeout: std::time::Duration,
+    /// Ours: timeout of establishing a connection (`connect_timeout`).
+    #[serde(with = "super::ours::humantime_serde_compat")]
+    pub connect_timeout: std::time::Duration,
 }
+
+impl std::fmt::Debug for MaxComputeSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MaxComputeSink")
+            .field("project", &self.project)
+            .field("dataset", &self.dataset)
+            .field("ttl_days", &self.ttl_days)
+            .field("access_key_id", &crate::redact::REDACTED)
+            .field("access_key_secret", &crate::redact::REDACTED)
+            .field(
+                "access_url",
+                &crate::redact::strip_userinfo(&self.access_url),
+            )
+            .field("retry", &self.retry)
+            .field("tunnel_endpoint", &self.tunnel_endpoint)
+            .field("interval", &self.interval)
+            .field("request_timeout", &self.request_timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .finish()
+    }
+}
+
+/// Default `interval` of the MAXCOMPUTE sink (provisional: the write path is not built yet).
+pub const DEFAULT_MAXCOMPUTE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(60);
+/// Default `request_timeout` of the MAXCOMPUTE sink.
+pub const DEFAULT_MAXCOMPUTE_REQUEST_TIMEOUT: std::time::Duration =
+    std::time::Duration::from_secs(60);
+/// Default `connect_timeout` of the MAXCOMPUTE sink.
+pub const DEFAULT_MAXCOMPUTE_CONNECT_TIMEOUT: std::time::Duration =
+    std::time::Duration::from_secs(10);
 
 /// One entry of `observation_sinks`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -306,14 +352,9 @@ pub(crate) fn read_sinks(
                 }))
             }
             "ARIZE" => Some(SinkConfig::Arize(read_arize(&mut c, problems))),
-            "MAXCOMPUTE" => Some(SinkConfig::MaxCompute(MaxComputeSink {
-                project: c.req_string("project", problems),
-                dataset: c.req_string("dataset", problems),
-                ttl_days: c.u64("ttl_days", problems).unwrap_or(0),
-                access_key_id: c.req_string("access_key_id", problems),
-                access_key_secret: c.req_string("access_key_secret", problems),
-                access_url: c.req_string("access_url", problems),
-            })),
+            "MAXCOMPUTE" => Some(SinkConfig::MaxCompute(read_maxcompute(
+                &mut c, problems, warnings,
+            ))),
             "" => None,
             other => {
                 let hint = if ["bigquery", "arize", "maxcompute"]
@@ -343,6 +384,65 @@ pub(crate) fn read_sinks(
         out.extend(sink);
     }
     out
+}
+
+fn read_maxcompute(
+    c: &mut Obj<'_>,
+    problems: &mut Problems,
+    warnings: &mut Vec<String>,
+) -> MaxComputeSink {
+    use super::bounds::{HTTP_TIMEOUT, MAXCOMPUTE_INTERVAL};
+    let project = c.req_string("project", problems);
+    let dataset = c.req_string("dataset", problems);
+    let ttl_days = c.u64("ttl_days", problems).unwrap_or(0);
+    let access_key_id = c.req_string("access_key_id", problems);
+    let access_key_secret = c.req_string("access_key_secret", problems);
+    let access_url = if c.has("access_url") {
+        url_option(c, "access_url", "", problems)
+    } else {
+        c.req_string("access_url", problems)
+    };
+    let mut r = c.obj("retry", problems);
+    let retry = RetryConfig {
+        enabled: r.bool("enabled", problems).unwrap_or(false),
+        retry_attempts: r.u64("retry_attempts", problems).unwrap_or(4),
+        retry_interval_seconds: r.u64("retry_interval_seconds", problems).unwrap_or(30),
+    };
+    r.warn_unknown(warnings);
+    let tunnel_endpoint = c
+        .has("tunnel_endpoint")
+        .then(|| url_option(c, "tunnel_endpoint", "", problems));
+    let interval = c.duration_in(
+        "interval",
+        DEFAULT_MAXCOMPUTE_INTERVAL,
+        &MAXCOMPUTE_INTERVAL,
+        problems,
+    );
+    let request_timeout = c.duration_in(
+        "request_timeout",
+        DEFAULT_MAXCOMPUTE_REQUEST_TIMEOUT,
+        &HTTP_TIMEOUT,
+        problems,
+    );
+    let connect_timeout = c.duration_in(
+        "connect_timeout",
+        DEFAULT_MAXCOMPUTE_CONNECT_TIMEOUT,
+        &HTTP_TIMEOUT,
+        problems,
+    );
+    MaxComputeSink {
+        project,
+        dataset,
+        ttl_days,
+        access_key_id,
+        access_key_secret,
+        access_url,
+        retry,
+        tunnel_endpoint,
+        interval,
+        request_timeout,
+        connect_timeout,
+    }
 }
 
 fn read_arize(c: &mut Obj<'_>, problems: &mut Problems) -> ArizeSink {

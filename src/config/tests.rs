@@ -108,7 +108,7 @@ delivery: sometimes
 fn unsupported_sinks_are_errors_for_run_only() {
     let y = MERLIN.replace(
         "observation_source:",
-        "- type: MAXCOMPUTE\n  config: {project: p, dataset: d, ttl_days: 0, access_key_id: k, access_key_secret: s, access_url: u}\nobservation_source:",
+        "- type: MAXCOMPUTE\n  config: {project: p, dataset: d, ttl_days: 0, access_key_id: k, access_key_secret: s, access_url: 'http://u/api'}\nobservation_source:",
     );
     let err = parse(&y, Needs::RUN).unwrap_err();
     assert_eq!(err.0.len(), 1, "{err}");
@@ -713,4 +713,58 @@ fn max_bytes_plus_max_log_bytes_stays_under_the_arrow_offset_limit() {
         (c.batching.max_bytes + c.batching.max_log_bytes) as u64
             <= crate::config::ARROW_STRING_LIMIT
     );
+}
+
+#[test]
+fn maxcompute_sink_reads_merlins_keys_and_ours_and_never_prints_the_keys() {
+    let y = MERLIN.replace(
+        "observation_source:",
+        "- type: MAXCOMPUTE\n  config: {project: p, dataset: d, ttl_days: 3, access_key_id: LTAIkeyid1234, access_key_secret: sekrit-value-99, access_url: 'http://odps.example/api/', retry: {enabled: true, retry_attempts: 2, retry_interval_seconds: 5}, tunnel_endpoint: 'http://dt.example', interval: 5m, request_timeout: 20s, connect_timeout: 2s}\nobservation_source:",
+    );
+    let (c, warnings) = parse(&y, Needs::SCHEMA).unwrap();
+    let m = c
+        .observation_sinks
+        .iter()
+        .find_map(|s| match s {
+            SinkConfig::MaxCompute(m) => Some(m.clone()),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(m.access_url, "http://odps.example/api");
+    assert_eq!(m.tunnel_endpoint.as_deref(), Some("http://dt.example"));
+    assert_eq!(m.interval, std::time::Duration::from_secs(300));
+    assert_eq!(m.request_timeout, std::time::Duration::from_secs(20));
+    assert_eq!(m.connect_timeout, std::time::Duration::from_secs(2));
+    assert_eq!(
+        (
+            m.retry.enabled,
+            m.retry.retry_attempts,
+            m.retry.retry_interval_seconds
+        ),
+        (true, 2, 5)
+    );
+    assert!(warnings.is_empty(), "{warnings:?}");
+    for printed in [format!("{m:?}"), format!("{c:?}"), c.to_redacted_yaml()] {
+        assert!(!printed.contains("sekrit-value-99"), "{printed}");
+        assert!(!printed.contains("LTAIkeyid1234"), "{printed}");
+    }
+    // Defaults, and bounds.
+    let d = MERLIN.replace(
+        "observation_source:",
+        "- type: MAXCOMPUTE\n  config: {project: p, dataset: d, access_key_id: k, access_key_secret: s, access_url: 'https://odps.example/api'}\nobservation_source:",
+    );
+    let (c, _) = parse(&d, Needs::SCHEMA).unwrap();
+    let Some(SinkConfig::MaxCompute(m)) = c.observation_sinks.last() else {
+        panic!("no MAXCOMPUTE sink")
+    };
+    assert_eq!(m.interval, merlin::DEFAULT_MAXCOMPUTE_INTERVAL);
+    assert_eq!(m.tunnel_endpoint, None);
+    let bad = MERLIN.replace(
+        "observation_source:",
+        "- type: MAXCOMPUTE\n  config: {project: p, dataset: d, access_key_id: k, access_key_secret: s, access_url: 'odps.example', interval: 10ms, request_timeout: 0s}\nobservation_source:",
+    );
+    let err = parse(&bad, Needs::SCHEMA).unwrap_err().to_string();
+    for key in ["access_url", "interval", "request_timeout"] {
+        assert!(err.contains(&format!("config.{key}")), "{key}: {err}");
+    }
 }

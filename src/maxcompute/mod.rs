@@ -7,9 +7,15 @@
 //! - [`encode`]: Arrow batches of the model's table → records, tags from the table's schema.
 //! - [`schema`]: MaxCompute column types.
 //! - [`ddl`]: Merlin's table name, create and alter statements; a changed type is refused.
+//! - [`wire`]: the bodies sent and read (SQL instance XML, task status, table and session schema).
+//! - [`error`]: every failure classified for the sink seam (retry, needs a fix, rows refused).
+//! - [`client`]: the signed HTTP clients (SQL instances, table lookup, Tunnel upload sessions).
 
+pub mod client;
 pub mod ddl;
 pub mod encode;
+pub mod error;
 pub mod record;
 pub mod schema;
 pub mod sign;
+pub mod wire;

@@ -14,6 +14,9 @@ Tunnel (no /api prefix), pyodps TableTunnel's protocol:
   TunnelRecordReader; chunked and deflate bodies), GET table?uploadid (blocks), POST
   table?uploadid (commit: rows appended); POST table?downloads, GET table?downloadid&data
   (records written with pyodps's own writer).
+Faults: POST /__fake/faults {"fail_instances": N, "refuse_signatures": N, "drop_block_put": N,
+"unavailable": N, "throttle": N, "fail_commit": N, "running_polls": N} arms the next N occurrences of each (see
+FAULTS); a block the reader cannot decode is refused with 400 MalformedDataStream.
 Test-only: GET /__fake/tables dumps every table as JSON (timestamps {"us": n}, doubles
 {"f64": bits}); GET /__fake/instances lists the SQL run (statement, settings, outcome);
 GET /__fake/log lists the requests seen (method, path, whether the signature matched).
@@ -25,6 +28,7 @@ import io
 import json
 import os
 import re
+import socket
 import struct
 import sys
 import threading
@@ -54,6 +58,25 @@ TABLES = {}  # (project, schema, name) -> table dict
 INSTANCES = {}  # id -> {"ok": bool, "result": str, "sql": str, "settings": dict}
 SESSIONS = {}  # id -> {"key": table key, "blocks": {id: [rows]}, "status": str}
 LOG = []
+# Faults the test asks for (POST /__fake/faults {"name": n}): each counts down per use.
+FAULTS = {
+    "fail_instances": 0,  # the next N SQL instances fail (a task failure, detail in ?result)
+    "refuse_signatures": 0,  # the next N signed requests get 403 SignatureNotMatch
+    "drop_block_put": 0,  # the next N block PUTs: part of the body read, then the socket closed
+    "unavailable": 0,  # the next N signed requests get 503 ServiceUnavailable
+    "throttle": 0,  # the next N signed requests get 429 SlotExceeded
+    "fail_commit": 0,  # the next N commits get 500 InternalServerError, nothing committed
+    "running_polls": 0,  # the next SQL instance answers Running to its first N status polls
+}
+
+
+def take(fault):
+    """Uses one count of a fault; whether it fires."""
+    with LOCK:
+        if FAULTS[fault] > 0:
+            FAULTS[fault] -= 1
+            return True
+        return False
 
 
 class SqlError(Exception):
@@ -289,12 +312,24 @@ class Handler(BaseHTTPRequestHandler):
         if path.startswith("/__fake/"):
             return self.fake_admin(path)
         api = path.startswith("/api/")
+        if self.command == "PUT" and "blockid" in params and take("drop_block_put"):
+            with LOCK:
+                LOG.append({"method": self.command, "path": self.path, "fault": "drop_block_put"})
+            self.rfile.read1(16) if hasattr(self.rfile, "read1") else self.rfile.read(16)
+            self.close_connection = True
+            self.connection.shutdown(socket.SHUT_RDWR)
+            return
         body = self.body()
-        ok = self.signature_ok(api)
+        ok = self.signature_ok(api) and not take("refuse_signatures")
         with LOCK:
-            LOG.append({"method": self.command, "path": self.path, "signature_ok": ok})
+            LOG.append({"method": self.command, "path": self.path, "signature_ok": ok,
+                        "chunked": self.headers.get("Transfer-Encoding", "").lower() == "chunked"})
         if not ok:
             return self.error(403, "SignatureNotMatch", "The request signature does not match")
+        if take("unavailable"):
+            return self.error(503, "ServiceUnavailable", "fault injected by the test")
+        if take("throttle"):
+            return self.error(429, "SlotExceeded", "fault injected by the test")
         if api:
             path = path[len("/api"):]
         m = re.match(r"^/projects/([^/]+)(?:/schemas/([^/]+))?/tables/([^/]+)$", path)
@@ -330,6 +365,14 @@ class Handler(BaseHTTPRequestHandler):
     do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = handle_any
 
     def fake_admin(self, path):
+        if self.command == "POST" and path == "/__fake/faults":
+            arm = json.loads(self.body() or b"{}")
+            with LOCK:
+                for k, v in arm.items():
+                    if k not in FAULTS:
+                        return self.reply(400, "unknown fault %s" % k, "text/plain")
+                    FAULTS[k] += int(v)
+                return self.reply(200, json.dumps(FAULTS), "application/json")
         with LOCK:
             if path == "/__fake/tables":
                 out = {
@@ -377,10 +420,15 @@ class Handler(BaseHTTPRequestHandler):
             new_id = time.strftime("%Y%m%d%H%M%S") + uuid.uuid4().hex[:16]
             sql = query.group(1) if query else ""
             try:
+                if FAULTS["fail_instances"] > 0:
+                    FAULTS["fail_instances"] -= 1
+                    raise SqlError("ODPS-0010000:System internal error - fault injected by the test")
                 result, ok = run_sql(sql, project), True
             except SqlError as e:
                 result, ok = str(e), False
-            INSTANCES[new_id] = {"ok": ok, "result": result, "sql": sql, "settings": settings}
+            INSTANCES[new_id] = {"ok": ok, "result": result, "sql": sql, "settings": settings,
+                                 "running": FAULTS["running_polls"]}
+            FAULTS["running_polls"] = 0
             location = "http://%s:%d/api/projects/%s/instances/%s" % (
                 self.server.server_address + (project, new_id)
             )
@@ -398,6 +446,9 @@ class Handler(BaseHTTPRequestHandler):
                 '<Result Format="text"><![CDATA[%s]]></Result></Task></Tasks></Instance>'
                 % inst["result"]
             )
+        elif inst["running"] > 0:
+            inst["running"] -= 1
+            body = "<Instance><Status>Running</Status></Instance>"
         else:
             body = "<Instance><Status>Terminated</Status></Instance>"
         self.reply(200, '<?xml version="1.0" encoding="UTF-8"?>' + body)
@@ -433,7 +484,10 @@ class Handler(BaseHTTPRequestHandler):
                 return self.tunnel_error(400, "InvalidStatus", "session is %s" % s["status"])
             reader = TunnelRecordReader(odps_schema(table), lambda *_, **__: io.BytesIO(body))
             names = [c[0].lower() for c in table["columns"]]
-            rows = [dict(zip(names, r.values)) for r in reader]
+            try:
+                rows = [dict(zip(names, r.values)) for r in reader]
+            except Exception as e:  # noqa: BLE001 - any decode failure is the block's
+                return self.tunnel_error(400, "MalformedDataStream", "block refused: %r" % e)
             s["blocks"][int(params["blockid"])] = rows
             return self.reply(200, "", "application/json")
         if self.command == "GET" and "downloadid" in params and "data" in params:
@@ -456,6 +510,9 @@ class Handler(BaseHTTPRequestHandler):
         if self.command == "GET":
             return self.reply(200, self.session_json(sid), "application/json")
         if self.command == "POST" and "uploadid" in params:
+            if FAULTS["fail_commit"] > 0:
+                FAULTS["fail_commit"] -= 1
+                return self.tunnel_error(500, "InternalServerError", "fault injected by the test")
             if s["status"] == "normal":
                 for block in sorted(s["blocks"]):
                     table["rows"].extend(with_partition(table, r) for r in s["blocks"][block])

@@ -22,19 +22,19 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 
-const ACCESS_ID: &str = "LTAI5tFakeAccessId";
-const SECRET: &str = "fake-secret-PLANTED-19";
-const PROJECT: &str = "proj";
-const DATASET: &str = "ds";
+pub(super) const ACCESS_ID: &str = "LTAI5tFakeAccessId";
+pub(super) const SECRET: &str = "fake-secret-PLANTED-19";
+pub(super) const PROJECT: &str = "proj";
+pub(super) const DATASET: &str = "ds";
 
 /// The fake, running under pyodps 0.12.2; killed on drop.
-struct Fake {
+pub(super) struct Fake {
     child: Child,
-    port: u16,
+    pub(super) port: u16,
 }
 
 impl Fake {
-    fn start() -> Fake {
+    pub(super) fn start() -> Fake {
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/maxcompute/fake.py");
         let mut child = Command::new(python("0.12"))
             .arg(script)
@@ -54,7 +54,7 @@ impl Fake {
     }
 
     /// A test-only dump (`/__fake/tables`, `/__fake/instances`, `/__fake/log`).
-    fn dump(&self, what: &str) -> Json {
+    pub(super) fn dump(&self, what: &str) -> Json {
         let (status, body) = http(self.port, "GET", &format!("/__fake/{what}"), &[], b"");
         assert_eq!(status, 200);
         serde_json::from_slice(&body).unwrap()
@@ -99,7 +99,7 @@ impl Drop for Fake {
 }
 
 /// One HTTP/1.1 exchange over a fresh connection (`Connection: close`).
-fn http(
+pub(super) fn http(
     port: u16,
     method: &str,
     target: &str,
@@ -125,7 +125,7 @@ fn http(
     (status, raw[split + 4..].to_vec())
 }
 
-fn columns(layout: &TableLayout) -> Vec<TableColumn> {
+pub(super) fn columns(layout: &TableLayout) -> Vec<TableColumn> {
     TableColumn::from_layout(&layout.columns)
 }
 
@@ -149,7 +149,7 @@ fn pairs(cols: &[TableColumn]) -> Vec<(String, String)> {
 }
 
 /// Rows as the fake dumps them: column (lower case) → value.
-fn as_maps(layout: &TableLayout, rows: &[Row]) -> Vec<Json> {
+pub(super) fn as_maps(layout: &TableLayout, rows: &[Row]) -> Vec<Json> {
     rows.iter()
         .map(|r| {
             let values = plain(layout, r);
@@ -288,17 +288,7 @@ fn pyodps_client_runs_our_ddl_and_the_tunnel_on_the_fake() {
 
 /// The SQL task body pyodps posts (odps/models/instances.py), settings as a JSON property.
 fn instance_xml(sql: &str) -> String {
-    let settings: serde_json::Map<String, Json> = SQL_SETTINGS
-        .iter()
-        .map(|(k, v)| (k.to_string(), json!(v)))
-        .collect();
-    format!(
-        "<?xml version=\"1.0\" encoding=\"utf-8\"?><Instance><Job><Priority>9</Priority><Tasks><SQL>\
-         <Name>AnonymousSQLTask</Name><Config><Property><Name>settings</Name><Value>{}</Value>\
-         </Property></Config><Query><![CDATA[{sql}]]></Query></SQL></Tasks><DAG><RunMode>Sequence\
-         </RunMode></DAG></Job></Instance>",
-        Json::Object(settings).to_string().replace('"', "&quot;")
-    )
+    observation_publisher::maxcompute::wire::instance_xml(sql, SQL_SETTINGS)
 }
 
 #[test]

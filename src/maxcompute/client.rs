@@ -1,0 +1,556 @@
+//! The I/O clients (thin over [`super::wire`], [`super::sign`] and [`super::error`]): SQL
+//! instances and table lookup on the control plane, upload sessions on the Tunnel. Every request
+//! is signed (`Date`, `Authorization: ODPS …`) and carries `curr_project` as pyodps adds it;
+//! every failure is classified ([`CallError`]). Retrying is the caller's (the sink's) decision.
+
+use super::error::{classify, parse_error_body, Class, Failure};
+use super::schema::TableColumn;
+use super::sign::{authorization, http_date, Credentials, RequestToSign};
+use super::wire::{self, UploadSession};
+use crate::sink::SinkError;
+use bytes::Bytes;
+use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime};
+
+/// Bytes escaped in a path segment (names are identifiers; anything else is encoded).
+const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC.remove(b'_').remove(b'-').remove(b'.');
+
+/// The Tunnel headers pyodps 0.12.2 sends on every Tunnel call.
+pub const TUNNEL_HEADERS: &[(&str, &str)] = &[
+    ("x-odps-tunnel-version", "6"),
+    ("odps-tunnel-date-transform", "v1"),
+    ("odps-tunnel-sdk-support-schema-evolution", "true"),
+];
+
+/// A failed call: what to do next and the sink seam's error.
+#[derive(Debug)]
+pub struct CallError {
+    /// Retry, fix, or refuse rows.
+    pub class: Class,
+    /// The error the sink reports (kind, retryable, message naming the call).
+    pub error: SinkError,
+}
+
+impl std::fmt::Display for CallError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.error.fmt(f)
+    }
+}
+
+impl std::error::Error for CallError {}
+
+fn fail(what: &str, f: Failure) -> CallError {
+    let (class, error) = classify(what, &f);
+    CallError { class, error }
+}
+
+/// What a client needs (from the MAXCOMPUTE sink's configuration).
+#[derive(Debug, Clone)]
+pub struct ClientOptions {
+    /// The control plane, `http(s)://host/api` (`access_url`).
+    pub endpoint: String,
+    /// The project.
+    pub project: String,
+    /// The dataset (a schema inside the project).
+    pub dataset: String,
+    /// The Tunnel endpoint, when configured (`tunnel_endpoint`); else asked from `?service`.
+    pub tunnel_endpoint: Option<String>,
+    /// Timeout of one request.
+    pub request_timeout: Duration,
+    /// Timeout of establishing a connection.
+    pub connect_timeout: Duration,
+    /// Longest wait between two polls of a running SQL instance.
+    pub max_poll_interval: Duration,
+    /// Longest wait for an SQL instance to terminate; then a retryable timeout (the instance may
+    /// still run: the caller looks the table up again before re-running DDL).
+    pub max_instance_wait: Duration,
+}
+
+/// Default longest wait between two polls of a running SQL instance.
+pub const DEFAULT_MAX_POLL_INTERVAL: Duration = Duration::from_secs(1);
+/// Default longest wait for an SQL instance to terminate.
+pub const DEFAULT_MAX_INSTANCE_WAIT: Duration = Duration::from_secs(600);
+
+impl ClientOptions {
+    /// The options of a MAXCOMPUTE sink's configuration (polling at the defaults).
+    pub fn from_config(c: &crate::config::MaxComputeSink) -> Self {
+        ClientOptions {
+            endpoint: c.access_url.clone(),
+            project: c.project.clone(),
+            dataset: c.dataset.clone(),
+            tunnel_endpoint: c.tunnel_endpoint.clone(),
+            request_timeout: c.request_timeout,
+            connect_timeout: c.connect_timeout,
+            max_poll_interval: DEFAULT_MAX_POLL_INTERVAL,
+            max_instance_wait: DEFAULT_MAX_INSTANCE_WAIT,
+        }
+    }
+}
+
+/// The access key pair of a MAXCOMPUTE sink's configuration.
+pub fn credentials(c: &crate::config::MaxComputeSink) -> Credentials {
+    Credentials::new(c.access_key_id.clone(), c.access_key_secret.clone())
+}
+
+/// A signed client of one project.
+pub struct Client {
+    http: reqwest::Client,
+    creds: Credentials,
+    opts: ClientOptions,
+    tunnel: Mutex<Option<String>>,
+}
+
+/// Which endpoint a request goes to.
+#[derive(Clone, Copy)]
+enum Plane {
+    Control,
+    Tunnel,
+}
+
+impl Client {
+    /// A client; fails only if the TLS stack cannot be built (not retryable).
+    pub fn new(opts: ClientOptions, creds: Credentials) -> Result<Self, CallError> {
+        crate::bigquery::install_crypto_provider();
+        let http = reqwest::Client::builder()
+            .timeout(opts.request_timeout)
+            .connect_timeout(opts.connect_timeout)
+            .user_agent(concat!("observation-publisher/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| {
+                fail(
+                    "building the HTTP client",
+                    Failure::Status {
+                        status: 0,
+                        code: None,
+                        message: e.to_string(),
+                    },
+                )
+            })?;
+        let tunnel = opts
+            .tunnel_endpoint
+            .as_ref()
+            .map(|t| t.trim_end_matches('/').to_string());
+        Ok(Client {
+            http,
+            creds,
+            opts,
+            tunnel: Mutex::new(tunnel),
+        })
+    }
+
+    fn seg(s: &str) -> String {
+        utf8_percent_encode(s, SEGMENT).to_string()
+    }
+
+    fn project_path(&self) -> String {
+        format!("/projects/{}", Self::seg(&self.opts.project))
+    }
+
+    /// One signed request with a body of known length.
+    async fn call(
+        &self,
+        plane: Plane,
+        method: reqwest::Method,
+        target: &str,
+        headers: &[(&str, &str)],
+        body: Bytes,
+    ) -> Result<(u16, reqwest::header::HeaderMap, Bytes), Failure> {
+        self.call_body(plane, method, target, headers, body.into())
+            .await
+    }
+
+    /// One signed request; a non-2xx answer is a [`Failure::Status`].
+    async fn call_body(
+        &self,
+        plane: Plane,
+        method: reqwest::Method,
+        target: &str,
+        headers: &[(&str, &str)],
+        body: reqwest::Body,
+    ) -> Result<(u16, reqwest::header::HeaderMap, Bytes), Failure> {
+        let base = match plane {
+            Plane::Control => self.opts.endpoint.trim_end_matches('/').to_string(),
+            Plane::Tunnel => self.tunnel_endpoint().await?,
+        };
+        let date = http_date(SystemTime::now());
+        let mut all: Vec<(&str, &str)> = vec![("Date", &date)];
+        all.extend_from_slice(headers);
+        let auth = authorization(
+            &self.creds,
+            &RequestToSign {
+                method: method.as_str(),
+                target,
+                headers: &all,
+            },
+        );
+        let mut req = self.http.request(method, format!("{base}{target}"));
+        for (k, v) in &all {
+            req = req.header(*k, *v);
+        }
+        let sent = req.header("Authorization", auth).body(body).send().await;
+        let resp = sent.map_err(net_failure)?;
+        let status = resp.status().as_u16();
+        let head = resp.headers().clone();
+        let body = resp.bytes().await.map_err(net_failure)?;
+        if (200..300).contains(&status) {
+            Ok((status, head, body))
+        } else {
+            let (code, message) = parse_error_body(&body);
+            Err(Failure::Status {
+                status,
+                code,
+                message,
+            })
+        }
+    }
+
+    /// The Tunnel endpoint: the configured one, else `GET /projects/{p}/tunnel?service` (the
+    /// answer is `host:port`, reached with the control plane's scheme), asked once.
+    pub async fn tunnel_endpoint(&self) -> Result<String, Failure> {
+        if let Some(t) = self.tunnel.lock().expect("tunnel lock").clone() {
+            return Ok(t);
+        }
+        let target = format!(
+            "{}/tunnel?service&curr_project={}",
+            self.project_path(),
+            Self::seg(&self.opts.project)
+        );
+        let (_, _, body) = Box::pin(self.call(
+            Plane::Control,
+            reqwest::Method::GET,
+            &target,
+            &[],
+            Bytes::new(),
+        ))
+        .await?;
+        let host = String::from_utf8_lossy(&body).trim().to_string();
+        let scheme = if self.opts.endpoint.starts_with("https://") {
+            "https"
+        } else {
+            "http"
+        };
+        let t = if host.contains("://") {
+            host.trim_end_matches('/').to_string()
+        } else {
+            format!("{scheme}://{host}")
+        };
+        *self.tunnel.lock().expect("tunnel lock") = Some(t.clone());
+        Ok(t)
+    }
+
+    /// The columns of `dataset.table` (partition columns excluded); `None` when it does not
+    /// exist (404 `NoSuchObject`).
+    pub async fn table(&self, table: &str) -> Result<Option<Vec<TableColumn>>, CallError> {
+        let what = format!("looking up table {}.{table}", self.opts.dataset);
+        let target = format!(
+            "{}/tables/{}?curr_project={}&curr_schema={}",
+            self.project_path(),
+            Self::seg(table),
+            Self::seg(&self.opts.project),
+            Self::seg(&self.opts.dataset)
+        );
+        match self
+            .call(
+                Plane::Control,
+                reqwest::Method::GET,
+                &target,
+                &[],
+                Bytes::new(),
+            )
+            .await
+        {
+            Ok((_, _, body)) => {
+                let xml = String::from_utf8_lossy(&body);
+                wire::table_columns(&xml).map(Some).map_err(|m| {
+                    fail(
+                        &what,
+                        Failure::Status {
+                            status: 200,
+                            code: Some("UnreadableTable".into()),
+                            message: m,
+                        },
+                    )
+                })
+            }
+            Err(Failure::Status {
+                status: 404,
+                code: Some(c),
+                ..
+            }) if c == "NoSuchObject" => Ok(None),
+            Err(f) => Err(fail(&what, f)),
+        }
+    }
+
+    /// Runs one SQL statement (with `settings`, e.g. [`super::ddl::SQL_SETTINGS`]) and waits for
+    /// it: create the instance, poll until `Terminated`, then every task must be `Success`; a
+    /// failed task's `?result` is in the error.
+    pub async fn run_sql(&self, sql: &str, settings: &[(&str, &str)]) -> Result<(), CallError> {
+        let what = "running SQL";
+        let cp = Self::seg(&self.opts.project);
+        let target = format!("{}/instances?curr_project={cp}", self.project_path());
+        let body = Bytes::from(wire::instance_xml(sql, settings));
+        let (_, head, _) = self
+            .call(
+                Plane::Control,
+                reqwest::Method::POST,
+                &target,
+                &[("Content-Type", "application/xml")],
+                body,
+            )
+            .await
+            .map_err(|f| fail(what, f))?;
+        let location = head
+            .get(reqwest::header::LOCATION)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        let id = wire::instance_id(location)
+            .ok_or_else(|| {
+                fail(
+                    what,
+                    Failure::Status {
+                        status: 201,
+                        code: None,
+                        message: format!("no instance id in Location {location:?}"),
+                    },
+                )
+            })?
+            .to_string();
+        let inst = format!("{}/instances/{}", self.project_path(), Self::seg(&id));
+        let what = format!("running SQL (instance {id})");
+        let get = |query: &'static str| {
+            let target = format!("{inst}?{query}curr_project={cp}");
+            async move {
+                self.call(
+                    Plane::Control,
+                    reqwest::Method::GET,
+                    &target,
+                    &[],
+                    Bytes::new(),
+                )
+                .await
+                .map(|(_, _, b)| String::from_utf8_lossy(&b).into_owned())
+            }
+        };
+        let mut wait = Duration::from_millis(20);
+        let deadline = tokio::time::Instant::now() + self.opts.max_instance_wait;
+        loop {
+            let xml = get("").await.map_err(|f| fail(&what, f))?;
+            if wire::tag_text(&xml, "Status").as_deref() == Some("Terminated") {
+                break;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(fail(
+                    &what,
+                    Failure::Timeout(format!(
+                        "not terminated after {:?}; it may still run",
+                        self.opts.max_instance_wait
+                    )),
+                ));
+            }
+            tokio::time::sleep(wait).await;
+            wait = (wait * 2).min(self.opts.max_poll_interval);
+        }
+        let xml = get("taskstatus&").await.map_err(|f| fail(&what, f))?;
+        let tasks = wire::task_statuses(&xml);
+        if !tasks.is_empty() && tasks.iter().all(|(_, s)| s == "Success") {
+            return Ok(());
+        }
+        let detail = match get("result&").await {
+            Ok(r) => wire::result_text(&r),
+            Err(f) => format!("(its result could not be read: {f:?})"),
+        };
+        let detail = if tasks.is_empty() {
+            format!("no task status; {detail}")
+        } else {
+            detail
+        };
+        Err(fail(
+            &what,
+            Failure::TaskFailed {
+                statement: sql.to_string(),
+                detail,
+            },
+        ))
+    }
+
+    fn table_resource(&self, table: &str) -> String {
+        format!(
+            "{}/schemas/{}/tables/{}",
+            self.project_path(),
+            Self::seg(&self.opts.dataset),
+            Self::seg(table)
+        )
+    }
+
+    async fn tunnel_call(
+        &self,
+        what: &str,
+        method: reqwest::Method,
+        target: String,
+        extra: &[(&str, &str)],
+        body: Bytes,
+    ) -> Result<Bytes, CallError> {
+        self.call(Plane::Tunnel, method, &target, &tunnel_headers(extra), body)
+            .await
+            .map(|(_, _, b)| b)
+            .map_err(|f| fail(what, f))
+    }
+
+    fn session_of(what: &str, body: &[u8]) -> Result<UploadSession, CallError> {
+        wire::upload_session(body).map_err(|m| {
+            fail(
+                what,
+                Failure::Status {
+                    status: 200,
+                    code: Some("UnreadableSession".into()),
+                    message: m,
+                },
+            )
+        })
+    }
+
+    /// Creates an upload session on `dataset.table` (its schema gives the records' tags).
+    pub async fn create_upload(&self, table: &str) -> Result<UploadSession, CallError> {
+        let what = format!(
+            "creating an upload session on {}.{table}",
+            self.opts.dataset
+        );
+        let target = format!(
+            "{}?uploads=1&curr_project={}",
+            self.table_resource(table),
+            Self::seg(&self.opts.project)
+        );
+        let body = self
+            .tunnel_call(&what, reqwest::Method::POST, target, &[], Bytes::new())
+            .await?;
+        Self::session_of(&what, &body)
+    }
+
+    /// Writes one block (a [`super::record::BlockWriter`]'s bytes); the same `block_id` again
+    /// replaces it.
+    pub async fn put_block(
+        &self,
+        table: &str,
+        upload_id: &str,
+        block_id: u64,
+        data: Bytes,
+    ) -> Result<(), CallError> {
+        let what = format!("writing block {block_id} of upload {upload_id}");
+        let target = format!(
+            "{}?uploadid={}&blockid={block_id}&curr_project={}",
+            self.table_resource(table),
+            Self::seg(upload_id),
+            Self::seg(&self.opts.project)
+        );
+        self.call_body(
+            Plane::Tunnel,
+            reqwest::Method::PUT,
+            &target,
+            &tunnel_headers(&[("Content-Type", "application/octet-stream")]),
+            reqwest::Body::wrap(Chunked(data)),
+        )
+        .await
+        .map(|_| ())
+        .map_err(|f| fail(&what, f))
+    }
+
+    /// The session as the service holds it (status, uploaded blocks).
+    pub async fn upload_status(
+        &self,
+        table: &str,
+        upload_id: &str,
+    ) -> Result<UploadSession, CallError> {
+        let what = format!("reading upload session {upload_id}");
+        let target = format!(
+            "{}?uploadid={}&curr_project={}",
+            self.table_resource(table),
+            Self::seg(upload_id),
+            Self::seg(&self.opts.project)
+        );
+        let body = self
+            .tunnel_call(&what, reqwest::Method::GET, target, &[], Bytes::new())
+            .await?;
+        Self::session_of(&what, &body)
+    }
+
+    /// Commits the session with exactly `blocks`, as pyodps does: the service's block list is
+    /// read first and must equal `blocks` (a missing block is retryable: write it again).
+    pub async fn commit_upload(
+        &self,
+        table: &str,
+        upload_id: &str,
+        blocks: &[u64],
+    ) -> Result<UploadSession, CallError> {
+        let what = format!("committing upload session {upload_id}");
+        let held = self.upload_status(table, upload_id).await?;
+        let mut want = blocks.to_vec();
+        want.sort_unstable();
+        let mut have = held.blocks.clone();
+        have.sort_unstable();
+        if want != have {
+            return Err(fail(
+                &what,
+                Failure::Incomplete(format!(
+                    "the service holds blocks {have:?}, the commit names {want:?}: write the missing blocks again"
+                )),
+            ));
+        }
+        let target = format!(
+            "{}?uploadid={}&curr_project={}",
+            self.table_resource(table),
+            Self::seg(upload_id),
+            Self::seg(&self.opts.project)
+        );
+        let body = self
+            .tunnel_call(&what, reqwest::Method::POST, target, &[], Bytes::new())
+            .await?;
+        Self::session_of(&what, &body)
+    }
+}
+
+fn tunnel_headers<'a>(extra: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
+    let mut headers = TUNNEL_HEADERS.to_vec();
+    headers.extend_from_slice(extra);
+    headers
+}
+
+/// Size of one chunk of a block's body.
+const CHUNK: usize = 64 * 1024;
+
+/// A block's body sent as pyodps sends it: `Transfer-Encoding: chunked` (no length announced),
+/// in [`CHUNK`]-byte frames.
+struct Chunked(Bytes);
+
+impl http_body::Body for Chunked {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+        if self.0.is_empty() {
+            return std::task::Poll::Ready(None);
+        }
+        let n = self.0.len().min(CHUNK);
+        let frame = self.0.split_to(n);
+        std::task::Poll::Ready(Some(Ok(http_body::Frame::data(frame))))
+    }
+}
+
+fn net_failure(e: reqwest::Error) -> Failure {
+    // reqwest's message names the URL, never the headers (the Authorization stays out).
+    let mut m = e.to_string();
+    let mut src = std::error::Error::source(&e);
+    while let Some(s) = src {
+        m.push_str(": ");
+        m.push_str(&s.to_string());
+        src = s.source();
+    }
+    if e.is_timeout() {
+        Failure::Timeout(m)
+    } else {
+        Failure::Network(m)
+    }
+}
