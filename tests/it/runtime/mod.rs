@@ -167,6 +167,22 @@ impl Setup {
             .unwrap()
     }
 
+    /// How many times `needle` appears in the publisher logs of this setup, all runs together.
+    pub(crate) fn log_count(&self, needle: &str) -> usize {
+        std::fs::read_dir(&self.dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with("log-"))
+            .map(|e| {
+                std::fs::read_to_string(e.path())
+                    .unwrap_or_default()
+                    .matches(needle)
+                    .count()
+            })
+            .sum()
+    }
+
     /// The last lines of every publisher log of this setup (for failure messages).
     pub(crate) fn log_tail(&self) -> String {
         let mut out = String::new();
