@@ -94,6 +94,42 @@ fn rows_land_durably_with_their_values() {
 }
 
 #[test]
+fn only_request_timestamp_carries_statistics() {
+    use parquet::file::reader::{FileReader, SerializedFileReader};
+    use parquet::file::statistics::Statistics;
+    let dir = tempfile::tempdir().unwrap();
+    let sink = ParquetSink::new(cfg(dir.path(), 128 << 20));
+    let files = sink
+        .write_blocking(&batch_at(&[DAY1 + 5, DAY1 + 1, DAY1 + 9]))
+        .unwrap();
+    let reader = SerializedFileReader::new(File::open(&files[0]).unwrap()).unwrap();
+    let meta = reader.metadata();
+    assert_eq!(meta.num_row_groups(), 1);
+    let rg = meta.row_group(0);
+    for c in rg.columns() {
+        let name = c.column_path().string();
+        if name == crate::output::STATISTICS_COLUMN {
+            match c.statistics() {
+                Some(Statistics::Int64(s)) => {
+                    assert_eq!(
+                        (s.min_opt(), s.max_opt()),
+                        (Some(&(DAY1 + 1)), Some(&(DAY1 + 9)))
+                    );
+                }
+                other => panic!("{name}: expected int64 min/max, found {other:?}"),
+            }
+        } else {
+            let minmax = c.statistics().is_some_and(|s| s.min_bytes_opt().is_some());
+            assert!(!minmax, "{name} carries min/max statistics");
+        }
+    }
+    assert!(
+        meta.file_metadata().schema_descr().num_columns() > 1,
+        "more than one column checked"
+    );
+}
+
+#[test]
 fn batches_are_split_by_day() {
     let dir = tempfile::tempdir().unwrap();
     let sink = ParquetSink::new(cfg(dir.path(), 128 << 20));
