@@ -146,9 +146,8 @@ pub struct BigQuerySink {
     pub connections: u32,
 }
 
-/// Default `connections`: 1 until a chaos failure with a pool of 4 is understood
-/// (docs/performance.md §10; 4 is where the measured curve flattens).
-pub const DEFAULT_CONNECTIONS: u32 = 1;
+/// Default `connections` (chosen by measurement: docs/performance.md, "BigQuery appends").
+pub const DEFAULT_CONNECTIONS: u32 = 4;
 /// Largest `connections`.
 pub const MAX_CONNECTIONS: u32 = 16;
 
