@@ -383,6 +383,16 @@ impl Client {
         )
     }
 
+    /// A Tunnel target on `table`: `query` (`k=v&…`, ending before `curr_project`) then
+    /// `curr_project`, as pyodps adds it.
+    fn tunnel_target(&self, table: &str, query: &str) -> String {
+        format!(
+            "{}?{query}&curr_project={}",
+            self.table_resource(table),
+            Self::seg(&self.opts.project)
+        )
+    }
+
     async fn tunnel_call(
         &self,
         what: &str,
@@ -416,11 +426,7 @@ impl Client {
             "creating an upload session on {}.{table}",
             self.opts.dataset
         );
-        let target = format!(
-            "{}?uploads=1&curr_project={}",
-            self.table_resource(table),
-            Self::seg(&self.opts.project)
-        );
+        let target = self.tunnel_target(table, "uploads=1");
         let body = self
             .tunnel_call(&what, reqwest::Method::POST, target, &[], Bytes::new())
             .await?;
@@ -437,11 +443,9 @@ impl Client {
         data: Bytes,
     ) -> Result<(), CallError> {
         let what = format!("writing block {block_id} of upload {upload_id}");
-        let target = format!(
-            "{}?uploadid={}&blockid={block_id}&curr_project={}",
-            self.table_resource(table),
-            Self::seg(upload_id),
-            Self::seg(&self.opts.project)
+        let target = self.tunnel_target(
+            table,
+            &format!("uploadid={}&blockid={block_id}", Self::seg(upload_id)),
         );
         self.call_body(
             Plane::Tunnel,
@@ -462,12 +466,7 @@ impl Client {
         upload_id: &str,
     ) -> Result<UploadSession, CallError> {
         let what = format!("reading upload session {upload_id}");
-        let target = format!(
-            "{}?uploadid={}&curr_project={}",
-            self.table_resource(table),
-            Self::seg(upload_id),
-            Self::seg(&self.opts.project)
-        );
+        let target = self.tunnel_target(table, &format!("uploadid={}", Self::seg(upload_id)));
         let body = self
             .tunnel_call(&what, reqwest::Method::GET, target, &[], Bytes::new())
             .await?;
@@ -496,12 +495,7 @@ impl Client {
                 )),
             ));
         }
-        let target = format!(
-            "{}?uploadid={}&curr_project={}",
-            self.table_resource(table),
-            Self::seg(upload_id),
-            Self::seg(&self.opts.project)
-        );
+        let target = self.tunnel_target(table, &format!("uploadid={}", Self::seg(upload_id)));
         let body = self
             .tunnel_call(&what, reqwest::Method::POST, target, &[], Bytes::new())
             .await?;
