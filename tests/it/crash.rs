@@ -113,23 +113,7 @@ fn a_panic_in_the_sink_task_exits_non_zero() {
     let cfg = repo_config("local.yaml");
     let dl = format!("dead_letter.path={}", dir.path().join("dead.bin").display());
     let rows = format!("local_sink.path={}", dir.path().join("rows").display());
-    let o = crate::common::bin()
-        .args([
-            "run",
-            "-c",
-            cfg.to_str().unwrap(),
-            "--replay",
-            input.to_str().unwrap(),
-            "--set",
-            &dl,
-            "--set",
-            &rows,
-            "--set",
-            "server.listen=127.0.0.1:0",
-            "--set",
-            "consumer.drain_timeout=1s",
-        ])
-        .env_remove("OBS_PUBLISHER_CONFIG")
+    let o = replay_with_one_second_drain(&cfg, &input, &dl, &rows)
         .env("OBS_PUBLISHER_FAULT", "panic_in_sink_task")
         .output()
         .unwrap();
@@ -163,23 +147,7 @@ fn an_unfinished_drain_exits_non_zero() {
     let cfg = repo_config("local.yaml");
     let dl = format!("dead_letter.path={}", dir.path().join("dead.bin").display());
     let rows = format!("local_sink.path={}", rows.display());
-    let mut child = crate::common::bin()
-        .args([
-            "run",
-            "-c",
-            cfg.to_str().unwrap(),
-            "--replay",
-            input.to_str().unwrap(),
-            "--set",
-            &dl,
-            "--set",
-            &rows,
-            "--set",
-            "server.listen=127.0.0.1:0",
-            "--set",
-            "consumer.drain_timeout=1s",
-        ])
-        .env_remove("OBS_PUBLISHER_CONFIG")
+    let mut child = replay_with_one_second_drain(&cfg, &input, &dl, &rows)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -212,4 +180,24 @@ fn an_unfinished_drain_exits_non_zero() {
         log.contains("stopped before every row was acknowledged"),
         "{log}"
     );
+}
+
+/// `run --replay input` on `cfg` with the dead letters and rows where `dl` and `rows` (`--set`
+/// arguments) say, an ephemeral port, and a 1 s drain deadline.
+fn replay_with_one_second_drain(
+    cfg: &std::path::Path,
+    input: &std::path::Path,
+    dl: &str,
+    rows: &str,
+) -> std::process::Command {
+    let mut c = crate::common::bin();
+    c.args(["run", "-c"])
+        .arg(cfg)
+        .arg("--replay")
+        .arg(input)
+        .args(["--set", dl, "--set", rows])
+        .args(["--set", "server.listen=127.0.0.1:0"])
+        .args(["--set", "consumer.drain_timeout=1s"])
+        .env_remove("OBS_PUBLISHER_CONFIG");
+    c
 }
