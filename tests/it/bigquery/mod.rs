@@ -12,7 +12,9 @@ mod e2e;
 mod exactly_once;
 mod faults;
 mod live;
+mod pipelined;
 mod proxy;
+mod slow_ack;
 mod tables;
 
 use arrow_array::RecordBatch;
