@@ -57,9 +57,15 @@ fn batches(n: usize) -> (Vec<Arc<Batch>>, Arc<TableLayout>) {
 /// Runs `n` batches through a sink with `connections` writers sharing `bq_inflight` bytes, the
 /// pipeline's budget being `budget`. Returns (peak pipeline bytes + pipelined bytes, peak
 /// pipelined bytes).
-async fn run(connections: usize, budget: usize, bq_inflight: usize, n: usize) -> (usize, usize) {
+async fn run(
+    all: &[Arc<Batch>],
+    layout: &TableLayout,
+    connections: usize,
+    budget: usize,
+    bq_inflight: usize,
+) -> (usize, usize) {
     let server = SlowAck::start().await;
-    let (all, layout) = batches(n);
+    let n = all.len();
     let client = StorageClient::new(&server.url, None).expect("client");
     let table = TableRef {
         project: "p".into(),
@@ -96,7 +102,7 @@ async fn run(connections: usize, budget: usize, bq_inflight: usize, n: usize) ->
         peak = peak.max(total);
         peak_pipelined = peak_pipelined.max(pipelined);
     };
-    for b in &all {
+    for b in all {
         // Intake pauses at the budget, as the pipeline does.
         while held >= budget {
             let (bytes, r) = acks.join_next().await.expect("an ack").expect("joined");
@@ -123,6 +129,8 @@ async fn run(connections: usize, budget: usize, bq_inflight: usize, n: usize) ->
 
 #[tokio::test]
 async fn pipelined_requests_stay_within_the_memory_formula_at_every_setting() {
+    // Decoded once (the slow part of a debug build), sent at every setting.
+    let (all, layout) = batches(96);
     for (connections, budget, bq_inflight) in [
         (1, 4 << 20, 2 << 20),
         (4, 4 << 20, 2 << 20),
@@ -130,7 +138,7 @@ async fn pipelined_requests_stay_within_the_memory_formula_at_every_setting() {
         (4, 16 << 20, 4 << 20),
         (8, 16 << 20, 64 << 20),
     ] {
-        let (peak, pipelined) = run(connections, budget, bq_inflight, 96).await;
+        let (peak, pipelined) = run(&all, &layout, connections, budget, bq_inflight).await;
         // Several requests were in flight at once (the writers pipeline), or the bound was
         // never put to the test.
         assert!(
