@@ -8,6 +8,7 @@
 //! closed pending query result"), which real BigQuery does not do.
 
 mod append;
+mod connections;
 mod e2e;
 mod exactly_once;
 mod faults;
