@@ -29,6 +29,7 @@ pub enum ClientError {
 /// A cheap-to-clone handle on the Storage Write API.
 #[derive(Debug, Clone)]
 pub struct StorageClient {
+    endpoint: Endpoint,
     channel: Channel,
     credentials: Option<Credentials>,
 }
@@ -54,8 +55,20 @@ impl StorageClient {
         }
         Ok(StorageClient {
             channel: ep.connect_lazy(),
+            endpoint: ep,
             credentials,
         })
+    }
+
+    /// A client for the same endpoint and credentials on its own HTTP/2 connection (clones
+    /// share one): a pool of writers uses one each, so their streams do not share a TCP
+    /// connection's flow control.
+    pub fn own_connection(&self) -> Self {
+        StorageClient {
+            channel: self.endpoint.connect_lazy(),
+            endpoint: self.endpoint.clone(),
+            credentials: self.credentials.clone(),
+        }
     }
 
     /// Wraps `msg` with the routing header `key=value` and, with credentials, a fresh bearer

@@ -139,7 +139,17 @@ pub struct BigQuerySink {
     /// Ours: add `_kafka_partition` and `_kafka_offset` (INTEGER) to every row, so duplicates
     /// left by at-least-once delivery can be told apart and removed by source position.
     pub kafka_columns: bool,
+    /// Ours: AppendRows connections to the table's `_default` stream (`connections`, default
+    /// [`DEFAULT_CONNECTIONS`], 1 to [`MAX_CONNECTIONS`]); batches go to them in turn, each
+    /// pipelining its requests, together within `max_inflight_bytes`. Exactly-once ignores it
+    /// (one COMMITTED stream per partition).
+    pub connections: u32,
 }
+
+/// Default `connections` (chosen by measurement: docs/performance.md, "BigQuery appends").
+pub const DEFAULT_CONNECTIONS: u32 = 4;
+/// Largest `connections`.
+pub const MAX_CONNECTIONS: u32 = 16;
 
 /// BigQuery's own cap on one serialized AppendRows request (10 MiB).
 pub const MAX_APPEND_REQUEST_BYTES: u64 = 10 << 20;
@@ -338,6 +348,7 @@ pub(crate) fn read_sinks(
                     clustering: ours.clustering,
                     emulator_compat: ours.emulator_compat,
                     kafka_columns: ours.kafka_columns,
+                    connections: ours.connections,
                 }))
             }
             "ARIZE" => Some(SinkConfig::Arize(read_arize(&mut c, problems))),
@@ -479,6 +490,7 @@ struct BigQueryOptions {
     clustering: Vec<String>,
     emulator_compat: bool,
     kafka_columns: bool,
+    connections: u32,
 }
 
 fn url_option(
@@ -558,6 +570,12 @@ fn read_bigquery_options(c: &mut Obj<'_>, problems: &mut Problems) -> BigQueryOp
     }
     let emulator_compat = c.bool("emulator_compat", problems).unwrap_or(false);
     let kafka_columns = c.bool("kafka_columns", problems).unwrap_or(false);
+    let connections = c.count_in(
+        "connections",
+        u64::from(DEFAULT_CONNECTIONS),
+        &super::bounds::APPEND_CONNECTIONS,
+        problems,
+    ) as u32;
     BigQueryOptions {
         storage_endpoint,
         rest_base_url,
@@ -567,5 +585,6 @@ fn read_bigquery_options(c: &mut Obj<'_>, problems: &mut Problems) -> BigQueryOp
         clustering,
         emulator_compat,
         kafka_columns,
+        connections,
     }
 }

@@ -329,6 +329,7 @@ fn bigquery_options_are_known_and_validated() {
     assert_eq!(b.max_request_bytes, DEFAULT_MAX_REQUEST_BYTES);
     assert_eq!(b.storage_endpoint, DEFAULT_STORAGE_ENDPOINT);
     assert_eq!(b.auth, BigQueryAuth::Adc);
+    assert_eq!(b.connections, crate::config::DEFAULT_CONNECTIONS);
     assert!(
         !warnings.iter().any(|w| w.contains("storage_endpoint")),
         "{warnings:?}"
@@ -336,7 +337,7 @@ fn bigquery_options_are_known_and_validated() {
 
     let y = MERLIN.replace(
         "ttl_days: 14",
-        "ttl_days: 14\n    storage_endpoint: http://127.0.0.1:19060\n    rest_base_url: http://127.0.0.1:19050/bigquery/v2/\n    auth: none\n    max_request_bytes: 4MiB\n    max_inflight_bytes: 16MiB\n    clustering: [merchant_id]\n    emulator_compat: true",
+        "ttl_days: 14\n    storage_endpoint: http://127.0.0.1:19060\n    rest_base_url: http://127.0.0.1:19050/bigquery/v2/\n    auth: none\n    max_request_bytes: 4MiB\n    max_inflight_bytes: 16MiB\n    clustering: [merchant_id]\n    emulator_compat: true\n    connections: 2",
     );
     let (c, warnings) = parse(&y, Needs::RUN).unwrap();
     let b = c.bigquery().unwrap();
@@ -351,6 +352,7 @@ fn bigquery_options_are_known_and_validated() {
     );
     assert_eq!(b.clustering, ["merchant_id"]);
     assert!(b.emulator_compat);
+    assert_eq!(b.connections, 2);
     assert!(
         !warnings.iter().any(|w| w.contains("emulator_compat")),
         "{warnings:?}"
@@ -358,7 +360,7 @@ fn bigquery_options_are_known_and_validated() {
 
     let y = MERLIN.replace(
         "ttl_days: 14",
-        "ttl_days: 14\n    storage_endpoint: grpc.example\n    auth: oauth\n    max_request_bytes: 11MiB\n    max_inflight_bytes: 1MiB\n    clustering: [amount, nope, a, b, c]",
+        "ttl_days: 14\n    storage_endpoint: grpc.example\n    auth: oauth\n    max_request_bytes: 11MiB\n    max_inflight_bytes: 1MiB\n    clustering: [amount, nope, a, b, c]\n    connections: 0",
     );
     let text = parse(&y, Needs::RUN).unwrap_err().to_string();
     for expected in [
@@ -369,6 +371,7 @@ fn bigquery_options_are_known_and_validated() {
         "at most 4 clustering columns",
         "\"amount\" is a FLOAT column",
         "\"nope\" is not a column of the table",
+        "connections: must be from 1 to 16, found 0",
     ] {
         assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
     }

@@ -9,7 +9,11 @@
 //!   letters are stamped with the epoch they were consumed in; an acknowledgement from an
 //!   earlier epoch is a fact about rows, not about offsets that are ours, and is ignored.
 //! - the consumed offsets and which are acknowledged ([`OffsetTracker`]);
-//! - **batches in flight** (their offset ranges and Arrow bytes);
+//! - **batches in flight** (their offset ranges and Arrow bytes) and where each sink stands
+//!   with each: *holding* it, *staged* (the sink no longer holds the bytes, but its rows are not
+//!   durable yet: the bytes leave the in-flight count, the offsets stay uncommittable) or
+//!   *acknowledged*. Sinks acknowledge independently and in any order; a batch's offsets count
+//!   once every sink has acknowledged it;
 //! - **offsets held by dead letters** not yet written (a rejected log, or a row a sink refused):
 //!   such an offset is acknowledged only when every letter for it is written. The ledger also
 //!   counts the bytes those letters hold (each letter carries a full copy of its payload until
@@ -42,10 +46,48 @@ pub(crate) struct CommitPoint {
     pub(crate) metadata: Option<String>,
 }
 
-/// A batch handed to the sinks: its offsets, stamped with the epoch they were consumed in.
+/// Names one sink of the pipeline (its index in the configuration's order).
+pub(crate) type SinkIndex = usize;
+
+/// Where one sink stands with one batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Held {
+    /// The sink holds the batch's bytes and has not acknowledged it.
+    Holding,
+    /// The sink no longer holds the bytes, but the rows are not durable in it yet.
+    Staged,
+    /// The rows are durable in the sink (except those it refused).
+    Acked,
+}
+
+/// A batch handed to the sinks: its offsets, stamped with the epoch they were consumed in,
+/// where each sink stands with it, and what the sinks that acknowledged it reported.
 struct Flight {
     offsets: Vec<(PartitionOffsets, u64)>,
+    /// Bytes the batch holds; counted in the in-flight bytes until no sink holds them.
     bytes: usize,
+    sinks: Vec<Held>,
+    /// Rows refused by the sinks that acknowledged, with the bytes of their letters (counted in
+    /// [`Ledger::refused_bytes`] until the batch is complete).
+    refused: Vec<(Partition, i64, usize)>,
+    checkpoints: Vec<StreamCheckpoint>,
+}
+
+impl Flight {
+    fn holds_bytes(&self) -> bool {
+        self.sinks.contains(&Held::Holding)
+    }
+}
+
+/// What a sink's acknowledgement did to its batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Completion {
+    /// Other sinks have not acknowledged it yet.
+    Waiting,
+    /// Every sink acknowledged it: its offsets count (refused rows wait for their letters).
+    Complete,
+    /// Unknown batch or sink, or this sink had already acknowledged it: nothing changed.
+    Ignored,
 }
 
 /// Dead letters not yet written for one source offset, sent in `epoch`, and the bytes they hold.
@@ -64,6 +106,8 @@ pub(crate) struct Ledger {
     flights: HashMap<BatchId, Flight>,
     next_batch: BatchId,
     inflight_bytes: usize,
+    /// Bytes of letters for rows refused by a sink, stashed until their batch is complete.
+    refused_bytes: usize,
     letters: HashMap<(Partition, i64), Letters>,
     letters_held: usize,
     /// Bytes held by the letters in `letters` (the sum of their `bytes`).
@@ -85,6 +129,7 @@ impl Ledger {
             flights: HashMap::new(),
             next_batch: 0,
             inflight_bytes: 0,
+            refused_bytes: 0,
             letters: HashMap::new(),
             letters_held: 0,
             letter_bytes: 0,
@@ -167,11 +212,12 @@ impl Ledger {
         }
     }
 
-    /// A batch goes to the sinks. Returns its id and the epoch of each of its partitions.
+    /// A batch goes to `sinks` sinks. Returns its id and the epoch of each of its partitions.
     pub(crate) fn dispatched(
         &mut self,
         offsets: &[PartitionOffsets],
         bytes: usize,
+        sinks: usize,
     ) -> (BatchId, Vec<(Partition, u64)>) {
         let id = self.next_batch;
         self.next_batch += 1;
@@ -180,37 +226,120 @@ impl Ledger {
             .map(|po| (po.clone(), self.epoch(po.partition)))
             .collect();
         let epochs = offsets.iter().map(|(po, e)| (po.partition, *e)).collect();
-        self.inflight_bytes += bytes;
-        self.flights.insert(id, Flight { offsets, bytes });
+        let flight = Flight {
+            offsets,
+            bytes,
+            sinks: vec![Held::Holding; sinks],
+            refused: Vec::new(),
+            checkpoints: Vec::new(),
+        };
+        if flight.holds_bytes() {
+            self.inflight_bytes += bytes;
+        }
+        self.flights.insert(id, flight);
+        if sinks == 0 {
+            self.complete(id);
+        }
         (id, epochs)
     }
 
-    /// Every sink acknowledged batch `id`. `refused` names the source offset of each row a sink
-    /// refused and the bytes of its letter (one entry per dead letter that will be sent for it):
-    /// those offsets wait for their letters. `checkpoints` are the exactly-once sink's
-    /// per-partition stream positions.
+    /// Sink `sink` staged batch `id`: it no longer holds the batch's bytes, but the rows are not
+    /// durable in it yet. When no sink holds them any more, the bytes leave the in-flight count;
+    /// the offsets stay uncommittable until the sink acknowledges. Returns whether anything
+    /// changed.
+    pub(crate) fn staged(&mut self, id: BatchId, sink: SinkIndex) -> bool {
+        let Some(flight) = self.flights.get_mut(&id) else {
+            return false;
+        };
+        let Some(held) = flight.sinks.get_mut(sink) else {
+            return false;
+        };
+        if *held != Held::Holding {
+            return false;
+        }
+        *held = Held::Staged;
+        if !flight.holds_bytes() {
+            self.inflight_bytes -= flight.bytes;
+        }
+        true
+    }
+
+    /// Sink `sink` acknowledged batch `id`, in any order relative to other sinks and batches.
+    /// `refused` names the source offset of each row it refused and the bytes of its letter
+    /// (one entry per dead letter that will be sent for it); `checkpoints` are the exactly-once
+    /// sink's per-partition stream positions. The batch counts once **every** sink has
+    /// acknowledged it ([`Completion::Complete`]): then its offsets are acknowledged, except the
+    /// refused ones, which wait for their letters (the caller sends them now).
+    pub(crate) fn sink_acked(
+        &mut self,
+        id: BatchId,
+        sink: SinkIndex,
+        refused: &[(Partition, i64, usize)],
+        checkpoints: Vec<StreamCheckpoint>,
+    ) -> Completion {
+        let Some(flight) = self.flights.get_mut(&id) else {
+            return Completion::Ignored;
+        };
+        let was_holding = flight.holds_bytes();
+        let Some(held) = flight.sinks.get_mut(sink) else {
+            return Completion::Ignored;
+        };
+        if *held == Held::Acked {
+            return Completion::Ignored;
+        }
+        *held = Held::Acked;
+        if was_holding && !flight.holds_bytes() {
+            self.inflight_bytes -= flight.bytes;
+        }
+        self.refused_bytes += refused.iter().map(|r| r.2).sum::<usize>();
+        flight.refused.extend_from_slice(refused);
+        flight.checkpoints.extend(checkpoints);
+        if flight.sinks.iter().all(|h| *h == Held::Acked) {
+            self.complete(id);
+            Completion::Complete
+        } else {
+            Completion::Waiting
+        }
+    }
+
+    /// The only sink acknowledged batch `id` (a pipeline with one sink; tests).
+    #[cfg(test)]
     pub(crate) fn acked(
         &mut self,
         id: BatchId,
         refused: &[(Partition, i64, usize)],
         checkpoints: Vec<StreamCheckpoint>,
     ) {
+        self.sink_acked(id, 0, refused, checkpoints);
+    }
+
+    /// Every sink acknowledged batch `id`: its offsets are acknowledged, except those of refused
+    /// rows, which wait for their letters.
+    fn complete(&mut self, id: BatchId) {
         let Some(flight) = self.flights.remove(&id) else {
             return;
         };
-        self.inflight_bytes -= flight.bytes;
+        if flight.holds_bytes() {
+            self.inflight_bytes -= flight.bytes;
+        }
+        let refused = flight.refused;
+        self.refused_bytes -= refused.iter().map(|r| r.2).sum::<usize>();
         let current = |ledger: &Self, p: Partition| {
             flight
                 .offsets
                 .iter()
                 .any(|(po, e)| po.partition == p && ledger.epoch(p) == *e)
         };
-        for cp in checkpoints {
+        for cp in flight.checkpoints {
             if current(self, cp.partition) {
-                self.marks.entry(cp.partition).or_default().push_back(cp);
+                // Batches complete in any order (sinks acknowledge independently); the marks
+                // stay in offset order, which `checkpoint_at` relies on.
+                let marks = self.marks.entry(cp.partition).or_default();
+                let at = marks.partition_point(|m| m.first_offset < cp.first_offset);
+                marks.insert(at, cp);
             }
         }
-        for &(p, o, bytes) in refused {
+        for &(p, o, bytes) in &refused {
             if current(self, p) {
                 self.hold_letter(p, o, self.epoch(p), bytes);
             }
@@ -380,9 +509,16 @@ impl Ledger {
         (target, found.or_else(|| self.floors.get(&p).cloned()))
     }
 
-    /// Arrow bytes of batches in flight.
+    /// Arrow bytes of batches in flight that some sink still holds (a batch every sink has
+    /// staged or acknowledged no longer counts).
     pub(crate) fn inflight_bytes(&self) -> usize {
         self.inflight_bytes
+    }
+
+    /// Bytes of the letters for rows a sink refused, kept until every sink acknowledged their
+    /// batch (then they are sent and count in [`letter_bytes`](Self::letter_bytes)).
+    pub(crate) fn refused_bytes(&self) -> usize {
+        self.refused_bytes
     }
 
     /// Dead letters not yet written (counted per letter; the budget counts their bytes).

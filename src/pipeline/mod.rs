@@ -167,6 +167,7 @@ impl Publisher {
             .observation_source
             .as_ref()
             .map_or_else(|| "replay".to_string(), |s| s.topic.clone());
+        let sink_count = sinks.len();
         let sink_task = rt.spawn(sinks::run(
             sink_rx,
             sinks,
@@ -192,6 +193,7 @@ impl Publisher {
         let exactly_once = starts.is_some();
         let state = State::new(
             topic,
+            sink_count,
             batcher,
             Arc::clone(&health),
             ev_rx,

@@ -1,27 +1,97 @@
-//! The sink task: takes batches from the pipeline, writes each to every sink in turn (retrying
-//! retryable errors with jittered, capped backoff, never giving up), and reports the batch as
-//! acknowledged only when all sinks have it, together with the rows a sink refused for good
-//! (rendered as JSON with their source coordinates, to be dead-lettered before their offsets
-//! count as acknowledged). Merlin's metrics are updated here, on success.
+//! The sink task: takes batches from the pipeline and submits each to every sink, without
+//! waiting for one sink's acknowledgement before submitting to the next or taking the next batch
+//! (a sink bounds what it takes itself). Acknowledgements are awaited concurrently and reported
+//! one by one, per sink, as they arrive ([`Event::Acked`], [`Event::Staged`]); the ledger counts
+//! a batch when every sink has acknowledged it. A failed submission or acknowledgement is
+//! retried for that sink alone: retryable errors after a jittered, capped backoff, errors that
+//! need an operator every 30 s with the publisher unready; never given up, never acknowledged
+//! meanwhile. After a failure, the sink is given nothing new until the failed batch has been
+//! submitted again (so a sink that remembers its progress, like Arize's, gets the same batch
+//! next). Refused rows come back rendered as JSON with their source coordinates, to be
+//! dead-lettered. Merlin's metrics are updated here, on success.
 
 use super::events::{self, ModelLabels, RateLimit};
+use super::ledger::{BatchId, SinkIndex};
 use super::state::{Event, SinkJob};
+use crate::batch::Batch;
 use crate::deadletter::{DeadLetter, Kind};
 use crate::server::Health;
-use crate::sink::retry::{write_with_retry, Backoff, RetryError};
-use crate::sink::Sink;
+use crate::sink::retry::Backoff;
+use crate::sink::{Acknowledgement, Progress, Sink, SinkError, WriteReport};
 use arrow_array::cast::AsArray;
 use arrow_array::types::TimestampMicrosecondType;
 use arrow_array::Array;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
+use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 /// How long to wait before trying a batch again after an error that retrying at once cannot fix
-/// ([`RetryError::NeedsFix`]: a permission, a schema). Nothing is acknowledged meanwhile;
-/// readiness turns false and the error is logged loudly.
+/// (a permission, a schema). Nothing is acknowledged meanwhile; readiness turns false and the
+/// error is logged loudly.
 const NEEDS_FIX_RETRY: Duration = Duration::from_secs(30);
+
+/// One batch the task has taken and not every sink has written.
+struct Taken {
+    /// The batch, while some sink holds it (not staged, not written): dropped once every sink
+    /// has let go, as the ledger stops counting its bytes then.
+    batch: Option<Arc<Batch>>,
+    rows: usize,
+    messages: usize,
+    newest: Option<f64>,
+    opened: Instant,
+    /// Sinks that have not written it yet.
+    remaining: usize,
+    /// Per sink: it let go of the batch (staged or written it).
+    released: Vec<bool>,
+}
+
+impl Taken {
+    /// Sink `sink` let go of the batch (staged or written); drops it when no sink holds it.
+    fn let_go(&mut self, sink: SinkIndex) {
+        self.released[sink] = true;
+        if self.released.iter().all(|s| *s) {
+            self.batch = None;
+        }
+    }
+}
+
+/// A batch waiting to be submitted to one sink, and when it may be.
+struct Queued {
+    id: BatchId,
+    not_before: Option<tokio::time::Instant>,
+    /// Failed attempts so far (the backoff's exponent).
+    attempt: u32,
+}
+
+/// What an acknowledgement future ended with.
+struct Answer {
+    id: BatchId,
+    sink: SinkIndex,
+    attempt: u32,
+    submitted: Instant,
+    result: Result<Progress, SinkError>,
+}
+
+/// The task's state, apart from the sinks (borrowed by a submission in progress).
+struct Task {
+    events: mpsc::Sender<Event>,
+    health: Arc<Health>,
+    labels: ModelLabels,
+    topic: String,
+    names: Vec<&'static str>,
+    /// Per sink: its last submission or acknowledgement failed. Readiness (`sinks_ok`) is true
+    /// only while no sink is failing, whatever the others do meanwhile.
+    failing: Vec<bool>,
+    taken: HashMap<BatchId, Taken>,
+    /// Per sink: batches to submit, in order.
+    queues: Vec<VecDeque<Queued>>,
+    acks: JoinSet<Answer>,
+    rows_log: RateLimit,
+    backoff: Backoff,
+}
 
 pub(crate) async fn run(
     mut rx: tokio::sync::mpsc::Receiver<SinkJob>,
@@ -32,109 +102,304 @@ pub(crate) async fn run(
     labels: ModelLabels,
     topic: String,
 ) {
-    let mut rows_log = RateLimit::new();
-    while let Some(job) = tokio::select! {
-        j = rx.recv() => j,
-        () = hard_stop.cancelled() => None,
-    } {
-        if super::crash::injected("panic_in_sink_task") {
-            panic!("injected fault: panic_in_sink_task");
-        }
-        let mut dead = Vec::new();
-        let mut checkpoints = Vec::new();
-        for sink in sinks.iter_mut() {
-            let name = sink.name();
-            loop {
-                let started = Instant::now();
-                let r = write_with_retry(
-                    sink.as_mut(),
-                    &job.batch,
-                    Backoff::default(),
-                    &hard_stop,
-                    |error, attempt, wait| {
-                        health.sinks_ok.store(false, Ordering::Relaxed);
-                        events::SinkRetrying {
-                            sink: name,
-                            attempt,
-                            wait,
-                            error,
-                        }
-                        .emit();
-                    },
-                )
-                .await;
-                match r {
-                    Ok(report) => {
-                        health.sinks_ok.store(true, Ordering::Relaxed);
-                        events::SinkWrote {
-                            sink: name,
-                            rows: job.batch.rows().saturating_sub(report.rejected.len()),
-                            latency: started.elapsed(),
-                        }
-                        .emit();
-                        checkpoints.extend(report.commit_metadata);
-                        for r in report.rejected {
-                            let Some((partition, offset)) = job.batch.source_of_row(r.row) else {
-                                continue;
-                            };
-                            events::RowRejected {
-                                sink: name,
-                                partition,
-                                offset,
-                                row: r.row,
-                                code: r.code,
-                                reason: &r.message,
+    let mut t = Task {
+        events,
+        health,
+        labels,
+        topic,
+        names: sinks.iter().map(|s| s.name()).collect(),
+        failing: vec![false; sinks.len()],
+        taken: HashMap::new(),
+        queues: sinks.iter().map(|_| VecDeque::new()).collect(),
+        acks: JoinSet::new(),
+        rows_log: RateLimit::new(),
+        backoff: Backoff::default(),
+    };
+    let mut open = true;
+    loop {
+        // Submit what is due, sink by sink, reporting acknowledgements meanwhile.
+        let now = tokio::time::Instant::now();
+        for (i, sink) in sinks.iter_mut().enumerate() {
+            while let Some(q) = t.queues[i].front() {
+                if q.not_before.is_some_and(|at| at > now) {
+                    break;
+                }
+                let (id, attempt) = (q.id, q.attempt);
+                t.queues[i].pop_front();
+                let Some(taken) = t.taken.get(&id) else {
+                    continue;
+                };
+                let Some(batch) = taken.batch.clone() else {
+                    tracing::error!(
+                        sink = t.names[i],
+                        "a sink failed a batch after staging it, when no sink holds it any \
+                         more: it cannot be submitted again; its offsets stay uncommitted"
+                    );
+                    return;
+                };
+                let submitted = Instant::now();
+                let submit = sink.submit(batch);
+                tokio::pin!(submit);
+                let r = loop {
+                    tokio::select! {
+                        // Hard stop: the process is exiting; nothing of this batch is counted.
+                        () = hard_stop.cancelled() => return,
+                        r = &mut submit => break r,
+                        Some(done) = t.acks.join_next() => {
+                            if !t.answered(done) {
+                                return;
                             }
-                            .emit(&mut rows_log, Instant::now());
-                            dead.push(DeadLetter {
-                                topic: topic.clone(),
-                                partition,
-                                offset,
-                                epoch: job.batch.epoch_of(partition),
-                                key: None,
-                                payload: crate::output::row_json(&job.batch.records, r.row),
-                                kind: Kind::Row,
-                                code: r.code,
-                                message: format!("{name}: {}", r.message),
-                                claim_check: false,
-                            });
                         }
-                        break;
                     }
-                    Err(RetryError::Cancelled(_)) => return,
-                    Err(RetryError::NeedsFix(e)) => {
-                        health.sinks_ok.store(false, Ordering::Relaxed);
-                        events::SinkNeedsFix {
-                            sink: name,
-                            wait: NEEDS_FIX_RETRY,
-                            error: &e,
-                        }
-                        .emit();
-                        tokio::select! {
-                            () = hard_stop.cancelled() => return,
-                            () = tokio::time::sleep(NEEDS_FIX_RETRY) => {}
-                        }
+                };
+                match r {
+                    Ok(ack) => t.watch(id, i, attempt, submitted, ack),
+                    Err(e) => {
+                        t.failed(id, i, attempt, &e);
+                        break;
                     }
                 }
             }
         }
-        events::BatchAcknowledged {
-            labels: &labels,
-            messages: job.batch.messages,
-            newest: max_timestamp_seconds(&job.batch.records),
-            since_opened: job.opened.elapsed(),
-        }
-        .emit();
-        if events
-            .send(Event::Acked {
-                id: job.id,
-                dead,
-                checkpoints,
-            })
-            .is_err()
-        {
+        if !open && t.taken.is_empty() {
             return;
         }
+        let wake = t
+            .queues
+            .iter()
+            .filter_map(|q| q.front().and_then(|q| q.not_before))
+            .min();
+        let due = t.queues.iter().any(|q| {
+            q.front()
+                .is_some_and(|q| q.not_before.is_none_or(|at| at <= now))
+        });
+        if due {
+            continue;
+        }
+        tokio::select! {
+            () = hard_stop.cancelled() => return,
+            j = rx.recv(), if open => match j {
+                Some(job) => t.take(job),
+                None => open = false,
+            },
+            Some(done) = t.acks.join_next() => {
+                if !t.answered(done) {
+                    return;
+                }
+            }
+            () = sleep_until(wake) => {}
+        }
+    }
+}
+
+async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+impl Task {
+    /// A new batch: queued for every sink.
+    fn take(&mut self, job: SinkJob) {
+        if super::crash::injected("panic_in_sink_task") {
+            panic!("injected fault: panic_in_sink_task");
+        }
+        if self.queues.is_empty() {
+            // No sinks: the ledger counted the batch as written when it was dispatched.
+            return;
+        }
+        let id = job.id;
+        for q in &mut self.queues {
+            q.push_back(Queued {
+                id,
+                not_before: None,
+                attempt: 0,
+            });
+        }
+        let remaining = self.queues.len();
+        let taken = Taken {
+            rows: job.batch.rows(),
+            messages: job.batch.messages,
+            newest: max_timestamp_seconds(&job.batch.records),
+            opened: job.opened,
+            batch: Some(job.batch),
+            remaining,
+            released: vec![false; remaining],
+        };
+        self.taken.insert(id, taken);
+    }
+
+    fn watch(
+        &mut self,
+        id: BatchId,
+        sink: SinkIndex,
+        attempt: u32,
+        submitted: Instant,
+        ack: Acknowledgement,
+    ) {
+        self.acks.spawn(async move {
+            Answer {
+                id,
+                sink,
+                attempt,
+                submitted,
+                result: ack.await,
+            }
+        });
+    }
+
+    /// A submission or an acknowledgement failed: the batch goes back to the front of the
+    /// sink's queue, due after the backoff (or the destination's Retry-After), or after
+    /// [`NEEDS_FIX_RETRY`] when retrying at once cannot help.
+    fn failed(&mut self, id: BatchId, sink: SinkIndex, attempt: u32, error: &SinkError) {
+        self.failing[sink] = true;
+        self.health.sinks_ok.store(false, Ordering::Relaxed);
+        let name = self.names[sink];
+        let wait = if error.is_retryable() {
+            let wait = error
+                .retry_after()
+                .unwrap_or_else(|| self.backoff.delay(attempt, fastrand::f64()));
+            events::SinkRetrying {
+                sink: name,
+                attempt,
+                wait,
+                error,
+            }
+            .emit();
+            wait
+        } else {
+            events::SinkNeedsFix {
+                sink: name,
+                wait: NEEDS_FIX_RETRY,
+                error,
+            }
+            .emit();
+            NEEDS_FIX_RETRY
+        };
+        self.queues[sink].push_front(Queued {
+            id,
+            not_before: Some(tokio::time::Instant::now() + wait),
+            attempt: attempt.saturating_add(1),
+        });
+    }
+
+    /// An acknowledgement ended. False when the pipeline is gone.
+    fn answered(&mut self, done: Result<Answer, tokio::task::JoinError>) -> bool {
+        let a = match done {
+            Ok(a) => a,
+            Err(e) => {
+                // The acknowledgement panicked: its batch stays unacknowledged in that sink.
+                // Which batch is lost with the task; stop rather than leave it uncounted.
+                tracing::error!(error = %e, "a sink acknowledgement failed unexpectedly");
+                return false;
+            }
+        };
+        match a.result {
+            Err(e) => {
+                if let Some(t) = self.taken.get_mut(&a.id) {
+                    // Submitted again, the sink holds the batch again (if it still exists).
+                    t.released[a.sink] = false;
+                }
+                self.failed(a.id, a.sink, a.attempt, &e);
+                true
+            }
+            Ok(Progress::Staged(next)) => {
+                if let Some(t) = self.taken.get_mut(&a.id) {
+                    t.let_go(a.sink);
+                }
+                self.watch(a.id, a.sink, a.attempt, a.submitted, next);
+                self.events
+                    .send(Event::Staged {
+                        id: a.id,
+                        sink: a.sink,
+                    })
+                    .is_ok()
+            }
+            Ok(Progress::Written(report)) => self.written(a.id, a.sink, a.submitted, report),
+        }
+    }
+
+    /// Sink `sink` wrote batch `id`: report it, with its refused rows as dead letters.
+    fn written(
+        &mut self,
+        id: BatchId,
+        sink: SinkIndex,
+        submitted: Instant,
+        report: WriteReport,
+    ) -> bool {
+        self.failing[sink] = false;
+        self.health
+            .sinks_ok
+            .store(!self.failing.contains(&true), Ordering::Relaxed);
+        let Some(taken) = self.taken.get_mut(&id) else {
+            return true;
+        };
+        let name = self.names[sink];
+        events::SinkWrote {
+            sink: name,
+            rows: taken.rows.saturating_sub(report.rejected.len()),
+            latency: submitted.elapsed(),
+        }
+        .emit();
+        let mut dead = Vec::new();
+        if taken.batch.is_none() && !report.rejected.is_empty() {
+            tracing::error!(
+                sink = name,
+                "a sink refused rows after staging a batch no sink holds any more: they cannot \
+                 be dead-lettered; its offsets stay uncommitted"
+            );
+            return false;
+        }
+        if let Some(batch) = taken.batch.clone() {
+            for r in report.rejected {
+                let Some((partition, offset)) = batch.source_of_row(r.row) else {
+                    continue;
+                };
+                events::RowRejected {
+                    sink: name,
+                    partition,
+                    offset,
+                    row: r.row,
+                    code: r.code,
+                    reason: &r.message,
+                }
+                .emit(&mut self.rows_log, Instant::now());
+                dead.push(DeadLetter {
+                    topic: self.topic.clone(),
+                    partition,
+                    offset,
+                    epoch: batch.epoch_of(partition),
+                    key: None,
+                    payload: crate::output::row_json(&batch.records, r.row),
+                    kind: Kind::Row,
+                    code: r.code,
+                    message: format!("{name}: {}", r.message),
+                    claim_check: false,
+                });
+            }
+        }
+        taken.remaining -= 1;
+        taken.let_go(sink);
+        if taken.remaining == 0 {
+            if let Some(t) = self.taken.remove(&id) {
+                events::BatchAcknowledged {
+                    labels: &self.labels,
+                    messages: t.messages,
+                    newest: t.newest,
+                    since_opened: t.opened.elapsed(),
+                }
+                .emit();
+            }
+        }
+        self.events
+            .send(Event::Acked {
+                id,
+                sink,
+                dead,
+                checkpoints: report.commit_metadata,
+            })
+            .is_ok()
     }
 }
 
@@ -150,3 +415,6 @@ fn max_timestamp_seconds(b: &arrow_array::RecordBatch) -> Option<f64> {
     }
     max.map(|m| m as f64 / 1e6)
 }
+
+#[cfg(test)]
+mod tests;

@@ -10,7 +10,7 @@
 
 use super::checkpoints::{HeldPartitions, Start};
 use super::events::{self, RateLimit};
-use super::ledger::{BatchId, Ledger};
+use super::ledger::{BatchId, Completion, Ledger, SinkIndex};
 use crate::batch::{Batch, Batcher};
 use crate::commit::Partition;
 use crate::deadletter::{self, DeadLetter, Failure, Outcome};
@@ -34,13 +34,18 @@ pub(crate) struct SinkJob {
 
 /// What other threads report back to the pipeline.
 pub(crate) enum Event {
-    /// Every sink acknowledged the batch; `dead` are rows a sink refused (to dead-letter);
+    /// Sink `sink` acknowledged the batch (sinks acknowledge independently, in any order);
+    /// `dead` are rows it refused (dead-lettered once every sink has acknowledged the batch);
     /// `checkpoints` are the exactly-once sink's stream positions after it.
     Acked {
         id: BatchId,
+        sink: SinkIndex,
         dead: Vec<DeadLetter>,
         checkpoints: Vec<StreamCheckpoint>,
     },
+    /// Sink `sink` staged the batch: it no longer holds its bytes, but has not made its rows
+    /// durable yet (its acknowledgement follows).
+    Staged { id: BatchId, sink: SinkIndex },
     /// A dead-letter write finished.
     DeadLetter(Outcome),
     /// Exactly-once: the sink opened a new stream and waits for it to be recorded in the
@@ -74,6 +79,11 @@ pub(crate) struct State {
     sink_tx: tokio::sync::mpsc::Sender<SinkJob>,
     dead_letters: Box<dyn deadletter::Target>,
     queue: VecDeque<SinkJob>,
+    /// How many sinks every batch goes to.
+    sinks: usize,
+    /// Letters for rows a sink refused, kept until every sink acknowledged their batch (their
+    /// bytes count against the budget: [`Ledger::refused_bytes`]).
+    stashed: HashMap<BatchId, Vec<DeadLetter>>,
     dlq_retry: VecDeque<(Instant, DeadLetter)>,
     budget: usize,
     /// Exactly-once: the checkpoints handed to the sink at assignment.
@@ -94,10 +104,12 @@ pub(crate) struct State {
 }
 
 impl State {
-    /// `starts` is `Some` in exactly-once mode (commits then carry checkpoints).
+    /// `starts` is `Some` in exactly-once mode (commits then carry checkpoints); every batch goes
+    /// to `sinks` sinks.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         topic: String,
+        sinks: usize,
         batcher: Batcher,
         health: Arc<Health>,
         events: mpsc::Receiver<Event>,
@@ -115,6 +127,8 @@ impl State {
             sink_tx,
             dead_letters,
             queue: VecDeque::new(),
+            sinks,
+            stashed: HashMap::new(),
             dlq_retry: VecDeque::new(),
             budget,
             starts,
@@ -140,9 +154,10 @@ impl State {
         self.ledger.inflight_bytes() + self.batcher.held_bytes()
     }
 
-    /// Bytes held by dead letters waiting for their write ([`DeadLetter::held_bytes`]).
+    /// Bytes held by dead letters waiting for their write ([`DeadLetter::held_bytes`]), and by
+    /// those stashed until every sink acknowledged their batch.
     pub(crate) fn letter_bytes(&self) -> usize {
-        self.ledger.letter_bytes()
+        self.ledger.letter_bytes() + self.ledger.refused_bytes()
     }
 
     /// Whether intake should pause: batches in flight and dead letters waiting for their write
@@ -240,7 +255,9 @@ impl State {
     }
 
     fn dispatch(&mut self, mut batch: Batch, now: Instant) {
-        let (id, epochs) = self.ledger.dispatched(&batch.offsets, batch.held_bytes);
+        let (id, epochs) = self
+            .ledger
+            .dispatched(&batch.offsets, batch.held_bytes, self.sinks);
         batch.epochs = epochs;
         let counts = std::mem::take(&mut self.counts);
         events::BatchFlushed {
@@ -299,6 +316,7 @@ impl State {
         match e {
             Event::Acked {
                 id,
+                sink,
                 dead,
                 checkpoints,
             } => {
@@ -307,12 +325,28 @@ impl State {
                     .iter()
                     .map(|d| (d.partition, d.offset, d.held_bytes()))
                     .collect();
-                self.ledger.acked(id, &refused, checkpoints);
+                match self.ledger.sink_acked(id, sink, &refused, checkpoints) {
+                    Completion::Ignored => {}
+                    Completion::Waiting => {
+                        if !dead.is_empty() {
+                            self.stashed.entry(id).or_default().extend(dead);
+                        }
+                    }
+                    Completion::Complete => {
+                        let mut letters = self.stashed.remove(&id).unwrap_or_default();
+                        letters.extend(dead);
+                        self.totals.dead_letters += letters.len() as u64;
+                        for letter in letters {
+                            self.dead_letters.send(letter);
+                        }
+                    }
+                }
                 events::InflightBytes(self.inflight_bytes()).emit();
                 events::PendingLetters(self.letter_bytes()).emit();
-                self.totals.dead_letters += dead.len() as u64;
-                for letter in dead {
-                    self.dead_letters.send(letter);
+            }
+            Event::Staged { id, sink } => {
+                if self.ledger.staged(id, sink) {
+                    events::InflightBytes(self.inflight_bytes()).emit();
                 }
             }
             Event::DeadLetter(Outcome::Written {

@@ -1,14 +1,18 @@
-//! The BigQuery sink: the runtime's [`Sink`] over the Storage Write writer
-//! ([`crate::bigquery::writer::AppendWriter`], one persistent AppendRows stream on the table's
-//! `_default` stream, at-least-once).
+//! The BigQuery sink: the runtime's [`Sink`] over a small pool of Storage Write writers
+//! ([`crate::bigquery::writer::AppendWriter`], each one persistent AppendRows connection on the
+//! table's `_default` stream, at-least-once; `connections` of them).
 //!
 //! At start-up the table is created or migrated (add-only columns, partition expiration); a
-//! changed column type or a missing dataset is a configuration error. A write resolves when
-//! BigQuery accepted every row except those it refused for good, which come back in the
-//! [`WriteReport`] to be dead-lettered; transient failures are retried inside the writer, so
-//! during an outage a write simply waits (readiness follows the writer's health).
+//! changed column type or a missing dataset is a configuration error. Submitting a batch encodes
+//! it and queues it on the next writer in turn (waiting while that writer's share of
+//! `max_inflight_bytes` is used up); the acknowledgement resolves, asynchronously, when BigQuery
+//! accepted every row except those it refused for good, which come back in the [`WriteReport`]
+//! to be dead-lettered. Each writer pipelines its requests, so several batches are in flight per
+//! connection and across connections; the default stream gives no order between requests, and
+//! at-least-once needs none. Transient failures are retried inside the writer, so during an
+//! outage an acknowledgement simply waits (readiness follows the writers' health).
 
-use super::{RejectedRow, Sink, SinkError, SinkErrorKind, WriteFuture, WriteReport};
+use super::{Progress, RejectedRow, Sink, SinkError, SinkErrorKind, SubmitFuture, WriteReport};
 use crate::batch::Batch;
 use crate::bigquery::{self, AppendWriter, StorageClient, TableManager, TableSpec, WriterError};
 use crate::config::{BigQuerySink as BigQueryConfig, Config};
@@ -31,7 +35,12 @@ pub enum StartError {
 
 /// Writes batches into the model's table.
 pub struct BigQueryTableSink {
-    writer: AppendWriter,
+    /// The pool: one AppendRows connection each.
+    writers: Vec<AppendWriter>,
+    /// The writer the next batch goes to.
+    next: usize,
+    /// Whether every writer is healthy.
+    health: tokio::sync::watch::Receiver<bool>,
     /// With `kafka_columns`: the schema with `_kafka_partition` and `_kafka_offset` appended.
     kafka_schema: Option<SchemaRef>,
 }
@@ -117,19 +126,91 @@ impl BigQueryTableSink {
     /// Connects, creates or migrates the table and starts the writer (inside a tokio runtime).
     pub async fn start(cfg: &Config, sink: &BigQueryConfig) -> Result<Self, StartError> {
         let p = prepare(cfg, sink).await?;
-        let writer = AppendWriter::start_evolving(
-            p.client,
-            p.tables,
-            p.spec,
-            p.schema,
-            bigquery::writer_options(sink),
-        )
-        .map_err(|e| StartError::Config(e.to_string()))?;
+        let connections = sink.connections.max(1) as usize;
+        let mut opts = bigquery::writer_options(sink);
+        // The pool shares the sink's in-flight bound; each writer still admits a whole request.
+        opts.max_inflight_bytes =
+            (opts.max_inflight_bytes / connections).max(opts.max_request_bytes);
+        let writers = (0..connections)
+            .map(|_| {
+                AppendWriter::start_evolving(
+                    p.client.own_connection(),
+                    p.tables.clone(),
+                    p.spec.clone(),
+                    Arc::clone(&p.schema),
+                    opts.clone(),
+                )
+                .map_err(|e| StartError::Config(e.to_string()))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(BigQueryTableSink {
-            writer,
+            health: all_healthy(&writers),
+            writers,
+            next: 0,
             kafka_schema: p.kafka_schema,
         })
     }
+
+    /// A sink on `table`'s default stream through `connections` writers sharing
+    /// `opts.max_inflight_bytes`, without table management (the table must exist with the
+    /// layout's columns): for measurements against a stand-in AppendRows server
+    /// (`examples/bq_pipeline.rs`).
+    pub fn on_default_stream(
+        client: &StorageClient,
+        table: &bigquery::TableRef,
+        schema: SchemaRef,
+        mut opts: bigquery::WriterOptions,
+        connections: usize,
+    ) -> Result<Self, WriterError> {
+        let connections = connections.max(1);
+        opts.max_inflight_bytes =
+            (opts.max_inflight_bytes / connections).max(opts.max_request_bytes);
+        let writers = (0..connections)
+            .map(|_| {
+                AppendWriter::start(
+                    client.own_connection(),
+                    table,
+                    Arc::clone(&schema),
+                    opts.clone(),
+                )
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(BigQueryTableSink {
+            health: all_healthy(&writers),
+            writers,
+            next: 0,
+            kafka_schema: None,
+        })
+    }
+
+    /// Encoded bytes of the requests in flight or queued, over the pool: at most
+    /// `max_inflight_bytes` (each writer's share at least one request). This is what pipelining
+    /// adds to the memory formula (docs/reliability.md §1.2).
+    pub fn pipelined_bytes(&self) -> usize {
+        self.writers.iter().map(AppendWriter::inflight_bytes).sum()
+    }
+
+    /// Connections in the pool.
+    pub fn connections(&self) -> usize {
+        self.writers.len()
+    }
+}
+
+/// A watch that is true while every writer of the pool is healthy (checked every 200 ms, as
+/// readiness is read at a human pace).
+fn all_healthy(writers: &[AppendWriter]) -> tokio::sync::watch::Receiver<bool> {
+    let mut watches: Vec<_> = writers.iter().map(AppendWriter::health).collect();
+    if watches.len() == 1 {
+        return watches.remove(0);
+    }
+    let (tx, rx) = tokio::sync::watch::channel(true);
+    tokio::spawn(async move {
+        while !tx.is_closed() {
+            tx.send_replace(watches.iter().all(|w| *w.borrow()));
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+    });
+    rx
 }
 
 /// A writer error as a sink error (also used by the exactly-once sink).
@@ -150,27 +231,35 @@ impl Sink for BigQueryTableSink {
         "bigquery"
     }
 
-    fn write(&mut self, batch: Arc<Batch>) -> WriteFuture<'_> {
+    /// Queues the batch on the next writer of the pool (waiting while its share of the
+    /// in-flight bytes is used up); the acknowledgement resolves when BigQuery answered for
+    /// every row.
+    fn submit(&mut self, batch: Arc<Batch>) -> SubmitFuture<'_> {
         Box::pin(async move {
             let records = rows_to_write(&batch, self.kafka_schema.as_ref())?;
-            let pending = self.writer.append(records).await.map_err(sink_error)?;
-            let outcome = pending.await.map_err(sink_error)?;
-            Ok(WriteReport {
-                rejected: outcome
-                    .rejected
-                    .into_iter()
-                    .map(|r| RejectedRow {
-                        row: r.index,
-                        code: r.reason.as_str(),
-                        message: r.message,
-                    })
-                    .collect(),
-                commit_metadata: Vec::new(),
-            })
+            let writer = &self.writers[self.next % self.writers.len()];
+            self.next = (self.next + 1) % self.writers.len();
+            let pending = writer.append(records).await.map_err(sink_error)?;
+            let ack: super::Acknowledgement = Box::pin(async move {
+                let outcome = pending.await.map_err(sink_error)?;
+                Ok(Progress::Written(WriteReport {
+                    rejected: outcome
+                        .rejected
+                        .into_iter()
+                        .map(|r| RejectedRow {
+                            row: r.index,
+                            code: r.reason.as_str(),
+                            message: r.message,
+                        })
+                        .collect(),
+                    commit_metadata: Vec::new(),
+                }))
+            });
+            Ok(ack)
         })
     }
 
     fn health(&self) -> Option<tokio::sync::watch::Receiver<bool>> {
-        Some(self.writer.health())
+        Some(self.health.clone())
     }
 }

@@ -19,7 +19,7 @@
 //! anyway, a gap or a fenced stream stops that partition without acknowledging (see
 //! `docs/bigquery.md` for the guarantee and its limits).
 
-use super::{Sink, SinkError, SinkErrorKind, StreamCheckpoint, WriteFuture, WriteReport};
+use super::{Sink, SinkError, SinkErrorKind, StreamCheckpoint, SubmitFuture, WriteReport};
 use crate::batch::Batch;
 use crate::bigquery::exactly_once::{resume_partition, Checkpoint};
 use crate::bigquery::{self, AppendWriter, StorageClient, TableRef, WriterOptions};
@@ -404,49 +404,57 @@ fn take(records: &RecordBatch, rows: &[u32]) -> Result<RecordBatch, SinkError> {
         .map_err(|e| err(SinkErrorKind::Encode, false, e))
 }
 
+impl ExactlyOnceSink {
+    /// Writes one batch on the partitions' COMMITTED streams and returns its checkpoints.
+    async fn write_now(&mut self, batch: Arc<Batch>) -> Result<WriteReport, SinkError> {
+        let records = super::bigquery::rows_to_write(&batch, self.kafka_schema.as_ref())?;
+        if !std::ptr::eq(self.progress.batch.as_ptr(), Arc::as_ptr(&batch)) {
+            self.progress = Progress {
+                batch: Arc::downgrade(&batch),
+                written: HashMap::new(),
+            };
+        }
+        let mut report = WriteReport::default();
+        for (p, rows, first_offset, last_offset) in by_partition(&batch) {
+            if let Some(done) = self.progress.written.get(&p) {
+                report.commit_metadata.push(done.clone());
+                continue;
+            }
+            let epoch = batch.epochs.iter().find(|(q, _)| *q == p).map(|e| e.1);
+            if !self.ensure_part(p, epoch, first_offset).await? {
+                tracing::info!(
+                    partition = p,
+                    "exactly-once: rows of a revoked partition not written"
+                );
+                continue;
+            }
+            let done = StreamCheckpoint {
+                partition: p,
+                first_offset,
+                last_offset,
+                metadata: self
+                    .write_partition(p, &records, &rows)
+                    .await?
+                    .to_metadata(),
+            };
+            self.progress.written.insert(p, done.clone());
+            report.commit_metadata.push(done);
+        }
+        self.progress = Progress::default();
+        Ok(report)
+    }
+}
+
 impl Sink for ExactlyOnceSink {
     fn name(&self) -> &'static str {
         "bigquery"
     }
 
-    fn write(&mut self, batch: Arc<Batch>) -> WriteFuture<'_> {
-        Box::pin(async move {
-            let records = super::bigquery::rows_to_write(&batch, self.kafka_schema.as_ref())?;
-            if !std::ptr::eq(self.progress.batch.as_ptr(), Arc::as_ptr(&batch)) {
-                self.progress = Progress {
-                    batch: Arc::downgrade(&batch),
-                    written: HashMap::new(),
-                };
-            }
-            let mut report = WriteReport::default();
-            for (p, rows, first_offset, last_offset) in by_partition(&batch) {
-                if let Some(done) = self.progress.written.get(&p) {
-                    report.commit_metadata.push(done.clone());
-                    continue;
-                }
-                let epoch = batch.epochs.iter().find(|(q, _)| *q == p).map(|e| e.1);
-                if !self.ensure_part(p, epoch, first_offset).await? {
-                    tracing::info!(
-                        partition = p,
-                        "exactly-once: rows of a revoked partition not written"
-                    );
-                    continue;
-                }
-                let done = StreamCheckpoint {
-                    partition: p,
-                    first_offset,
-                    last_offset,
-                    metadata: self
-                        .write_partition(p, &records, &rows)
-                        .await?
-                        .to_metadata(),
-                };
-                self.progress.written.insert(p, done.clone());
-                report.commit_metadata.push(done);
-            }
-            self.progress = Progress::default();
-            Ok(report)
-        })
+    /// Writes the batch while taking it, partition by partition, each on its COMMITTED stream
+    /// (so a partition's batches land in order and a failed one is retried before the next is
+    /// taken); the acknowledgement is then ready.
+    fn submit(&mut self, batch: Arc<Batch>) -> SubmitFuture<'_> {
+        Box::pin(async move { self.write_now(batch).await.map(super::written) })
     }
 
     fn health(&self) -> Option<tokio::sync::watch::Receiver<bool>> {

@@ -1,13 +1,27 @@
-//! The sink seam: batches in, acknowledgement (or a classified error) out.
+//! The sink seam: batches in, acknowledgements (or classified errors) out, asynchronously.
 //!
 //! Input: shared [`Batch`]es (`Arc`, so several sinks can take the same batch without copying).
-//! Output: `Ok(report)` from [`Sink::write`] means the batch's rows are durable in that sink,
-//! except the rows the report lists as rejected (which the runtime dead-letters); only then may
-//! the runtime acknowledge the batch's offsets (after *every* sink has acknowledged, and after
-//! the rejected rows' dead-letter writes).
-//! An error says whether retrying the same batch can succeed ([`SinkError::is_retryable`]);
-//! [`retry::write_with_retry`] retries retryable errors with capped, jittered exponential
-//! backoff until they succeed or the runtime cancels.
+//! [`Sink::submit`] resolves as soon as the sink has *taken* the batch (within its own bounds:
+//! a sink may make it wait for room) and hands back an [`Acknowledgement`], a `'static` future
+//! the runtime awaits on its own while it submits the next batches. The acknowledgement resolves
+//! to:
+//! - [`Progress::Written`]: the batch's rows are durable in that sink, except the rows the
+//!   report lists as rejected (which the runtime dead-letters);
+//! - [`Progress::Staged`]: the sink no longer holds the batch's bytes (they leave the in-flight
+//!   budget) but its rows are not durable yet; the acknowledgement continues with the future it
+//!   carries (a sink that uploads now and publishes at an interval);
+//! - an error: nothing of the batch may be considered written in that sink; the runtime submits
+//!   the batch to it again, whole.
+//!
+//! The runtime acknowledges a batch's offsets once **every** sink has written it, in any order
+//! (and after the rejected rows' dead-letter writes): `pipeline::Ledger` decides. An error says
+//! whether retrying the same batch can succeed ([`SinkError::is_retryable`]): retryable errors
+//! are retried with capped, jittered exponential backoff, the others every 30 s with the
+//! publisher unready (`pipeline/sinks.rs`). After an error, a sink is given nothing new until
+//! the failed batch was submitted again, so a sink sees its batches in order except when an
+//! acknowledgement fails after later batches were submitted.
+//! [`Sink::write`] (submit, then wait for the acknowledgement) and [`retry::write_with_retry`]
+//! serve callers that want one batch at a time.
 //!
 //! Sinks:
 //! - [`parquet::ParquetSink`]: the embedded default, local Parquet files under `dt=YYYY-MM-DD/`.
@@ -65,17 +79,67 @@ pub struct StreamCheckpoint {
 pub type WriteFuture<'a> =
     Pin<Box<dyn Future<Output = Result<WriteReport, SinkError>> + Send + 'a>>;
 
+/// Where a submitted batch stands in a sink; see the module docs.
+pub enum Progress {
+    /// Durable, except the rows the report lists as rejected.
+    Written(WriteReport),
+    /// The sink no longer holds the batch's bytes; its rows are not durable yet. The
+    /// acknowledgement continues with this future. Once every sink has let go of a batch the
+    /// runtime drops it, so what follows a staged step must not need the batch again: it
+    /// retries on its own from what it staged, refuses no rows (refuse them before staging),
+    /// and an error from it (once no sink holds the batch) stops the sink task with the offsets
+    /// uncommitted.
+    Staged(Acknowledgement),
+}
+
+impl fmt::Debug for Progress {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Progress::Written(r) => f.debug_tuple("Written").field(r).finish(),
+            Progress::Staged(_) => f.write_str("Staged(..)"),
+        }
+    }
+}
+
+/// A submitted batch's acknowledgement: owns what it needs (`'static`), so the runtime can await
+/// it while submitting later batches.
+pub type Acknowledgement = Pin<Box<dyn Future<Output = Result<Progress, SinkError>> + Send>>;
+
+/// The future a [`Sink::submit`] returns: resolves once the sink has taken the batch.
+pub type SubmitFuture<'a> =
+    Pin<Box<dyn Future<Output = Result<Acknowledgement, SinkError>> + Send + 'a>>;
+
+/// An acknowledgement that is already there (a sink that writes while it takes the batch).
+pub fn written(report: WriteReport) -> Acknowledgement {
+    Box::pin(std::future::ready(Ok(Progress::Written(report))))
+}
+
 /// A destination for batches. Object-safe, so the runtime can fan out over `Vec<Box<dyn Sink>>`.
 pub trait Sink: Send {
     /// A short, stable name (metric label `sink`, log field).
     fn name(&self) -> &'static str;
 
-    /// Writes one batch. Resolves to `Ok(report)` only once the rows are durable, except those
-    /// the report lists as rejected (dead-lettered by the runtime), with the exactly-once
-    /// checkpoints if the sink has them. On error nothing of the batch may be considered written:
-    /// the batch is tried again whole (never given up), so a sink that can fail half-way must
-    /// make a retry safe, e.g. by writing atomically or remembering what it already wrote.
-    fn write(&mut self, batch: Arc<Batch>) -> WriteFuture<'_>;
+    /// Takes one batch. Resolves once the sink has taken it (it may wait for room within its
+    /// own bounds), to the batch's [`Acknowledgement`]: written (durable, except the rows the
+    /// report lists as rejected, which the runtime dead-letters; with the exactly-once
+    /// checkpoints if the sink has them) or staged first. On error (of the submission or of the
+    /// acknowledgement) nothing of the batch may be considered written: the batch is submitted
+    /// again whole (never given up), so a sink that can fail half-way must make a retry safe,
+    /// e.g. by writing atomically or remembering what it already wrote.
+    fn submit(&mut self, batch: Arc<Batch>) -> SubmitFuture<'_>;
+
+    /// Submits one batch and waits for it to be written (through any staged step).
+    fn write(&mut self, batch: Arc<Batch>) -> WriteFuture<'_> {
+        Box::pin(async move {
+            let mut ack = self.submit(batch).await?;
+            loop {
+                match ack.await? {
+                    Progress::Written(report) => return Ok(report),
+                    Progress::Staged(next) => ack = next,
+                }
+            }
+        })
+    }
 
     /// A live view of the sink's connection health (for readiness), if it has one. A sink that
     /// retries internally stays inside `write` during an outage; this is how readiness learns.
@@ -243,8 +307,8 @@ mod tests {
             fn name(&self) -> &'static str {
                 "nop"
             }
-            fn write(&mut self, _batch: Arc<Batch>) -> WriteFuture<'_> {
-                Box::pin(async { Ok(WriteReport::default()) })
+            fn submit(&mut self, _batch: Arc<Batch>) -> SubmitFuture<'_> {
+                Box::pin(async { Ok(written(WriteReport::default())) })
             }
         }
         let sinks: Vec<Box<dyn Sink>> = vec![Box::new(Nop)];

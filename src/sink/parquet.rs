@@ -7,7 +7,8 @@
 //! Guarantee (acknowledged = durable): each (batch, day) slice is encoded in memory, written to a
 //! hidden temporary name (`.part-….parquet.tmp`) created exclusively, `fsync`ed, renamed to its
 //! final name, and the folder is `fsync`ed (and the base folder too when the day folder is new)
-//! **before** [`Sink::write`] returns `Ok`. A reader therefore only ever sees complete files, and
+//! **before** the batch's acknowledgement resolves `Written` ([`Sink::submit`] takes a batch
+//! once fewer than [`WRITES_AT_ONCE`] are being written, and writes it on the blocking pool). A reader therefore only ever sees complete files, and
 //! a crash before the acknowledgement leaves at most a hidden temporary file (and, if the crash
 //! hits between two renames of one batch, some final files whose rows are written again after the
 //! restart: at-least-once).
@@ -22,7 +23,7 @@
 //! retryable and leaves no visible file for the failed slice; an encoding failure or a batch
 //! without a `request_timestamp` column is permanent.
 
-use super::{Sink, SinkError, SinkErrorKind, WriteFuture};
+use super::{Progress, Sink, SinkError, SinkErrorKind, SubmitFuture};
 use crate::batch::Batch;
 use crate::config::LocalSink;
 use crate::output::{civil_from_days, parquet_properties};
@@ -47,7 +48,14 @@ pub const DAY_COLUMN: &str = "request_timestamp";
 #[derive(Debug, Clone)]
 pub struct ParquetSink {
     inner: Arc<Inner>,
+    /// Bounds the batches being written at once (see [`WRITES_AT_ONCE`]).
+    writes: Arc<tokio::sync::Semaphore>,
 }
+
+/// Batches written at once, each on tokio's blocking pool: while one is `fsync`ing, the next is
+/// encoded. Each holds its encoded file in memory until written (at most `rotate_bytes` per
+/// file), so this also bounds the sink's own memory.
+pub const WRITES_AT_ONCE: usize = 2;
 
 #[derive(Debug)]
 struct Inner {
@@ -68,6 +76,7 @@ impl ParquetSink {
                 run: fastrand::u32(..),
                 seq: AtomicU64::new(0),
             }),
+            writes: Arc::new(tokio::sync::Semaphore::new(WRITES_AT_ONCE)),
         }
     }
 
@@ -88,18 +97,32 @@ impl Sink for ParquetSink {
         "local_parquet"
     }
 
-    fn write(&mut self, batch: Arc<Batch>) -> WriteFuture<'_> {
+    /// Takes the batch once fewer than [`WRITES_AT_ONCE`] are being written and writes it on
+    /// tokio's blocking pool; the acknowledgement resolves when its files are durable.
+    fn submit(&mut self, batch: Arc<Batch>) -> SubmitFuture<'_> {
         let inner = Arc::clone(&self.inner);
+        let writes = Arc::clone(&self.writes);
         Box::pin(async move {
-            match tokio::task::spawn_blocking(move || inner.write_batch(&batch)).await {
-                Ok(result) => result.map(|_| super::WriteReport::default()),
-                Err(join) => Err(SinkError::new(
-                    SinkErrorKind::Internal,
-                    false,
-                    "parquet writer task failed",
-                )
-                .with_source(join)),
-            }
+            let permit = writes.acquire_owned().await.map_err(|_| {
+                SinkError::new(SinkErrorKind::Internal, true, "parquet sink closed")
+            })?;
+            let job = tokio::task::spawn_blocking(move || {
+                let r = inner.write_batch(&batch);
+                drop(permit);
+                r
+            });
+            let ack: super::Acknowledgement = Box::pin(async move {
+                match job.await {
+                    Ok(result) => result.map(|_| Progress::Written(super::WriteReport::default())),
+                    Err(join) => Err(SinkError::new(
+                        SinkErrorKind::Internal,
+                        false,
+                        "parquet writer task failed",
+                    )
+                    .with_source(join)),
+                }
+            });
+            Ok(ack)
         })
     }
 }

@@ -1,4 +1,6 @@
-//! Retrying sink writes: a pure backoff schedule and the async loop around [`Sink::write`].
+//! Retrying sink writes: a pure backoff schedule and the async loop around [`Sink::write`], for
+//! callers that write one batch at a time (the pipeline's sink task pipelines submissions and
+//! retries per sink itself, with the same schedule: `pipeline/sinks.rs`).
 //!
 //! Input: a sink, a batch, a [`Backoff`] and a cancellation token. Output: `Ok(())` once the sink
 //! acknowledged the batch, [`RetryError::NeedsFix`] on the first non-retryable error, or
@@ -89,7 +91,7 @@ pub async fn write_with_retry(
 
 #[cfg(test)]
 mod tests {
-    use super::super::{SinkErrorKind, WriteFuture};
+    use super::super::{SinkErrorKind, SubmitFuture};
     use super::*;
     use crate::batch::testing::{layout, log};
     use crate::batch::Batcher;
@@ -137,14 +139,16 @@ mod tests {
         fn name(&self) -> &'static str {
             "scripted"
         }
-        fn write(&mut self, _batch: Arc<Batch>) -> WriteFuture<'_> {
+        fn submit(&mut self, _batch: Arc<Batch>) -> SubmitFuture<'_> {
             self.calls += 1;
             let next = if self.errors.is_empty() {
                 None
             } else {
                 Some(self.errors.remove(0))
             };
-            Box::pin(async move { next.map_or(Ok(WriteReport::default()), Err) })
+            Box::pin(
+                async move { next.map_or(Ok(super::super::written(WriteReport::default())), Err) },
+            )
         }
     }
 

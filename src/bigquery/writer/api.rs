@@ -293,6 +293,13 @@ impl AppendWriter {
         Ok(Pending(rx))
     }
 
+    /// Encoded bytes admitted and not yet resolved (the requests in flight and queued): at most
+    /// `max_inflight_bytes`.
+    pub fn inflight_bytes(&self) -> usize {
+        self.max_inflight
+            .saturating_sub(self.budget.available_permits())
+    }
+
     /// Counters (connections, requests, failures).
     pub fn stats(&self) -> &WriterStats {
         &self.stats

@@ -29,6 +29,15 @@ impl Driver {
     pub(super) fn admit(&mut self, job: Job) {
         let id = self.next_id;
         self.next_id += 1;
+        tracing::debug!(
+            writer = self.id,
+            batch = id,
+            requests = job.reqs.len(),
+            queued = self.queue.len(),
+            inflight = self.inflight.len(),
+            connected = self.conn.is_some(),
+            "batch admitted"
+        );
         metrics::gauge!(m::INFLIGHT_BYTES).increment(job.bytes as f64);
         let mut reqs = job.reqs;
         let stream_offsets = self.policy.admit(job.written, &mut reqs);

@@ -61,6 +61,19 @@ pub(super) enum ConnEvent {
     Message(Result<Option<AppendRowsResponse>, Status>),
 }
 
+impl ConnEvent {
+    /// A short name for the log.
+    fn kind(&self) -> &'static str {
+        match self {
+            ConnEvent::Opened(Ok(_)) => "opened",
+            ConnEvent::Opened(Err(_)) => "open failed",
+            ConnEvent::Message(Ok(Some(_))) => "answer",
+            ConnEvent::Message(Ok(None)) => "ended",
+            ConnEvent::Message(Err(_)) => "failed",
+        }
+    }
+}
+
 pub(super) async fn next_event(conn: &mut Conn) -> ConnEvent {
     match &mut conn.state {
         ConnState::Opening(h) => ConnEvent::Opened(match h.await {
@@ -79,7 +92,12 @@ pub(super) struct Evolution {
 
 pub(super) type Evolving = JoinHandle<Result<EnsureReport, TableError>>;
 
+/// Numbers the writers of a process for the log.
+static NEXT_WRITER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 pub(super) struct Driver {
+    /// This writer's number in the process (log field `writer`).
+    pub(super) id: u64,
     /// What differs between the default stream and a committed stream.
     pub(super) policy: Box<dyn StreamPolicy>,
     /// Why the writer stopped, when its policy stopped it (it then resolves nothing more).
@@ -129,6 +147,7 @@ impl Driver {
         let (health, health_rx) = watch::channel(true);
         let stats = Arc::new(WriterStats::default());
         let driver = Driver {
+            id: NEXT_WRITER.fetch_add(1, Ordering::Relaxed),
             stats: Arc::clone(&stats),
             client,
             write_stream,
@@ -202,7 +221,10 @@ impl Driver {
                 Wake::Conn(ev) => self.on_event(ev),
                 Wake::Job(Some(job)) => self.admit(job),
                 Wake::Job(None) => self.jobs_open = false,
-                Wake::Retry => self.retry_at = None,
+                Wake::Retry => {
+                    debug!(writer = self.id, "backoff over");
+                    self.retry_at = None;
+                }
                 Wake::DrainTimeout => {
                     warn!(
                         unanswered = self.inflight.len(),
@@ -289,7 +311,11 @@ impl Driver {
         if self.connections > 1 {
             metrics::counter!(m::RECONNECTS_TOTAL).increment(1);
         }
-        debug!(stream = %self.write_stream, "opening AppendRows connection");
+        debug!(
+            writer = self.id,
+            queued = self.queue.len(),
+            "opening AppendRows connection"
+        );
         self.policy.connected();
         self.conn = Some(Conn {
             tx: Some(tx),
@@ -345,7 +371,7 @@ impl Driver {
                 warn!(stream = %self.write_stream, error = %info, "table lacks columns of the writer's schema; adding them, then reconnecting");
                 self.evolve();
             } else {
-                warn!(stream = %self.write_stream, error = %info, attempt = self.failures, "AppendRows failed; retrying");
+                warn!(stream = %self.write_stream, writer = self.id, error = %info, attempt = self.failures, "AppendRows failed; retrying");
             }
             self.backoff()
         };
@@ -400,6 +426,11 @@ impl Driver {
     pub(super) fn begin_drain(&mut self) {
         if let Some(c) = self.conn.as_mut() {
             if c.tx.take().is_some() {
+                debug!(
+                    writer = self.id,
+                    inflight = self.inflight.len(),
+                    "half-closing the AppendRows connection"
+                );
                 c.drain_deadline = Some(Instant::now() + self.opts.drain_timeout);
             }
         }
@@ -415,6 +446,14 @@ impl Driver {
     }
 
     pub(super) fn on_event(&mut self, ev: ConnEvent) {
+        debug!(
+            writer = self.id,
+            event = ev.kind(),
+            inflight = self.inflight.len(),
+            queued = self.queue.len(),
+            batches = self.batches.len(),
+            "AppendRows connection event"
+        );
         match ev {
             ConnEvent::Opened(Ok(stream)) => {
                 if let Some(c) = self.conn.as_mut() {

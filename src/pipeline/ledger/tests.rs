@@ -1,12 +1,17 @@
 //! The ledger against a model of the whole pipeline: a topic of good and bad logs, an owner that
-//! consumes, batches and dead-letters through the ledger, sinks that acknowledge out of order
-//! and refuse rows, dead letters written late or never, revocations, re-assignments, crashes,
-//! and (exactly-once) a sequential sink that records each new stream before writing to it.
+//! consumes, batches and dead-letters through the ledger, one to three sinks that acknowledge
+//! independently and out of order (across sinks and across batches), stage batches first and
+//! refuse rows, dead letters written late or never, revocations, re-assignments, crashes, and
+//! (exactly-once) a sink that writes batches in order and records each new stream before writing
+//! to it, next to sinks that acknowledge in any order.
 //!
 //! Invariants, checked at every commit the ledger asks for:
 //! - **safety** (both modes): every log before the committed offset is safe — its rows are in
 //!   an acknowledged batch and the letters for its refused rows are written, or (a bad log) its
 //!   dead letter is written;
+//! - **in-flight bytes** (both modes, after every step): the ledger counts exactly the bytes of
+//!   the batches some sink still holds (a batch every sink staged or acknowledged no longer
+//!   counts), and the letters of refused rows stashed until their batch is complete;
 //! - **pending letter bytes** (both modes, after every step): the bytes the ledger counts for
 //!   unwritten dead letters are exactly those of the model's pending letters of the current
 //!   assignments (so they never go negative and return to zero when every letter is written);
@@ -24,11 +29,18 @@ const PARTITIONS: i32 = 2;
 enum Op {
     Consume(i32),
     Flush,
-    /// Acknowledge a batch in flight (which one: `pick`; exactly-once: always the oldest);
-    /// `refuse` selects rows the sink refuses (at-least-once only).
+    /// Sink `sink` (modulo the sinks) acknowledges a batch in flight it has not acknowledged
+    /// (which one: `pick`; the exactly-once sink, sink 0 in that mode: always its oldest);
+    /// `refuse` selects rows the sink refuses (not the exactly-once sink).
     Ack {
         pick: usize,
+        sink: usize,
         refuse: u8,
+    },
+    /// Sink `sink` stages a batch it holds (not the exactly-once sink).
+    Stage {
+        pick: usize,
+        sink: usize,
     },
     /// Write a pending dead letter.
     Letter(usize),
@@ -42,7 +54,9 @@ fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         6 => (0..PARTITIONS).prop_map(Op::Consume),
         2 => Just(Op::Flush),
-        3 => (any::<usize>(), any::<u8>()).prop_map(|(pick, refuse)| Op::Ack { pick, refuse }),
+        4 => (any::<usize>(), any::<usize>(), any::<u8>())
+            .prop_map(|(pick, sink, refuse)| Op::Ack { pick, sink, refuse }),
+        2 => (any::<usize>(), any::<usize>()).prop_map(|(pick, sink)| Op::Stage { pick, sink }),
         3 => any::<usize>().prop_map(Op::Letter),
         3 => Just(Op::Commit),
         1 => (0..PARTITIONS).prop_map(Op::Revoke),
@@ -55,11 +69,20 @@ struct InFlight {
     id: BatchId,
     logs: Vec<(Partition, i64)>,
     epochs: Vec<(Partition, u64)>,
+    bytes: usize,
+    /// Per sink: 0 holding, 1 staged, 2 acknowledged.
+    sinks: Vec<u8>,
+    /// Rows refused so far (by the sinks that acknowledged), with their letters' bytes.
+    refused: Vec<(Partition, i64, usize)>,
+    /// Partitions whose rows the exactly-once sink did not write (a stale epoch).
+    skipped: Vec<Partition>,
 }
 
 /// The world: the topic, the broker's committed offsets, and one owner process.
 struct World {
     exactly_once: bool,
+    /// How many sinks the pipeline has.
+    sinks: usize,
     /// `bad[p][o]`: the log fails to decode.
     bad: Vec<Vec<bool>>,
     committed: HashMap<Partition, (i64, Option<String>)>,
@@ -76,9 +99,10 @@ struct World {
 }
 
 impl World {
-    fn new(exactly_once: bool, bad: Vec<Vec<bool>>) -> Self {
+    fn new(exactly_once: bool, sinks: usize, bad: Vec<Vec<bool>>) -> Self {
         World {
             exactly_once,
+            sinks,
             bad,
             committed: HashMap::new(),
             safe: HashSet::new(),
@@ -142,17 +166,35 @@ impl World {
                 }
             }
             Op::Flush => self.flush(),
-            Op::Ack { pick, refuse } => {
-                if self.flights.is_empty() {
+            Op::Ack { pick, sink, refuse } => {
+                let sink = sink % self.sinks;
+                let candidates: Vec<usize> = (0..self.flights.len())
+                    .filter(|&i| self.flights[i].sinks[sink] != 2)
+                    .collect();
+                if candidates.is_empty() {
                     return;
                 }
-                let i = if self.exactly_once {
-                    0 // one sequential sink task
+                let i = if self.exactly_once && sink == 0 {
+                    candidates[0] // the exactly-once sink writes batches in order
                 } else {
-                    pick % self.flights.len()
+                    candidates[pick % candidates.len()]
                 };
-                let f = self.flights.remove(i).unwrap();
-                self.ack(f, refuse);
+                self.ack(i, sink, refuse);
+            }
+            Op::Stage { pick, sink } => {
+                let sink = sink % self.sinks;
+                if self.exactly_once && sink == 0 {
+                    return;
+                }
+                let candidates: Vec<usize> = (0..self.flights.len())
+                    .filter(|&i| self.flights[i].sinks[sink] == 0)
+                    .collect();
+                if candidates.is_empty() {
+                    return;
+                }
+                let f = &mut self.flights[candidates[pick % candidates.len()]];
+                f.sinks[sink] = 1;
+                assert!(self.ledger.staged(f.id, sink));
             }
             Op::Letter(pick) => {
                 if self.letters.is_empty() {
@@ -196,7 +238,7 @@ impl World {
             }
             Op::Crash => {
                 // Everything in the process is gone; what was in flight never lands.
-                let fresh = World::new(self.exactly_once, Vec::new());
+                let fresh = World::new(self.exactly_once, self.sinks, Vec::new());
                 self.ledger = fresh.ledger;
                 self.positions.clear();
                 self.open.clear();
@@ -229,20 +271,31 @@ impl World {
                 }),
             }
         }
-        let (id, epochs) = self.ledger.dispatched(&offsets, 100 * logs.len());
-        self.flights.push_back(InFlight { id, logs, epochs });
+        let bytes = 100 * logs.len();
+        let (id, epochs) = self.ledger.dispatched(&offsets, bytes, self.sinks);
+        self.flights.push_back(InFlight {
+            id,
+            logs,
+            epochs,
+            bytes,
+            sinks: vec![0; self.sinks],
+            refused: Vec::new(),
+            skipped: Vec::new(),
+        });
     }
 
-    fn ack(&mut self, f: InFlight, refuse: u8) {
+    /// Sink `sink` acknowledges the `i`th batch in flight; when it is the last sink to, the
+    /// batch's rows are durable everywhere and the letters of its refused rows are sent.
+    fn ack(&mut self, i: usize, sink: usize, refuse: u8) {
         let mut refused = Vec::new();
         let mut checkpoints = Vec::new();
-        let mut written: Vec<(Partition, i64)> = Vec::new();
-        if self.exactly_once {
+        let mut skipped = Vec::new();
+        let (epochs, all_logs) = (self.flights[i].epochs.clone(), self.flights[i].logs.clone());
+        if self.exactly_once && sink == 0 {
             // The sink, per partition of the batch: a new stream is recorded in the group's
             // commit before its first row; rows of an earlier assignment are not written.
-            for &(p, epoch) in &f.epochs {
-                let logs: Vec<i64> = f
-                    .logs
+            for &(p, epoch) in &epochs {
+                let logs: Vec<i64> = all_logs
                     .iter()
                     .filter(|(q, _)| *q == p)
                     .map(|l| l.1)
@@ -250,6 +303,7 @@ impl World {
                 let (first, last) = (logs[0], *logs.last().unwrap());
                 if self.streams.get(&p) != Some(&epoch) {
                     let Some(at) = self.ledger.stream_opened(p, epoch, first) else {
+                        skipped.push(p);
                         continue; // stale: not ours to write
                     };
                     let metadata = format!("x={first}");
@@ -257,7 +311,6 @@ impl World {
                     self.ledger.stream_recorded(p, at, metadata);
                     self.streams.insert(p, epoch);
                 }
-                written.extend(logs.iter().map(|o| (p, *o)));
                 checkpoints.push(StreamCheckpoint {
                     partition: p,
                     first_offset: first,
@@ -266,21 +319,44 @@ impl World {
                 });
             }
         } else {
-            for (i, &(p, o)) in f.logs.iter().enumerate() {
-                if refuse & (1 << (i % 8)) != 0 && i % 3 == 0 {
-                    // The refused row is dead-lettered, stamped with the batch's epoch.
-                    let epoch = f.epochs.iter().find(|e| e.0 == p).unwrap().1;
-                    // A row's letter is smaller than the log's, and differs per row.
-                    let bytes = 1 + i + (letter_size(p, o) / 3);
+            for (r, &(p, o)) in all_logs.iter().enumerate() {
+                if refuse & (1 << (r % 8)) != 0 && r % 3 == 0 {
+                    // A row's letter is smaller than the log's, and differs per row and sink.
+                    let bytes = 1 + r + sink + (letter_size(p, o) / 3);
                     refused.push((p, o, bytes));
-                    self.letters.push((p, o, epoch, bytes));
-                } else {
-                    written.push((p, o));
                 }
             }
         }
-        self.safe.extend(written);
-        self.ledger.acked(f.id, &refused, checkpoints);
+        let id = self.flights[i].id;
+        let completion = self.ledger.sink_acked(id, sink, &refused, checkpoints);
+        let f = &mut self.flights[i];
+        f.sinks[sink] = 2;
+        f.refused.extend(refused);
+        f.skipped.extend(skipped);
+        let done = f.sinks.iter().all(|s| *s == 2);
+        assert_eq!(
+            completion,
+            if done {
+                Completion::Complete
+            } else {
+                Completion::Waiting
+            }
+        );
+        if !done {
+            return;
+        }
+        let f = self.flights.remove(i).unwrap();
+        for (p, o, bytes) in &f.refused {
+            // The refused row is dead-lettered, stamped with the batch's epoch.
+            let epoch = f.epochs.iter().find(|e| e.0 == *p).unwrap().1;
+            self.letters.push((*p, *o, epoch, *bytes));
+        }
+        self.safe.extend(
+            f.logs
+                .iter()
+                .filter(|l| !f.refused.iter().any(|r| (r.0, r.1) == **l))
+                .filter(|l| !f.skipped.contains(&l.0)),
+        );
     }
 }
 
@@ -298,6 +374,24 @@ impl World {
             .map(|l| l.3)
             .sum()
     }
+
+    /// The bytes of batches some sink still holds.
+    fn expected_inflight_bytes(&self) -> usize {
+        self.flights
+            .iter()
+            .filter(|f| f.sinks.contains(&0))
+            .map(|f| f.bytes)
+            .sum()
+    }
+
+    /// The bytes of refused rows' letters stashed until their batch is complete.
+    fn expected_refused_bytes(&self) -> usize {
+        self.flights
+            .iter()
+            .flat_map(|f| &f.refused)
+            .map(|r| r.2)
+            .sum()
+    }
 }
 
 fn topic() -> impl Strategy<Value = Vec<Vec<bool>>> {
@@ -307,8 +401,8 @@ fn topic() -> impl Strategy<Value = Vec<Vec<bool>>> {
     )
 }
 
-fn run(exactly_once: bool, bad: Vec<Vec<bool>>, ops: Vec<Op>) {
-    let mut w = World::new(exactly_once, bad);
+fn run(exactly_once: bool, sinks: usize, bad: Vec<Vec<bool>>, ops: Vec<Op>) {
+    let mut w = World::new(exactly_once, sinks, bad);
     for p in 0..PARTITIONS {
         w.apply(Op::Assign(p));
     }
@@ -319,12 +413,24 @@ fn run(exactly_once: bool, bad: Vec<Vec<bool>>, ops: Vec<Op>) {
             w.expected_letter_bytes(),
             "pending letter bytes"
         );
+        assert_eq!(
+            w.ledger.inflight_bytes(),
+            w.expected_inflight_bytes(),
+            "in-flight bytes: those of the batches some sink still holds"
+        );
+        assert_eq!(w.ledger.refused_bytes(), w.expected_refused_bytes());
     }
     // Whatever happened, draining (all work lands) lets the commit reach the end of what was
     // consumed, and the bookkeeping returns to zero.
     w.flush();
     while !w.flights.is_empty() {
-        w.apply(Op::Ack { pick: 0, refuse: 0 });
+        for sink in 0..w.sinks {
+            w.apply(Op::Ack {
+                pick: 0,
+                sink,
+                refuse: 0,
+            });
+        }
     }
     while !w.letters.is_empty() {
         w.apply(Op::Letter(0));
@@ -334,6 +440,7 @@ fn run(exactly_once: bool, bad: Vec<Vec<bool>>, ops: Vec<Op>) {
     assert_eq!(w.ledger.letters_held(), 0);
     assert_eq!(w.ledger.letter_bytes(), 0, "letter bytes return to zero");
     assert_eq!(w.ledger.inflight_bytes(), 0);
+    assert_eq!(w.ledger.refused_bytes(), 0);
     for (p, pos) in &w.positions {
         let committed = w.committed.get(p).map_or(0, |c| c.0);
         if !w.exactly_once {
@@ -350,18 +457,20 @@ proptest! {
 
     #[test]
     fn at_least_once_never_commits_past_an_unsafe_log(
+        sinks in 1..=3usize,
         bad in topic(),
         ops in prop::collection::vec(op(), 0..80),
     ) {
-        run(false, bad, ops);
+        run(false, sinks, bad, ops);
     }
 
     #[test]
     fn exactly_once_commits_are_safe_and_carry_their_own_checkpoint(
+        sinks in 1..=3usize,
         bad in topic(),
         ops in prop::collection::vec(op(), 0..80),
     ) {
-        run(true, bad, ops);
+        run(true, sinks, bad, ops);
     }
 }
 
@@ -370,12 +479,16 @@ proptest! {
 /// stream; recording the stream must not commit past that log.
 #[test]
 fn a_new_stream_is_recorded_before_a_log_still_waiting_for_its_dead_letter() {
-    let mut w = World::new(true, vec![vec![true, false, false], vec![false]]);
+    let mut w = World::new(true, 1, vec![vec![true, false, false], vec![false]]);
     w.apply(Op::Assign(0));
     w.apply(Op::Consume(0)); // offset 0: bad, its letter pending
     w.apply(Op::Consume(0)); // offset 1: good
     w.apply(Op::Flush);
-    w.apply(Op::Ack { pick: 0, refuse: 0 });
+    w.apply(Op::Ack {
+        pick: 0,
+        sink: 0,
+        refuse: 0,
+    });
     assert_eq!(
         w.committed[&0],
         (0, Some("x=1".into())),
@@ -399,7 +512,7 @@ fn acknowledgements_of_an_earlier_assignment_do_not_count() {
         partition: 0,
         ranges: vec![OffsetRange::single(5)],
     };
-    let (id, _) = l.dispatched(std::slice::from_ref(&po), 10);
+    let (id, _) = l.dispatched(std::slice::from_ref(&po), 10, 1);
     l.letter_written(0, 5, epoch, 40); // the old letter lands late: the new batch still pending
     assert!(l.commit_points(None).is_empty());
     l.acked(id, &[], Vec::new());

@@ -32,6 +32,7 @@ fn state(budget: usize) -> (State, mpsc::Sender<Event>, Recorder) {
     let target = Recorder::default();
     let mut st = State::new(
         "t".into(),
+        1,
         Batcher::new(layout(), Batching::default()),
         Health::new(),
         rx,

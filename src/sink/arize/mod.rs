@@ -21,7 +21,7 @@ pub mod progress;
 pub mod schema;
 pub mod validate;
 
-use super::{RejectedRow, Sink, SinkError, SinkErrorKind, WriteFuture, WriteReport};
+use super::{RejectedRow, Sink, SinkError, SinkErrorKind, SubmitFuture, WriteReport};
 use crate::batch::Batch;
 use crate::config::{ArizeSink as ArizeConfig, Config};
 use arrow_array::{BooleanArray, RecordBatch};
@@ -207,7 +207,9 @@ impl Sink for ArizeSink {
         NAME
     }
 
-    fn write(&mut self, batch: Arc<Batch>) -> WriteFuture<'_> {
-        Box::pin(self.write_batch(batch))
+    /// Writes the batch while taking it (requests in order, remembering which Arize
+    /// acknowledged, so a retry resends none of those); the acknowledgement is then ready.
+    fn submit(&mut self, batch: Arc<Batch>) -> SubmitFuture<'_> {
+        Box::pin(async move { self.write_batch(batch).await.map(super::written) })
     }
 }

@@ -359,3 +359,46 @@ async fn in_flight_bytes_bound_appends_while_bigquery_is_down() {
     assert!(w.close(Duration::from_secs(30)).await);
     assert_eq!(f.counts().await, (40, 40));
 }
+
+/// An in-band refusal of a connection's first request (the one carrying the writer schema),
+/// with batches queued behind it, after a lost answer: the writer half-closes, the connection
+/// ends, and a new one carries everything. The drain timeout is longer than the test waits, so
+/// a connection that never ends fails the test instead of being rescued by the timeout.
+#[tokio::test]
+async fn an_in_band_refusal_of_a_first_request_reconnects_and_lands_everything() {
+    let f = Fixture::new("firstrefused").await;
+    let mut script = Script::default();
+    script.at.insert(1, Fault::InBand(Code::Unavailable));
+    script.at.insert(3, Fault::ForwardThenDrop);
+    script.at.insert(4, Fault::InBand(Code::Unavailable));
+    script.at.insert(6, Fault::DropStream);
+    script.at.insert(7, Fault::InBand(Code::Unavailable));
+    let proxy = Proxy::start(any_port(), &grpc_url(), script).await;
+    let opts = WriterOptions {
+        drain_timeout: Duration::from_secs(600),
+        ..test_writer_options()
+    };
+    let w = AppendWriter::start(
+        storage(&proxy.url()),
+        f.table(),
+        Arc::clone(&f.layout.arrow),
+        opts,
+    )
+    .expect("writer");
+    let mut pending = Vec::new();
+    for s in 0..8u64 {
+        pending.push(w.append(f.batch(3_000 + s, 5, 2)).await.expect("append"));
+    }
+    for p in pending {
+        let out = tokio::time::timeout(Duration::from_secs(60), p)
+            .await
+            .expect("every batch resolves without the drain timeout")
+            .expect("acked");
+        assert_eq!(out.appended, 10);
+    }
+    assert_eq!(proxy.unused_faults(), 0);
+    assert!(w.close(Duration::from_secs(30)).await);
+    let (rows, distinct) = f.counts().await;
+    assert_eq!(distinct, 80, "every row landed");
+    assert!(rows >= 80);
+}

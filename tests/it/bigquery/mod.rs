@@ -8,11 +8,14 @@
 //! closed pending query result"), which real BigQuery does not do.
 
 mod append;
+mod connections;
 mod e2e;
 mod exactly_once;
 mod faults;
 mod live;
+mod pipelined;
 mod proxy;
+mod slow_ack;
 mod tables;
 
 use arrow_array::RecordBatch;

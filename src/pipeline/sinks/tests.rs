@@ -1,0 +1,310 @@
+//! The sink task with two controlled sinks whose acknowledgements the test resolves by hand, in
+//! any order, feeding the task's events into a real [`Ledger`]: batches are submitted without
+//! waiting for acknowledgements, each sink's acknowledgement is reported on its own, a batch
+//! commits only once every sink wrote it, a staged batch leaves the in-flight bytes, and a
+//! failed acknowledgement is submitted again to that sink alone — first, before anything new.
+
+use super::*;
+use crate::batch::testing::{layout, log};
+use crate::batch::{Batch, Batcher};
+use crate::commit::Partition;
+use crate::config::Batching;
+use crate::pipeline::ledger::{CommitPoint, Ledger};
+use crate::sink::{SinkErrorKind, SubmitFuture};
+use std::sync::Mutex;
+use tokio::sync::oneshot;
+
+/// What the test answers for one submission.
+type Answer = Result<Progress, SinkError>;
+
+/// Submissions seen by one sink (the batch's offset), and the senders that resolve them.
+#[derive(Default)]
+struct Script {
+    submitted: Vec<i64>,
+    pending: Vec<(i64, oneshot::Sender<Answer>)>,
+}
+
+#[derive(Clone, Default)]
+struct Controlled(Arc<Mutex<Script>>);
+
+impl Controlled {
+    fn submitted(&self) -> Vec<i64> {
+        self.0.lock().unwrap().submitted.clone()
+    }
+
+    /// Resolves the oldest pending submission of the batch at `offset`.
+    fn answer(&self, offset: i64, a: Answer) {
+        let mut s = self.0.lock().unwrap();
+        let i = s
+            .pending
+            .iter()
+            .position(|p| p.0 == offset)
+            .unwrap_or_else(|| panic!("no pending submission of batch {offset}"));
+        let (_, tx) = s.pending.remove(i);
+        let _ = tx.send(a);
+    }
+
+    /// Stages the batch at `offset`; returns the sender that completes it.
+    fn stage(&self, offset: i64) {
+        let (tx, rx) = oneshot::channel::<Answer>();
+        self.0.lock().unwrap().pending.push((offset, tx));
+        self.answer_staged(offset, rx);
+    }
+
+    fn answer_staged(&self, offset: i64, rx: oneshot::Receiver<Answer>) {
+        let mut s = self.0.lock().unwrap();
+        let i = s.pending.iter().position(|p| p.0 == offset).unwrap();
+        let (_, tx) = s.pending.remove(i);
+        let next: Acknowledgement = Box::pin(async move { rx.await.unwrap() });
+        let _ = tx.send(Ok(Progress::Staged(next)));
+    }
+}
+
+impl Sink for Controlled {
+    fn name(&self) -> &'static str {
+        "controlled"
+    }
+
+    fn submit(&mut self, batch: Arc<Batch>) -> SubmitFuture<'_> {
+        let offset = batch.offsets[0].ranges[0].first;
+        let (tx, rx) = oneshot::channel::<Answer>();
+        {
+            let mut s = self.0.lock().unwrap();
+            s.submitted.push(offset);
+            s.pending.push((offset, tx));
+        }
+        Box::pin(async move {
+            let ack: Acknowledgement = Box::pin(async move { rx.await.unwrap() });
+            Ok(ack)
+        })
+    }
+}
+
+fn written() -> Answer {
+    Ok(Progress::Written(WriteReport::default()))
+}
+
+fn batch_at(offset: i64) -> Batch {
+    let mut b = Batcher::new(layout(), Batching::default());
+    let mut ready = Vec::new();
+    b.push(
+        0,
+        offset,
+        &log("s", 1, offset, 0),
+        Instant::now(),
+        &mut ready,
+    )
+    .unwrap();
+    b.flush().unwrap()
+}
+
+struct Rig {
+    health: Arc<Health>,
+    ledger: Ledger,
+    events: mpsc::Receiver<Event>,
+    jobs: tokio::sync::mpsc::Sender<SinkJob>,
+    a: Controlled,
+    b: Controlled,
+    bytes: HashMap<i64, usize>,
+    /// The batches sent, to see when the task lets go of them.
+    sent: HashMap<i64, std::sync::Weak<Batch>>,
+}
+
+const P: Partition = 0;
+
+impl Rig {
+    fn start() -> Rig {
+        let (a, b) = (Controlled::default(), Controlled::default());
+        let (jobs, rx) = tokio::sync::mpsc::channel(2);
+        let (tx, events) = mpsc::channel();
+        let health = Health::new();
+        tokio::spawn(run(
+            rx,
+            vec![Box::new(a.clone()), Box::new(b.clone())],
+            tx,
+            Arc::clone(&health),
+            CancellationToken::new(),
+            ModelLabels {
+                model_id: "m".into(),
+                model_version: "1".into(),
+                project: "p".into(),
+            },
+            "t".into(),
+        ));
+        let mut ledger = Ledger::new(false);
+        ledger.assigned(&[P], &HashMap::new());
+        Rig {
+            health,
+            ledger,
+            events,
+            jobs,
+            a,
+            b,
+            bytes: HashMap::new(),
+            sent: HashMap::new(),
+        }
+    }
+
+    async fn send(&mut self, offset: i64) {
+        let mut batch = batch_at(offset);
+        assert!(self.ledger.consumed(P, offset));
+        let bytes = 1000 * (offset as usize + 1);
+        let (id, epochs) = self.ledger.dispatched(&batch.offsets, bytes, 2);
+        batch.epochs = epochs;
+        self.bytes.insert(offset, bytes);
+        let batch = Arc::new(batch);
+        self.sent.insert(offset, Arc::downgrade(&batch));
+        self.jobs
+            .send(SinkJob {
+                id,
+                batch,
+                opened: Instant::now(),
+            })
+            .await
+            .unwrap();
+    }
+
+    /// Lets the task run (time is paused: backoffs pass at once), then applies its events.
+    async fn settle(&mut self) {
+        for _ in 0..50 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        while let Ok(e) = self.events.try_recv() {
+            match e {
+                Event::Acked {
+                    id,
+                    sink,
+                    dead,
+                    checkpoints,
+                } => {
+                    assert!(dead.is_empty());
+                    self.ledger.sink_acked(id, sink, &[], checkpoints);
+                }
+                Event::Staged { id, sink } => {
+                    self.ledger.staged(id, sink);
+                }
+                _ => unreachable!(),
+            }
+        }
+    }
+
+    fn commit(&mut self) -> Option<i64> {
+        let points: Vec<CommitPoint> = self.ledger.commit_points(None);
+        let last = points.last().map(|p| p.offset);
+        for p in &points {
+            self.ledger.committed(p);
+        }
+        last
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn acknowledgements_arrive_per_sink_in_any_order_and_failures_are_resubmitted_to_that_sink_first(
+) {
+    let mut r = Rig::start();
+    for o in 0..3 {
+        r.send(o).await;
+    }
+    r.settle().await;
+    assert_eq!(
+        r.a.submitted(),
+        [0, 1, 2],
+        "submitted without waiting for acknowledgements"
+    );
+    assert_eq!(r.b.submitted(), [0, 1, 2]);
+    assert_eq!(r.ledger.inflight_bytes(), 1000 + 2000 + 3000);
+
+    // Batch 2 written everywhere, batch 0 by one sink only: nothing is committable yet.
+    r.b.answer(2, written());
+    r.a.answer(2, written());
+    r.b.answer(0, written());
+    r.settle().await;
+    assert_eq!(r.commit(), None, "batch 0 is not in sink a yet");
+    assert_eq!(r.ledger.inflight_bytes(), 1000 + 2000);
+
+    // Sink a fails batch 0 (retryable): it is submitted again to sink a alone, before the
+    // batch that comes next.
+    r.a.answer(
+        0,
+        Err(SinkError::new(
+            SinkErrorKind::Unavailable,
+            true,
+            "try later",
+        )),
+    );
+    r.settle().await;
+    r.send(3).await;
+    r.settle().await;
+    assert_eq!(r.a.submitted(), [0, 1, 2, 0, 3]);
+    assert_eq!(r.b.submitted(), [0, 1, 2, 3], "sink b is not asked again");
+    assert_eq!(r.commit(), None);
+
+    // Batch 1: staged by both sinks, its bytes leave the in-flight count (and the task drops
+    // it); not committable.
+    r.a.stage(1);
+    r.settle().await;
+    assert!(r.sent[&1].upgrade().is_some(), "sink b still holds batch 1");
+    r.b.stage(1);
+    r.settle().await;
+    assert_eq!(r.ledger.inflight_bytes(), 1000 + 4000);
+    assert!(
+        r.sent[&1].upgrade().is_none(),
+        "no sink holds batch 1 any more"
+    );
+    r.a.answer(0, written());
+    r.settle().await;
+    assert_eq!(
+        r.commit(),
+        Some(1),
+        "batch 0 is written everywhere; batch 1 only staged"
+    );
+
+    r.a.answer(1, written());
+    r.b.answer(1, written());
+    r.a.answer(3, written());
+    r.b.answer(3, written());
+    r.settle().await;
+    assert_eq!(r.commit(), Some(4));
+    assert!(r.ledger.settled());
+    assert_eq!(r.ledger.inflight_bytes(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_sink_that_needs_a_fix_is_retried_after_30_seconds_and_holds_its_later_batches() {
+    let mut r = Rig::start();
+    r.send(0).await;
+    r.settle().await;
+    r.a.answer(
+        0,
+        Err(SinkError::new(
+            SinkErrorKind::Rejected,
+            false,
+            "permission denied",
+        )),
+    );
+    r.b.answer(0, written());
+    r.settle().await; // 5 s pass
+    r.send(1).await;
+    r.settle().await; // 10 s
+    assert_eq!(
+        r.a.submitted(),
+        [0],
+        "nothing new while the failed batch waits"
+    );
+    assert_eq!(r.b.submitted(), [0, 1]);
+    r.b.answer(1, written());
+    r.settle().await;
+    assert!(
+        !r.health.sinks_ok.load(Ordering::Relaxed),
+        "unready while sink a needs a fix, though sink b writes"
+    );
+    assert_eq!(r.commit(), None);
+    for _ in 0..4 {
+        r.settle().await; // 35 s
+    }
+    assert_eq!(r.a.submitted(), [0, 0, 1]);
+    r.a.answer(0, written());
+    r.settle().await;
+    assert!(r.health.sinks_ok.load(Ordering::Relaxed), "ready again");
+    assert_eq!(r.commit(), Some(1));
+}
