@@ -13,6 +13,7 @@ mod clients;
 mod encode;
 mod fake;
 mod sign;
+mod sink;
 
 use serde_json::Value as Json;
 use std::path::{Path, PathBuf};

@@ -1,0 +1,437 @@
+//! The MAXCOMPUTE sink end to end (issue 19, items 4c and 4d): the real binary, the real broker,
+//! the Parquet local sink beside it (the values every sink writes) and the fake MaxCompute
+//! endpoint (pyodps's signer and reader as the authority). One fake process per test.
+//!
+//! - [`ours_and_merlins_path_write_the_same_rows_and_ddl`]: our target holds exactly the rows
+//!   Parquet holds (NULLs kept, TIMESTAMP to the microsecond), Merlin's path (merlin_sink.py on
+//!   pyodps 0.12.2) given the same rows writes the same rows with the same DDL; a clean stop
+//!   leaves no staging table.
+//! - [`faults_lose_nothing_and_commit_nothing_early`]: failing instances, refused signatures, a
+//!   block PUT cut midway, a failed commit, 503 and throttling while logs flow: the committed
+//!   offsets never run ahead of the target, every row lands exactly once; a publisher killed
+//!   with rows staged leaves its staging table, the next start drops it and the rows come again
+//!   from Kafka.
+
+use super::fake::{http, Fake, ACCESS_ID, DATASET, PROJECT, SECRET};
+use super::python;
+use crate::common::bin;
+use crate::runtime::{
+    committed_total, create_topic, logs, produce, signal, stop, unique, wait_for, Setup,
+};
+use arrow_array::cast::AsArray;
+use arrow_array::types::{Float64Type, Int64Type, TimestampMicrosecondType};
+use arrow_array::Array;
+use arrow_schema::DataType;
+use observation_publisher::config::{load_value, Config, Needs};
+use observation_publisher::gen::{GenOptions, Generator};
+use observation_publisher::maxcompute::ddl::table_name;
+use serde_json::{json, Map, Value as Json};
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+const LIMIT: Duration = Duration::from_secs(120);
+
+fn target() -> String {
+    table_name("demo", "fraud-detector")
+}
+
+fn key(dataset: &str, table: &str) -> String {
+    format!("{PROJECT}.{dataset}.{table}")
+}
+
+fn sink_yaml(fake: &Fake, interval: &str) -> String {
+    format!(
+        "observation_sinks:\n- type: MAXCOMPUTE\n  config:\n    project: {PROJECT}\n    dataset: {DATASET}\n    ttl_days: 0\n    access_key_id: {ACCESS_ID}\n    access_key_secret: {SECRET}\n    access_url: http://127.0.0.1:{}/api\n    interval: {interval}\n",
+        fake.port
+    )
+}
+
+/// `run` as pod `pod` (the staging table's name comes from it).
+fn start(s: &Setup, pod: &str) -> Child {
+    bin()
+        .args(["run", "-c", s.config.to_str().unwrap()])
+        .env("POD_NAME", pod)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(s.dir.join(format!("log-{}.txt", unique("run")))).unwrap())
+        .spawn()
+        .unwrap()
+}
+
+/// Logs for config/local.yaml's schema starting at `start_micros` (1 ms apart).
+fn logs_from(n: usize, seed: u64, start_micros: i64) -> Vec<(Vec<u8>, bool)> {
+    let v = load_value(
+        Some(&crate::common::repo_config("local.yaml")),
+        Vec::new(),
+        &[],
+    )
+    .unwrap();
+    let (cfg, _) = Config::from_value(&v, Needs::CONVERT).unwrap();
+    let mut g = Generator::new(
+        &cfg.inference_schema,
+        GenOptions {
+            rows_per_log: 1,
+            seed,
+            malformed_ratio: 0.0,
+            start_micros,
+            model: ("demo".into(), "fraud-detector".into(), "1".into()),
+        },
+    );
+    (0..n)
+        .map(|_| {
+            let l = g.next_log();
+            (l.bytes, l.malformed)
+        })
+        .collect()
+}
+
+/// Every Parquet row as the fake dumps rows: column → value (`{"us"}` timestamps, `{"f64"}`
+/// doubles), keyed by session id; and the columns with their MaxCompute types.
+fn parquet_maps(dir: &Path) -> (BTreeMap<String, Json>, Vec<(String, String)>) {
+    let mut out = BTreeMap::new();
+    let mut columns = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+                continue;
+            }
+            if !p.extension().is_some_and(|x| x == "parquet") {
+                continue;
+            }
+            let r = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
+                std::fs::File::open(&p).unwrap(),
+            )
+            .unwrap()
+            .build()
+            .unwrap();
+            for b in r {
+                let b = b.unwrap();
+                let schema = b.schema();
+                columns = schema
+                    .fields()
+                    .iter()
+                    .map(|f| {
+                        let ty = match f.data_type() {
+                            DataType::Utf8 => "STRING",
+                            DataType::Int64 => "BIGINT",
+                            DataType::Float64 => "DOUBLE",
+                            DataType::Boolean => "BOOLEAN",
+                            DataType::Timestamp(..) => "TIMESTAMP",
+                            other => panic!("{other}"),
+                        };
+                        (f.name().clone(), ty.to_string())
+                    })
+                    .collect();
+                for i in 0..b.num_rows() {
+                    let mut m = Map::new();
+                    for (c, f) in b.columns().iter().zip(schema.fields()) {
+                        let v = if c.is_null(i) {
+                            Json::Null
+                        } else {
+                            match f.data_type() {
+                                DataType::Utf8 => json!(c.as_string::<i32>().value(i)),
+                                DataType::Int64 => json!(c.as_primitive::<Int64Type>().value(i)),
+                                DataType::Float64 => json!({
+                                    "f64": c.as_primitive::<Float64Type>().value(i).to_bits() as i64
+                                }),
+                                DataType::Boolean => json!(c.as_boolean().value(i)),
+                                _ => json!({
+                                    "us": c.as_primitive::<TimestampMicrosecondType>().value(i)
+                                }),
+                            }
+                        };
+                        m.insert(f.name().to_lowercase(), v);
+                    }
+                    let session = m["session_id"].as_str().unwrap().to_string();
+                    out.insert(session, Json::Object(m));
+                }
+            }
+        }
+    }
+    (out, columns)
+}
+
+/// A table's rows keyed by session id (the auto partition value taken out and checked), and
+/// how many rows it holds.
+fn table_rows(fake: &Fake, key: &str) -> (BTreeMap<String, Json>, usize) {
+    let tables = fake.dump("tables");
+    let rows = tables[key]["rows"].as_array().cloned().unwrap_or_default();
+    let n = rows.len();
+    let mut out = BTreeMap::new();
+    for r in rows {
+        let mut r = r.as_object().unwrap().clone();
+        let pt = r.remove("request_timestamp_pt").unwrap();
+        let us = r["request_timestamp"]["us"].as_i64().unwrap();
+        let day = utc_day(us);
+        assert_eq!(pt, json!(day), "the auto partition is the row's day");
+        out.insert(
+            r["session_id"].as_str().unwrap().to_string(),
+            Json::Object(r),
+        );
+    }
+    (out, n)
+}
+
+/// The UTC day of a timestamp, `YYYY-MM-DD` (civil-from-days, H. Hinnant).
+fn utc_day(us: i64) -> String {
+    let z = us.div_euclid(86_400_000_000) + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02}")
+}
+
+fn table_names(fake: &Fake) -> Vec<String> {
+    fake.dump("tables")
+        .as_object()
+        .unwrap()
+        .keys()
+        .cloned()
+        .collect()
+}
+
+fn arm(fake: &Fake, faults: Json) {
+    let (status, body) = http(
+        fake.port,
+        "POST",
+        "/__fake/faults",
+        &[],
+        faults.to_string().as_bytes(),
+    );
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+}
+
+#[test]
+fn ours_and_merlins_path_write_the_same_rows_and_ddl() {
+    let fake = Fake::start();
+    let dir = tempfile::tempdir().unwrap();
+    let topic = unique("mc-same");
+    create_topic(&topic, 1);
+    // Whole-millisecond logs (Merlin's path keeps only milliseconds), then logs with
+    // microseconds (ours keeps them).
+    let whole = logs(120, 41, 0.0);
+    let micro = logs_from(20, 42, 1_764_000_000_000_123);
+    let s = Setup::new(
+        dir.path(),
+        "a",
+        &topic,
+        &unique("g"),
+        &sink_yaml(&fake, "1s"),
+    );
+    let child = start(&s, "pod-a");
+    produce(&topic, &whole);
+    produce(&topic, &micro);
+    let n = whole.len() + micro.len();
+    let ok = wait_for(LIMIT, || committed_total(&topic, &s.group, 1) == n as i64);
+    let code = stop(child);
+    assert!(ok, "every offset commits\n{}", s.log_tail());
+    assert_eq!(code, Some(0), "{}", s.log_tail());
+
+    // Ours: exactly the rows Parquet holds (the values every sink writes), NULLs included.
+    let (parquet, columns) = parquet_maps(&s.dir.join("rows"));
+    assert_eq!(parquet.len(), n);
+    let (ours, count) = table_rows(&fake, &key(DATASET, &target()));
+    assert_eq!(count, n, "every row once");
+    assert_eq!(ours, parquet);
+    assert!(
+        parquet
+            .values()
+            .any(|r| r.as_object().unwrap().values().any(Json::is_null)),
+        "the generated logs have NULL features, kept"
+    );
+    // Microseconds kept.
+    let with_us: Vec<i64> = ours
+        .iter()
+        .filter(|(k, _)| k.starts_with("sess-2a-"))
+        .map(|(_, r)| r["request_timestamp"]["us"].as_i64().unwrap())
+        .collect();
+    assert_eq!(with_us.len(), micro.len());
+    assert!(with_us.iter().all(|us| us % 1_000 == 123), "{with_us:?}");
+    // A clean stop leaves only the target.
+    assert_eq!(table_names(&fake), vec![key(DATASET, &target())]);
+    let sql: Vec<String> = fake
+        .dump("instances")
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["sql"].as_str().unwrap().to_string())
+        .collect();
+    assert!(
+        sql.iter()
+            .any(|q| q.starts_with("create table ds.prediction_log_demo_fraud_detector_stg_pod_a")),
+        "{sql:?}"
+    );
+
+    // Merlin's path, given the same whole-millisecond rows without NULLs (it cannot carry
+    // them), into the same table name in another dataset.
+    let merlin_rows: Vec<&Json> = parquet
+        .iter()
+        .filter(|(k, r)| {
+            k.starts_with("sess-29-") && !r.as_object().unwrap().values().any(Json::is_null)
+        })
+        .map(|(_, r)| r)
+        .collect();
+    assert!(merlin_rows.len() >= 60, "{}", merlin_rows.len());
+    let spec = json!({
+        "port": fake.port, "access_id": ACCESS_ID, "secret": SECRET,
+        "project": PROJECT, "dataset": "merlin", "table": target(),
+        "columns": columns,
+        "rows": merlin_rows.iter().map(|r| {
+            columns.iter().map(|(c, _)| r[c.to_lowercase()].clone()).collect::<Vec<_>>()
+        }).collect::<Vec<_>>(),
+    });
+    let spec_path = dir.path().join("spec.json");
+    std::fs::write(&spec_path, spec.to_string()).unwrap();
+    let out = Command::new(python("0.12"))
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/maxcompute/merlin_sink.py"))
+        .arg(&spec_path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "merlin_sink.py failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let tables = fake.dump("tables");
+    let (ours_ddl, merlin_ddl) = (
+        tables[key(DATASET, &target())]["ddl"].as_str().unwrap(),
+        tables[key("merlin", &target())]["ddl"].as_str().unwrap(),
+    );
+    assert_eq!(
+        ours_ddl,
+        merlin_ddl.replacen("merlin.", "ds.", 1),
+        "same DDL"
+    );
+    let (merlin, count) = table_rows(&fake, &key("merlin", &target()));
+    assert_eq!(count, merlin_rows.len());
+    let ours_same: BTreeMap<String, Json> = ours
+        .into_iter()
+        .filter(|(k, _)| merlin.contains_key(k))
+        .collect();
+    assert_eq!(
+        merlin, ours_same,
+        "Merlin's path and ours wrote the same rows"
+    );
+}
+
+/// Committed offset `c` (one partition) must not run ahead of the target: the first `c` logs'
+/// sessions are all there.
+fn check_not_ahead(fake: &Fake, s: &Setup, topic: &str, sessions: &[String]) -> usize {
+    let c = committed_total(topic, &s.group, 1) as usize;
+    let (rows, _) = table_rows(fake, &key(DATASET, &target()));
+    for sess in &sessions[..c.min(sessions.len())] {
+        assert!(
+            rows.contains_key(sess),
+            "offset {c} committed but {sess} is not in the target\n{}",
+            s.log_tail()
+        );
+    }
+    c
+}
+
+#[test]
+fn faults_lose_nothing_and_commit_nothing_early() {
+    let fake = Fake::start();
+    let dir = tempfile::tempdir().unwrap();
+    let topic = unique("mc-faults");
+    create_topic(&topic, 1);
+    let group = unique("g");
+    let all = logs(300, 43, 0.0);
+    let sessions: Vec<String> = (0..all.len()).map(|i| format!("sess-2b-{i}")).collect();
+    let s = Setup::new(dir.path(), "a", &topic, &group, &sink_yaml(&fake, "1s"));
+    let child = start(&s, "pod-f");
+    produce(&topic, &all[..100]);
+    assert!(
+        wait_for(LIMIT, || check_not_ahead(&fake, &s, &topic, &sessions)
+            == 100),
+        "{}",
+        s.log_tail()
+    );
+
+    // Every fault at once while the next logs flow; the commit never runs ahead.
+    arm(
+        &fake,
+        json!({"fail_instances": 2, "refuse_signatures": 1, "drop_block_put": 1,
+               "fail_commit": 1, "unavailable": 2, "throttle": 2}),
+    );
+    produce(&topic, &all[100..200]);
+    assert!(
+        wait_for(LIMIT, || check_not_ahead(&fake, &s, &topic, &sessions)
+            == 200),
+        "{}",
+        s.log_tail()
+    );
+    assert_eq!(stop(child), Some(0), "{}", s.log_tail());
+    let (rows, count) = table_rows(&fake, &key(DATASET, &target()));
+    assert_eq!((rows.len(), count), (200, 200), "every row exactly once");
+    assert_eq!(
+        table_names(&fake),
+        vec![key(DATASET, &target())],
+        "no staging table left"
+    );
+    // Every armed fault fired (the counts are back to 0).
+    let (status, left) = http(fake.port, "POST", "/__fake/faults", &[], b"{}");
+    assert_eq!(status, 200);
+    let left: Json = serde_json::from_slice(&left).unwrap();
+    assert!(
+        left.as_object().unwrap().values().all(|v| v == 0),
+        "faults not used: {left}"
+    );
+
+    // A publisher killed with rows staged (an interval it never reaches) leaves its staging
+    // table; the next start as the same pod drops it and reads the rows again from Kafka.
+    let slow = Setup::new(dir.path(), "b", &topic, &group, &sink_yaml(&fake, "1h"));
+    let child = start(&slow, "pod-f");
+    produce(&topic, &all[200..]);
+    let staging = key(DATASET, &format!("{}_stg_pod_f", target()));
+    let staged = wait_for(LIMIT, || {
+        fake.dump("tables")[&staging]["rows"]
+            .as_array()
+            .is_some_and(|r| r.len() == 100)
+    });
+    signal(&child, "-KILL");
+    let mut child = child;
+    let _ = child.wait();
+    assert!(staged, "rows staged\n{}", slow.log_tail());
+    assert_eq!(
+        committed_total(&topic, &group, 1),
+        200,
+        "nothing of them committed"
+    );
+    assert!(
+        table_names(&fake).contains(&staging),
+        "the crash left its staging table"
+    );
+
+    let again = Setup::new(dir.path(), "c", &topic, &group, &sink_yaml(&fake, "1s"));
+    let child = start(&again, "pod-f");
+    assert!(
+        wait_for(LIMIT, || check_not_ahead(&fake, &again, &topic, &sessions)
+            == 300),
+        "{}",
+        again.log_tail()
+    );
+    assert_eq!(stop(child), Some(0), "{}", again.log_tail());
+    assert_eq!(
+        again.log_count("\"dropped_left_by_crash\":true"),
+        1,
+        "{}",
+        again.log_tail()
+    );
+    let (rows, count) = table_rows(&fake, &key(DATASET, &target()));
+    assert_eq!(
+        (rows.len(), count),
+        (300, 300),
+        "the dropped staging rows came again from Kafka, once"
+    );
+    assert_eq!(table_names(&fake), vec![key(DATASET, &target())]);
+}
