@@ -99,7 +99,7 @@ fn parquet_maps(dir: &Path) -> (BTreeMap<String, Json>, Vec<(String, String)>) {
                 stack.push(p);
                 continue;
             }
-            if !p.extension().is_some_and(|x| x == "parquet") {
+            if p.extension().is_none_or(|x| x != "parquet") {
                 continue;
             }
             let r = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
