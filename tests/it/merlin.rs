@@ -189,6 +189,27 @@ fn merlins_config_as_written_passes_check_config_and_run_names_its_access_url() 
     for shown in ["access_key_secret: secret", "access_key_id: key"] {
         assert!(!out.contains(shown), "the access keys are redacted:\n{out}");
     }
+    assert!(
+        out.contains("observation_sinks[1].config.access_url = \"url\": not an http(s):// URL: `run` exits 2 unless the environment replaces it (OBS_PUBLISHER__OBSERVATION_SINKS__1__CONFIG__ACCESS_URL)"),
+        "{out}"
+    );
+
+    // The variable the message names does replace it.
+    let o = bin()
+        .args(["check-config", "-c"])
+        .arg(&f)
+        .env(
+            "OBS_PUBLISHER__OBSERVATION_SINKS__1__CONFIG__ACCESS_URL",
+            "https://service.ap-southeast-1.maxcompute.aliyun.com/api",
+        )
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout_of(&o);
+    assert!(
+        out.contains("access_url = \"https://service.ap-southeast-1.maxcompute.aliyun.com/api\": MaxCompute's control plane"),
+        "{out}"
+    );
 
     // `run` checks the URL where the MAXCOMPUTE sink starts: exit 2, naming the key and the
     // variable that sets it (BIGQUERY left out: it would wait for its service first).
