@@ -427,6 +427,14 @@ fn faults_lose_nothing_and_commit_nothing_early() {
         "{}",
         again.log_tail()
     );
+    for setup in [&s, &slow, &again] {
+        assert_eq!(setup.log_count(SECRET), 0, "the secret is never printed");
+    }
+    assert!(
+        s.log_count("access_key_secret") > 0,
+        "the refused signature was reported, naming the key (not its value)\n{}",
+        s.log_tail()
+    );
     let (rows, count) = table_rows(&fake, &key(DATASET, &target()));
     assert_eq!(
         (rows.len(), count),
@@ -434,4 +442,113 @@ fn faults_lose_nothing_and_commit_nothing_early() {
         "the dropped staging rows came again from Kafka, once"
     );
     assert_eq!(table_names(&fake), vec![key(DATASET, &target())]);
+}
+
+/// At start: a target lacking a model column gets it with `ALTER TABLE … ADD COLUMNS`; a column
+/// whose type changed ends `run` with exit 2 naming the column (as BIGQUERY), before anything is
+/// consumed.
+#[test]
+fn start_adds_missing_columns_and_refuses_a_changed_type() {
+    use observation_publisher::maxcompute::client::{Client, ClientOptions};
+    use observation_publisher::maxcompute::ddl::{create_table_sql, SQL_SETTINGS};
+    use observation_publisher::maxcompute::schema::{OdpsType, TableColumn};
+    use observation_publisher::maxcompute::sign::Credentials;
+    use observation_publisher::table::TableLayout;
+
+    let fake = Fake::start();
+    let v = load_value(
+        Some(&crate::common::repo_config("local.yaml")),
+        Vec::new(),
+        &[],
+    )
+    .unwrap();
+    let (cfg, _) = Config::from_value(&v, Needs::CONVERT).unwrap();
+    let model = TableColumn::from_layout(&TableLayout::from_config(&cfg).columns);
+    let client = Client::new(
+        ClientOptions {
+            endpoint: format!("http://127.0.0.1:{}/api", fake.port),
+            project: PROJECT.into(),
+            dataset: DATASET.into(),
+            tunnel_endpoint: None,
+            request_timeout: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(5),
+            max_poll_interval: Duration::from_millis(100),
+            max_instance_wait: Duration::from_secs(60),
+        },
+        Credentials::new(ACCESS_ID, SECRET),
+    )
+    .unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let sql = |q: String| rt.block_on(client.run_sql(&q, SQL_SETTINGS)).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let run = |name: &str| {
+        let s = Setup::new(
+            dir.path(),
+            name,
+            &unique("mc-start"),
+            &unique("g"),
+            &sink_yaml(&fake, "1s"),
+        );
+        (start(&s, "pod-s"), s)
+    };
+
+    // An older table without the last column: it is added, the process runs.
+    sql(create_table_sql(
+        DATASET,
+        &target(),
+        &model[..model.len() - 1],
+    ));
+    let (child, s) = run("a");
+    let added = wait_for(LIMIT, || {
+        fake.dump("tables")[key(DATASET, &target())]["columns"]
+            .as_array()
+            .is_some_and(|c| c.len() == model.len())
+    });
+    assert_eq!(stop(child), Some(0), "{}", s.log_tail());
+    assert!(added, "{}", s.log_tail());
+    let last = &model[model.len() - 1];
+    let alter = format!(
+        "alter table ds.{} add columns ( {} {} )",
+        target(),
+        last.name,
+        last.ty
+    );
+    assert!(
+        fake.dump("instances")
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|i| i["sql"] == alter.as_str()),
+        "Merlin's alter statement: {alter}"
+    );
+
+    // A column whose type changed: exit 2 naming it.
+    sql(format!("drop table ds.{}", target()));
+    let mut changed = model.clone();
+    let amount = changed.iter_mut().find(|c| c.name == "amount").unwrap();
+    amount.ty = OdpsType::String;
+    sql(create_table_sql(DATASET, &target(), &changed));
+    let (mut child, s) = run("b");
+    let end = std::time::Instant::now() + LIMIT;
+    let code = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st.code();
+        }
+        if std::time::Instant::now() > end {
+            let _ = child.kill();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(code, Some(2), "{}", s.log_tail());
+    assert!(
+        s.log_count(
+            "column amount of MaxCompute table ds.prediction_log_demo_fraud_detector is STRING"
+        ) > 0,
+        "{}",
+        s.log_tail()
+    );
 }
