@@ -552,3 +552,53 @@ fn start_adds_missing_columns_and_refuses_a_changed_type() {
         s.log_tail()
     );
 }
+
+/// Rows the Tunnel refuses become row letters before anything is staged: the refused block is
+/// narrowed down to them, every other row reaches the target, the letters are written, and every
+/// offset commits.
+#[test]
+fn rows_the_tunnel_refuses_become_row_letters() {
+    let fake = Fake::start();
+    let refused = ["sess-2c-3", "sess-2c-17"];
+    let (status, _) = http(
+        fake.port,
+        "POST",
+        "/__fake/refuse_rows",
+        &[],
+        json!({"column": "session_id", "values": refused})
+            .to_string()
+            .as_bytes(),
+    );
+    assert_eq!(status, 200);
+    let dir = tempfile::tempdir().unwrap();
+    let topic = unique("mc-refused");
+    create_topic(&topic, 1);
+    let all = logs(40, 44, 0.0);
+    let s = Setup::new(
+        dir.path(),
+        "a",
+        &topic,
+        &unique("g"),
+        &sink_yaml(&fake, "1s"),
+    );
+    let child = start(&s, "pod-r");
+    produce(&topic, &all);
+    let ok = wait_for(LIMIT, || {
+        committed_total(&topic, &s.group, 1) == all.len() as i64
+    });
+    assert_eq!(stop(child), Some(0), "{}", s.log_tail());
+    assert!(ok, "every offset commits\n{}", s.log_tail());
+    let (rows, count) = table_rows(&fake, &key(DATASET, &target()));
+    assert_eq!(count, all.len() - refused.len(), "{}", s.log_tail());
+    for r in refused {
+        assert!(!rows.contains_key(r), "{r} refused");
+    }
+    assert_eq!(s.dead_letters(), refused.len(), "one row letter each");
+    assert_eq!(
+        s.log_count("maxcompute_refused"),
+        refused.len(),
+        "{}",
+        s.log_tail()
+    );
+    assert_eq!(table_names(&fake), vec![key(DATASET, &target())]);
+}
