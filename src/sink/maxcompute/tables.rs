@@ -16,11 +16,16 @@ pub const MAX_TABLE_NAME: usize = 128;
 pub const STAGING_LIFECYCLE_DAYS: u32 = 1;
 
 /// The instance's name in staging table names: `POD_NAME` when set, else `HOSTNAME` (in
-/// Kubernetes the pod's name, which a container restarted after a crash keeps), else `local`.
+/// Kubernetes the pod's name, which a container restarted after a crash keeps), else the
+/// kernel's host name (`/proc/sys/kernel/hostname`: shells do not always export `HOSTNAME`),
+/// else `local`. `env` reads a variable; the host name file is read only when both are unset.
 pub fn instance_name(env: impl Fn(&str) -> Option<String>) -> String {
     ["POD_NAME", "HOSTNAME"]
         .into_iter()
         .filter_map(env)
+        .chain(std::iter::once_with(|| {
+            std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default()
+        }))
         .map(|v| v.trim().to_string())
         .find(|v| !v.is_empty())
         .unwrap_or_else(|| "local".to_string())
@@ -212,7 +217,12 @@ mod tests {
         };
         assert_eq!(env(Some("p1"), Some("h1")), "p1");
         assert_eq!(env(Some(" "), Some("h1")), "h1");
-        assert_eq!(env(None, None), "local");
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_string())
+            .ok()
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(|| "local".into());
+        assert_eq!(env(None, None), host);
     }
 
     #[test]
