@@ -48,15 +48,49 @@ fn sink_yaml(fake: &Fake, interval: &str) -> String {
     )
 }
 
+/// A running publisher, killed if the test fails before stopping it.
+struct Running(Option<Child>);
+
+impl Running {
+    /// SIGTERM, and the exit code.
+    fn stop(mut self) -> Option<i32> {
+        stop(self.0.take().expect("running"))
+    }
+
+    /// SIGKILL (a crash), waited for.
+    fn kill(mut self) {
+        let mut child = self.0.take().expect("running");
+        signal(&child, "-KILL");
+        let _ = child.wait();
+    }
+
+    fn child(&mut self) -> &mut Child {
+        self.0.as_mut().expect("running")
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
 /// `run` as pod `pod` (the staging table's name comes from it).
-fn start(s: &Setup, pod: &str) -> Child {
-    bin()
-        .args(["run", "-c", s.config.to_str().unwrap()])
-        .env("POD_NAME", pod)
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(s.dir.join(format!("log-{}.txt", unique("run")))).unwrap())
-        .spawn()
-        .unwrap()
+fn start(s: &Setup, pod: &str) -> Running {
+    Running(Some(
+        bin()
+            .args(["run", "-c", s.config.to_str().unwrap()])
+            .env("POD_NAME", pod)
+            .stdout(Stdio::null())
+            .stderr(
+                std::fs::File::create(s.dir.join(format!("log-{}.txt", unique("run")))).unwrap(),
+            )
+            .spawn()
+            .unwrap(),
+    ))
 }
 
 /// Logs for config/local.yaml's schema starting at `start_micros` (1 ms apart).
@@ -232,7 +266,7 @@ fn ours_and_merlins_path_write_the_same_rows_and_ddl() {
     produce(&topic, &micro);
     let n = whole.len() + micro.len();
     let ok = wait_for(LIMIT, || committed_total(&topic, &s.group, 1) == n as i64);
-    let code = stop(child);
+    let code = child.stop();
     assert!(ok, "every offset commits\n{}", s.log_tail());
     assert_eq!(code, Some(0), "{}", s.log_tail());
 
@@ -370,7 +404,7 @@ fn faults_lose_nothing_and_commit_nothing_early() {
         "{}",
         s.log_tail()
     );
-    assert_eq!(stop(child), Some(0), "{}", s.log_tail());
+    assert_eq!(child.stop(), Some(0), "{}", s.log_tail());
     let (rows, count) = table_rows(&fake, &key(DATASET, &target()));
     assert_eq!((rows.len(), count), (200, 200), "every row exactly once");
     assert_eq!(
@@ -398,9 +432,7 @@ fn faults_lose_nothing_and_commit_nothing_early() {
             .as_array()
             .is_some_and(|r| r.len() == 100)
     });
-    signal(&child, "-KILL");
-    let mut child = child;
-    let _ = child.wait();
+    child.kill();
     assert!(staged, "rows staged\n{}", slow.log_tail());
     assert_eq!(
         committed_total(&topic, &group, 1),
@@ -420,7 +452,7 @@ fn faults_lose_nothing_and_commit_nothing_early() {
         "{}",
         again.log_tail()
     );
-    assert_eq!(stop(child), Some(0), "{}", again.log_tail());
+    assert_eq!(child.stop(), Some(0), "{}", again.log_tail());
     assert_eq!(
         again.log_count("\"dropped_left_by_crash\":true"),
         1,
@@ -507,7 +539,7 @@ fn start_adds_missing_columns_and_refuses_a_changed_type() {
             .as_array()
             .is_some_and(|c| c.len() == model.len())
     });
-    assert_eq!(stop(child), Some(0), "{}", s.log_tail());
+    assert_eq!(child.stop(), Some(0), "{}", s.log_tail());
     assert!(added, "{}", s.log_tail());
     let last = &model[model.len() - 1];
     let alter = format!(
@@ -534,11 +566,10 @@ fn start_adds_missing_columns_and_refuses_a_changed_type() {
     let (mut child, s) = run("b");
     let end = std::time::Instant::now() + LIMIT;
     let code = loop {
-        if let Some(st) = child.try_wait().unwrap() {
+        if let Some(st) = child.child().try_wait().unwrap() {
             break st.code();
         }
         if std::time::Instant::now() > end {
-            let _ = child.kill();
             break None;
         }
         std::thread::sleep(Duration::from_millis(50));
@@ -586,7 +617,7 @@ fn rows_the_tunnel_refuses_become_row_letters() {
     let ok = wait_for(LIMIT, || {
         committed_total(&topic, &s.group, 1) == all.len() as i64
     });
-    assert_eq!(stop(child), Some(0), "{}", s.log_tail());
+    assert_eq!(child.stop(), Some(0), "{}", s.log_tail());
     assert!(ok, "every offset commits\n{}", s.log_tail());
     let (rows, count) = table_rows(&fake, &key(DATASET, &target()));
     assert_eq!(count, all.len() - refused.len(), "{}", s.log_tail());
