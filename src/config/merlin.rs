@@ -203,7 +203,7 @@ pub const DEFAULT_ARIZE_CONNECT_TIMEOUT: std::time::Duration = std::time::Durati
 /// Default `max_request_bytes` of the ARIZE sink: 8 MiB.
 pub const DEFAULT_ARIZE_MAX_REQUEST_BYTES: u64 = 8 << 20;
 
-/// A MAXCOMPUTE sink: Merlin's keys plus ours (not supported by `run` yet). `Debug` redacts
+/// A MAXCOMPUTE sink: Merlin's keys plus ours (`sink::maxcompute`). `Debug` redacts
 /// the access key id and secret; `check-config` redacts them by key name.
 #[derive(Clone, PartialEq, Serialize)]
 pub struct MaxComputeSink {
@@ -225,7 +225,8 @@ pub struct MaxComputeSink {
     /// Ours: the Tunnel endpoint (`tunnel_endpoint`); absent: asked from the project's
     /// `tunnel?service`.
     pub tunnel_endpoint: Option<String>,
-    /// Ours, provisional: how often staged rows are moved into the model's table (`interval`).
+    /// Ours: how often staged rows are moved into the model's table (`interval`): the offsets
+    /// of a batch commit only after its move, so this bounds the commit latency.
     #[serde(with = "super::ours::humantime_serde_compat")]
     pub interval: std::time::Duration,
     /// Ours: timeout of one request (`request_timeout`).
@@ -257,7 +258,7 @@ impl std::fmt::Debug for MaxComputeSink {
     }
 }
 
-/// Default `interval` of the MAXCOMPUTE sink (provisional: the write path is not built yet).
+/// Default `interval` of the MAXCOMPUTE sink: one `INSERT … SELECT` a minute (docs/maxcompute.md).
 pub const DEFAULT_MAXCOMPUTE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(60);
 /// Default `request_timeout` of the MAXCOMPUTE sink.
 pub const DEFAULT_MAXCOMPUTE_REQUEST_TIMEOUT: std::time::Duration =
@@ -397,9 +398,10 @@ fn read_maxcompute(
     let ttl_days = c.u64("ttl_days", problems).unwrap_or(0);
     let access_key_id = c.req_string("access_key_id", problems);
     let access_key_secret = c.req_string("access_key_secret", problems);
-    // Merlin's value as written (its own test config has `access_url: url`): while `run` refuses
-    // MAXCOMPUTE, that refusal is the one problem of such a config. The URL form is to be
-    // checked with the sink, when `run` accepts it (issue 19).
+    // Merlin's value as written (its own test config has `access_url: url`, which the pod's
+    // environment replaces, e.g. OBS_PUBLISHER__OBSERVATION_SINKS__1__CONFIG__ACCESS_URL):
+    // `check-config` accepts the file as written; `run` checks the URL where the sink starts
+    // (sink::maxcompute::check_access_url, exit 2 with the key named).
     let access_url = c
         .req_string("access_url", problems)
         .trim_end_matches('/')

@@ -128,12 +128,26 @@ pub fn merlin_keys(root: &Value, cfg: &Config) -> Vec<Understood> {
                         b.ttl_days
                     ),
                 ),
-                ("MAXCOMPUTE", _) => add(
-                    format!("{base}.ttl_days"),
-                    c.get("ttl_days"),
-                    "no effect: no lifecycle is set on the target table (Merlin ignores it too)"
-                        .into(),
-                ),
+                ("MAXCOMPUTE", sink) => {
+                    add(
+                        format!("{base}.ttl_days"),
+                        c.get("ttl_days"),
+                        "no effect: no lifecycle is set on the target table (Merlin ignores it too)"
+                            .into(),
+                    );
+                    // Checked by `run`, not here: Merlin's own fixture has the placeholder `url`.
+                    let url_ok = matches!(sink, Some(SinkConfig::MaxCompute(m))
+                        if crate::sink::maxcompute::check_access_url(&m.access_url).is_ok());
+                    add(
+                        format!("{base}.access_url"),
+                        c.get("access_url"),
+                        if url_ok {
+                            "MaxCompute's control plane; the Tunnel endpoint is asked from it unless tunnel_endpoint is set".into()
+                        } else {
+                            format!("not an http(s):// URL: `run` exits 2 unless the environment replaces it (OBS_PUBLISHER__OBSERVATION_SINKS__{i}__CONFIG__ACCESS_URL)")
+                        },
+                    );
+                }
                 _ => {}
             }
             add(

@@ -286,6 +286,18 @@ impl Client {
     /// it: create the instance, poll until `Terminated`, then every task must be `Success`; a
     /// failed task's `?result` is in the error.
     pub async fn run_sql(&self, sql: &str, settings: &[(&str, &str)]) -> Result<(), CallError> {
+        let id = self.start_sql(sql, settings).await?;
+        self.wait_sql(&id, sql).await
+    }
+
+    /// Creates the SQL instance of one statement and returns its id, without waiting for it. A
+    /// caller that must not run a statement twice (an `INSERT`) waits with [`Client::wait_sql`]
+    /// and, on a retryable failure of the wait, waits again on the same id.
+    pub async fn start_sql(
+        &self,
+        sql: &str,
+        settings: &[(&str, &str)],
+    ) -> Result<String, CallError> {
         let what = "running SQL";
         let cp = Self::seg(&self.opts.project);
         let target = format!("{}/instances?curr_project={cp}", self.project_path());
@@ -316,7 +328,14 @@ impl Client {
                 )
             })?
             .to_string();
-        let inst = format!("{}/instances/{}", self.project_path(), Self::seg(&id));
+        Ok(id)
+    }
+
+    /// Waits for instance `id` (running `sql`) to terminate: every task must be `Success`; a
+    /// failed task's `?result` is in the error.
+    pub async fn wait_sql(&self, id: &str, sql: &str) -> Result<(), CallError> {
+        let cp = Self::seg(&self.opts.project);
+        let inst = format!("{}/instances/{}", self.project_path(), Self::seg(id));
         let what = format!("running SQL (instance {id})");
         let get = |query: &'static str| {
             let target = format!("{inst}?{query}curr_project={cp}");

@@ -1,6 +1,6 @@
 //! MaxCompute (Alibaba Cloud ODPS) protocol pieces, pure and verified against pyodps
 //! (tests/it/maxcompute): request signing, the Tunnel's record encoding, Merlin's DDL. The
-//! sink built on them is issue 19's later part; docs/maxcompute.md records the wire facts.
+//! sink built on them is `sink::maxcompute`; docs/maxcompute.md records the wire facts.
 //!
 //! - [`sign`]: V2 signing (`Authorization: ODPS <id>:base64(HMAC-SHA1)`); secrets never printed.
 //! - [`record`]: the Tunnel's protobuf-like record stream with CRC32C checksums.

@@ -8,6 +8,7 @@ use crate::server::Health;
 use crate::sink::arize::ArizeSink;
 use crate::sink::bigquery::{BigQueryTableSink, StartError};
 use crate::sink::exactly_once::{ExactlyOnceSink, PartitionStarts};
+use crate::sink::maxcompute::MaxComputeSink;
 use crate::sink::parquet::ParquetSink;
 use crate::sink::Sink;
 use crate::source::{self, SourceContext};
@@ -56,9 +57,9 @@ impl NotStarted {
 }
 
 /// Builds the configured sinks, in the configuration's order (the local Parquet sink first).
-/// BigQuery start-up (table creation or migration) is retried
-/// while BigQuery is unreachable; a configuration problem (a changed column type, a missing
-/// dataset) ends the process with exit code 2.
+/// BigQuery and MaxCompute start-up (table creation or migration) is retried
+/// while the service is unreachable; a configuration problem (a changed column type, a missing
+/// dataset, MaxCompute's `access_url` not a URL) ends the process with exit code 2.
 pub(super) fn sinks(
     cfg: &Config,
     starts: Option<&PartitionStarts>,
@@ -82,7 +83,13 @@ pub(super) fn sinks(
                 sinks.push(Box::new(s));
                 continue;
             }
-            SinkConfig::MaxCompute(_) => continue,
+            SinkConfig::MaxCompute(mc) => {
+                let s = start_retrying("MaxCompute", rt, health, shutdown, || {
+                    MaxComputeSink::start(cfg, mc, shutdown.clone())
+                })?;
+                sinks.push(Box::new(s));
+                continue;
+            }
         };
         let mut wait = Duration::from_secs(1);
         loop {
@@ -121,6 +128,47 @@ pub(super) fn sinks(
         }
     }
     Ok(sinks)
+}
+
+/// Starts a sink, retrying while its service is unavailable (doubling waits up to a minute,
+/// unready meanwhile); a configuration problem ends the process with exit code 2.
+fn start_retrying<S, F, Fut>(
+    name: &str,
+    rt: &tokio::runtime::Runtime,
+    health: &Health,
+    shutdown: &CancellationToken,
+    mut start: F,
+) -> Result<S, NotStarted>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<S, StartError>>,
+{
+    let mut wait = Duration::from_secs(1);
+    loop {
+        match rt.block_on(start()) {
+            Ok(s) => return Ok(s),
+            Err(StartError::Config(m)) => {
+                return Err(NotStarted::Config(format!(
+                    "{} sink: {m}",
+                    name.to_ascii_uppercase()
+                )))
+            }
+            Err(StartError::Unavailable(m)) => {
+                health.sinks_ok.store(false, Ordering::Relaxed);
+                tracing::warn!(error = %m, retry_in_s = wait.as_secs(), "{name} not available at start-up; retrying");
+                let stopped = rt.block_on(async {
+                    tokio::select! {
+                        () = shutdown.cancelled() => true,
+                        () = tokio::time::sleep(wait) => false,
+                    }
+                });
+                if stopped {
+                    return Err(NotStarted::Stopped("while waiting for a sink's service"));
+                }
+                wait = (wait * 2).min(Duration::from_secs(60));
+            }
+        }
+    }
 }
 
 /// The dead-letter target; its outcomes come back as events on the pipeline's channel.

@@ -94,8 +94,24 @@ struct Task {
 }
 
 pub(crate) async fn run(
-    mut rx: tokio::sync::mpsc::Receiver<SinkJob>,
+    rx: tokio::sync::mpsc::Receiver<SinkJob>,
     mut sinks: Vec<Box<dyn Sink>>,
+    events: mpsc::Sender<Event>,
+    health: Arc<Health>,
+    hard_stop: CancellationToken,
+    labels: ModelLabels,
+    topic: String,
+) {
+    run_until_done(rx, &mut sinks, events, health, hard_stop, labels, topic).await;
+    // Whatever ended the task, each sink releases what it holds outside the process.
+    for sink in &mut sinks {
+        sink.close().await;
+    }
+}
+
+async fn run_until_done(
+    mut rx: tokio::sync::mpsc::Receiver<SinkJob>,
+    sinks: &mut [Box<dyn Sink>],
     events: mpsc::Sender<Event>,
     health: Arc<Health>,
     hard_stop: CancellationToken,

@@ -21,16 +21,21 @@
 //! the failed batch was submitted again, so a sink sees its batches in order except when an
 //! acknowledgement fails after later batches were submitted.
 //! [`Sink::write`] (submit, then wait for the acknowledgement) and [`retry::write_with_retry`]
-//! serve callers that want one batch at a time.
+//! serve callers that want one batch at a time. When the sink task ends (a clean stop, or
+//! not) it calls [`Sink::close`] on every sink: a sink releases what it holds outside the
+//! process there (the MAXCOMPUTE sink drops its staging table).
 //!
 //! Sinks:
 //! - [`parquet::ParquetSink`]: the embedded default, local Parquet files under `dt=YYYY-MM-DD/`.
 //! - [`bigquery::BigQueryTableSink`]: BigQuery through the Storage Write API.
 //! - [`arize::ArizeSink`]: Arize's pandas-logger endpoint (what Merlin sends through arize 7.10.2).
+//! - [`maxcompute::MaxComputeSink`]: Merlin's MaxCompute table, through the Tunnel and a staging
+//!   table moved by interval.
 
 pub mod arize;
 pub mod bigquery;
 pub mod exactly_once;
+pub mod maxcompute;
 pub mod parquet;
 pub mod retry;
 
@@ -109,6 +114,9 @@ pub type Acknowledgement = Pin<Box<dyn Future<Output = Result<Progress, SinkErro
 pub type SubmitFuture<'a> =
     Pin<Box<dyn Future<Output = Result<Acknowledgement, SinkError>> + Send + 'a>>;
 
+/// The future a [`Sink::close`] returns.
+pub type CloseFuture<'a> = Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
+
 /// An acknowledgement that is already there (a sink that writes while it takes the batch).
 pub fn written(report: WriteReport) -> Acknowledgement {
     Box::pin(std::future::ready(Ok(Progress::Written(report))))
@@ -145,6 +153,13 @@ pub trait Sink: Send {
     /// retries internally stays inside `write` during an outage; this is how readiness learns.
     fn health(&self) -> Option<tokio::sync::watch::Receiver<bool>> {
         None
+    }
+
+    /// The sink task is ending: release what the sink holds outside the process. Called once,
+    /// after the last acknowledgement the task awaited (acknowledgements still pending are
+    /// abandoned: their batches' offsets stay uncommitted). Default: nothing.
+    fn close(&mut self) -> CloseFuture<'_> {
+        Box::pin(std::future::ready(()))
     }
 }
 

@@ -48,6 +48,10 @@ fn python_dir() -> (tempfile::TempDir, PathBuf) {
     (dir, python)
 }
 
+fn stdout_of(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
 fn python(py: &Path, conf_dir: &Path, args: &[&str]) -> Output {
     Command::new(py)
         .args(args)
@@ -173,18 +177,53 @@ fn merlins_command_runs_the_daemon_on_the_mounted_config_with_overrides() {
 }
 
 #[test]
-fn merlins_config_as_written_names_only_the_maxcompute_sink() {
+fn merlins_config_as_written_passes_check_config_and_run_names_its_access_url() {
     let dir = tempfile::tempdir().unwrap();
     let f = dir.path().join("config.yaml");
+    // The whole fixture (BIGQUERY + MAXCOMPUTE + ARIZE) passes: its `access_url: url` is what
+    // the pod's environment replaces.
     std::fs::write(&f, fixture()).unwrap();
     let o = bin().args(["check-config", "-c"]).arg(&f).output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout_of(&o);
+    for shown in ["access_key_secret: secret", "access_key_id: key"] {
+        assert!(!out.contains(shown), "the access keys are redacted:\n{out}");
+    }
+    assert!(
+        out.contains("observation_sinks[1].config.access_url = \"url\": not an http(s):// URL: `run` exits 2 unless the environment replaces it (OBS_PUBLISHER__OBSERVATION_SINKS__1__CONFIG__ACCESS_URL)"),
+        "{out}"
+    );
+
+    // The variable the message names does replace it.
+    let o = bin()
+        .args(["check-config", "-c"])
+        .arg(&f)
+        .env(
+            "OBS_PUBLISHER__OBSERVATION_SINKS__1__CONFIG__ACCESS_URL",
+            "https://service.ap-southeast-1.maxcompute.aliyun.com/api",
+        )
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout_of(&o);
+    assert!(
+        out.contains("access_url = \"https://service.ap-southeast-1.maxcompute.aliyun.com/api\": MaxCompute's control plane"),
+        "{out}"
+    );
+
+    // `run` checks the URL where the MAXCOMPUTE sink starts: exit 2, naming the key and the
+    // variable that sets it (BIGQUERY left out: it would wait for its service first).
+    std::fs::write(&f, fixture_without("BIGQUERY")).unwrap();
+    let o = bin()
+        .args(["run", "-c"])
+        .arg(&f)
+        .args(["--set", "server.listen=127.0.0.1:0"])
+        .output()
+        .unwrap();
     let err = stderr(&o);
     assert_eq!(o.status.code(), Some(2), "{err}");
-    assert!(err.contains("(1 problem)"), "exactly one problem: {err}");
-    assert!(
-        err.contains("observation_sinks[1]: MAXCOMPUTE is not supported"),
-        "{err}"
-    );
+    assert!(err.contains("MAXCOMPUTE sink: access_url \"url\""), "{err}");
+    assert!(err.contains("OBS_PUBLISHER__OBSERVATION_SINKS__"), "{err}");
 
     // What Merlin writes with its MaxCompute sink disabled (BIGQUERY + ARIZE) is accepted, and
     // check-config says how each of Merlin's keys is understood.

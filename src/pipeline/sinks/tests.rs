@@ -308,3 +308,54 @@ async fn a_sink_that_needs_a_fix_is_retried_after_30_seconds_and_holds_its_later
     assert!(r.health.sinks_ok.load(Ordering::Relaxed), "ready again");
     assert_eq!(r.commit(), Some(1));
 }
+
+/// A sink that counts its `close` calls.
+struct Closing(Arc<std::sync::atomic::AtomicUsize>);
+
+impl Sink for Closing {
+    fn name(&self) -> &'static str {
+        "closing"
+    }
+
+    fn submit(&mut self, _batch: Arc<Batch>) -> SubmitFuture<'_> {
+        Box::pin(async { Ok(crate::sink::written(WriteReport::default())) })
+    }
+
+    fn close(&mut self) -> crate::sink::CloseFuture<'_> {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        Box::pin(std::future::ready(()))
+    }
+}
+
+#[tokio::test]
+async fn every_sink_is_closed_once_when_the_task_ends_drained_or_stopped() {
+    for hard in [false, true] {
+        let closed = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (jobs, rx) = tokio::sync::mpsc::channel::<SinkJob>(2);
+        let (tx, _events) = mpsc::channel();
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(run(
+            rx,
+            vec![
+                Box::new(Closing(Arc::clone(&closed))),
+                Box::new(Closing(Arc::clone(&closed))),
+            ],
+            tx,
+            Health::new(),
+            stop.clone(),
+            ModelLabels {
+                model_id: "m".into(),
+                model_version: "1".into(),
+                project: "p".into(),
+            },
+            "t".into(),
+        ));
+        if hard {
+            stop.cancel();
+        } else {
+            drop(jobs);
+        }
+        task.await.unwrap();
+        assert_eq!(closed.load(Ordering::SeqCst), 2, "hard stop: {hard}");
+    }
+}

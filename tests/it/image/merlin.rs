@@ -4,21 +4,26 @@
 //! securityContext, no probes, port 8000, the config Secret at
 //! /mlobs/observation-publisher/conf/environment, a service-account key Secret at /iam/<name>
 //! with `GOOGLE_APPLICATION_CREDENTIALS` pointing at it), started by [`run_args`] as written.
-//! The config is Merlin's deployment_test.go fixture without its MAXCOMPUTE sink (what Merlin
-//! writes with that sink disabled) and with this environment's values where Merlin's
-//! configuration supplies them (broker, topic, group, BigQuery project and dataset). Only the
-//! endpoints that do not exist here come through `OBS_PUBLISHER__…` environment variables:
-//! BIGQUERY on the emulator, ARIZE (`observation_sinks.1`) on a local capturing server. The key
-//! file's `token_uri` is a local token endpoint, so the BigQuery sink authenticates with the
-//! key Merlin mounts (ADC), as in production.
+//! The config is Merlin's deployment_test.go fixture, all three sinks (BIGQUERY + MAXCOMPUTE +
+//! ARIZE), with this environment's values where Merlin's configuration supplies them (broker,
+//! topic, group, BigQuery project, the datasets). Only the endpoints that do not exist here come
+//! through `OBS_PUBLISHER__…` environment variables: BIGQUERY on the emulator, MAXCOMPUTE
+//! (`observation_sinks.1`, whose `access_url: url` is Merlin's placeholder) on the fake
+//! MaxCompute endpoint (tests/it/maxcompute/fake.py, host networking makes it reachable),
+//! ARIZE (`observation_sinks.2`) on a local capturing server. The key file's `token_uri` is a
+//! local token endpoint, so the BigQuery sink authenticates with the key Merlin mounts (ADC), as
+//! in production.
 //!
-//! It must: become ready on port 8000, land every valid log in BigQuery and in Arize (rows
-//! Arize would refuse as row letters), every malformed log in `<topic>-dlq`, serve Merlin's
-//! metric names, and exit 0 on `podman stop` within Kubernetes' default grace period (30 s).
+//! It must: become ready on port 8000, land every valid log in BigQuery, in Arize (rows Arize
+//! would refuse as row letters) and in MaxCompute's table (moved at the default interval, or at
+//! the stop at the latest), every malformed log in `<topic>-dlq`, serve Merlin's metric names,
+//! and exit 0 on `podman stop` within Kubernetes' default grace period (30 s), leaving no
+//! staging table.
 
 use super::*;
 use crate::http_capture::{Reply, Server};
-use crate::merlin::fixture_without;
+use crate::maxcompute::fake::Fake;
+use crate::merlin::fixture;
 use arrow_array::cast::AsArray;
 use observation_publisher::config::{load_value, Config, Needs};
 use observation_publisher::gen::{GenOptions, Generator};
@@ -116,7 +121,7 @@ fn the_image_runs_under_merlins_pod_spec_unchanged() {
         .expect("emulator reachable (scripts/bigquery start)");
 
     // Merlin's config as its deployer writes it, with this environment's values.
-    let config = fixture_without("MAXCOMPUTE")
+    let config = fixture()
         .replace(
             "bootstrap_servers: broker-1",
             &format!("bootstrap_servers: {}", brokers()),
@@ -135,6 +140,8 @@ fn the_image_runs_under_merlins_pod_spec_unchanged() {
             .to_vec(),
     ));
     let arize = Server::start();
+    // The fixture's key pair (`key`, `secret`) is what the fake checks signatures with.
+    let odps = Fake::start_with("key", "secret");
     let key = service_account_key(
         dir.path(),
         &format!("http://127.0.0.1:{}/token", token.port),
@@ -161,7 +168,11 @@ fn the_image_runs_under_merlins_pod_spec_unchanged() {
             rest_url(),
         ),
         (
-            "OBS_PUBLISHER__OBSERVATION_SINKS__1__CONFIG__URI",
+            "OBS_PUBLISHER__OBSERVATION_SINKS__1__CONFIG__ACCESS_URL",
+            format!("http://127.0.0.1:{}/api", odps.port),
+        ),
+        (
+            "OBS_PUBLISHER__OBSERVATION_SINKS__2__CONFIG__URI",
             format!("http://127.0.0.1:{}/v1", arize.port),
         ),
     ];
@@ -244,8 +255,20 @@ fn the_image_runs_under_merlins_pod_spec_unchanged() {
         }
         n
     };
+    // Rows of the counted logs in MaxCompute's table (moved once a minute, the default).
+    let odps_target = format!("max-project.{dataset}.{table}");
+    let odps_sessions = || -> Vec<String> {
+        odps.dump("tables")[&odps_target]["rows"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|r| r["session_id"].as_str())
+            .filter(|s| s.starts_with("sess-7-"))
+            .map(String::from)
+            .collect()
+    };
     let mut dlq: Option<TopicCounter> = None;
-    let mut seen = (0, 0, 0, 0);
+    let mut seen = (0, 0, 0, 0, 0);
     let landed = wait_for(Duration::from_secs(120), || {
         if dlq.is_none() {
             dlq = TopicCounter::new(&format!("{topic}-dlq"));
@@ -256,12 +279,18 @@ fn the_image_runs_under_merlins_pod_spec_unchanged() {
         let (decode, row) = dlq.as_ref().map_or((0, 0), |d| {
             (d.of_kind("decode", ""), d.of_kind("row", "\"sess-7-"))
         });
-        seen = (bq_rows("sess-7-"), decode, arize_rows(), row);
-        seen.0 + seen.1 == produced.len() && seen.2 + seen.3 == seen.0
+        seen = (
+            bq_rows("sess-7-"),
+            decode,
+            arize_rows(),
+            row,
+            odps_sessions().len(),
+        );
+        seen.0 + seen.1 == produced.len() && seen.2 + seen.3 == seen.0 && seen.4 == seen.0
     });
     assert!(
         landed,
-        "(BigQuery rows, log letters, Arize rows, Arize row letters) = {seen:?}, produced {} ({bad} malformed); logs:\n{}",
+        "(BigQuery rows, log letters, Arize rows, Arize row letters, MaxCompute rows) = {seen:?}, produced {} ({bad} malformed); logs:\n{}",
         produced.len(),
         logs_of(&name)
     );
@@ -285,14 +314,26 @@ fn the_image_runs_under_merlins_pod_spec_unchanged() {
     let first = first.expect("an Arize request");
     assert_eq!(first.header("authorization"), Some("api-key"));
     assert_eq!(first.header("space"), Some("space-key"));
-    let metrics = http_get(PORT, "/metrics")
-        .map(|(_, b)| b)
-        .unwrap_or_default();
+    // Merlin's metrics count acknowledged batches: MaxCompute's acknowledgement follows its
+    // rows by the staging table's TRUNCATE, so they are waited for.
+    let mut metrics = String::new();
+    wait_for(Duration::from_secs(30), || {
+        metrics = http_get(PORT, "/metrics")
+            .map(|(_, b)| b)
+            .unwrap_or_default();
+        metrics.contains("total_prediction_logs_processed_total")
+    });
     for m in [
         "total_prediction_logs_processed_total",
         "last_processed_timestamp",
     ] {
-        assert!(metrics.contains(m), "Merlin's metric {m}");
+        assert!(
+            metrics.contains(m),
+            "Merlin's metric {m} in /metrics ({} bytes):\n{}\nlogs:\n{}",
+            metrics.len(),
+            &metrics[..metrics.len().min(3000)],
+            logs_of(&name)
+        );
     }
 
     let stop = podman(&["stop", "-t", &GRACE_SECONDS.to_string(), &name]);
@@ -302,6 +343,20 @@ fn the_image_runs_under_merlins_pod_spec_unchanged() {
         code,
         "0",
         "exit code after podman stop; logs:\n{}",
+        logs_of(&name)
+    );
+
+    // MaxCompute: every BigQuery row once, and only the target is left (the staging table was
+    // dropped at the stop).
+    let tables_now = odps.dump("tables");
+    let names: Vec<&String> = tables_now.as_object().unwrap().keys().collect();
+    assert_eq!(names, vec![&odps_target], "no staging table left");
+    let sessions = odps_sessions();
+    let distinct: std::collections::BTreeSet<&String> = sessions.iter().collect();
+    assert_eq!(
+        (sessions.len(), distinct.len()),
+        (seen.0, seen.0),
+        "every BigQuery row in MaxCompute, once; logs:\n{}",
         logs_of(&name)
     );
 }

@@ -16,7 +16,9 @@ Tunnel (no /api prefix), pyodps TableTunnel's protocol:
   (records written with pyodps's own writer).
 Faults: POST /__fake/faults {"fail_instances": N, "refuse_signatures": N, "drop_block_put": N,
 "unavailable": N, "throttle": N, "fail_commit": N, "running_polls": N} arms the next N occurrences of each (see
-FAULTS); a block the reader cannot decode is refused with 400 MalformedDataStream.
+FAULTS); a block the reader cannot decode is refused with 400 MalformedDataStream; POST
+/__fake/refuse_rows {"column": c, "values": [...]} refuses (400 InvalidRecord) every block holding
+such a row.
 Test-only: GET /__fake/tables dumps every table as JSON (timestamps {"us": n}, doubles
 {"f64": bits}); GET /__fake/instances lists the SQL run (statement, settings, outcome);
 GET /__fake/log lists the requests seen (method, path, whether the signature matched).
@@ -68,6 +70,12 @@ FAULTS = {
     "fail_commit": 0,  # the next N commits get 500 InternalServerError, nothing committed
     "running_polls": 0,  # the next SQL instance answers Running to its first N status polls
 }
+
+
+# Rows the Tunnel refuses (POST /__fake/refuse_rows {"column": c, "values": [...]}): a block
+# holding a row whose column c has one of the values is refused whole (400 InvalidRecord), as a
+# service refuses a block for one bad record.
+REFUSE_ROWS = {"column": None, "values": set()}
 
 
 def take(fault):
@@ -373,6 +381,12 @@ class Handler(BaseHTTPRequestHandler):
                         return self.reply(400, "unknown fault %s" % k, "text/plain")
                     FAULTS[k] += int(v)
                 return self.reply(200, json.dumps(FAULTS), "application/json")
+        if self.command == "POST" and path == "/__fake/refuse_rows":
+            spec = json.loads(self.body() or b"{}")
+            with LOCK:
+                REFUSE_ROWS["column"] = spec["column"].lower()
+                REFUSE_ROWS["values"] = set(spec["values"])
+            return self.reply(200, "{}", "application/json")
         with LOCK:
             if path == "/__fake/tables":
                 out = {
@@ -488,6 +502,10 @@ class Handler(BaseHTTPRequestHandler):
                 rows = [dict(zip(names, r.values)) for r in reader]
             except Exception as e:  # noqa: BLE001 - any decode failure is the block's
                 return self.tunnel_error(400, "MalformedDataStream", "block refused: %r" % e)
+            col = REFUSE_ROWS["column"]
+            bad = [r[col] for r in rows if col and r.get(col) in REFUSE_ROWS["values"]]
+            if bad:
+                return self.tunnel_error(400, "InvalidRecord", "record refused: %s=%s" % (col, bad[0]))
             s["blocks"][int(params["blockid"])] = rows
             return self.reply(200, "", "application/json")
         if self.command == "GET" and "downloadid" in params and "data" in params:

@@ -28,17 +28,22 @@ pub(super) const PROJECT: &str = "proj";
 pub(super) const DATASET: &str = "ds";
 
 /// The fake, running under pyodps 0.12.2; killed on drop.
-pub(super) struct Fake {
+pub(crate) struct Fake {
     child: Child,
-    pub(super) port: u16,
+    pub(crate) port: u16,
 }
 
 impl Fake {
-    pub(super) fn start() -> Fake {
+    pub(crate) fn start() -> Fake {
+        Self::start_with(ACCESS_ID, SECRET)
+    }
+
+    /// A fake that accepts the key pair `access_id`, `secret` (e.g. Merlin's fixture's).
+    pub(crate) fn start_with(access_id: &str, secret: &str) -> Fake {
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/maxcompute/fake.py");
         let mut child = Command::new(python("0.12"))
             .arg(script)
-            .args([ACCESS_ID, SECRET])
+            .args([access_id, secret])
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();
@@ -54,7 +59,7 @@ impl Fake {
     }
 
     /// A test-only dump (`/__fake/tables`, `/__fake/instances`, `/__fake/log`).
-    pub(super) fn dump(&self, what: &str) -> Json {
+    pub(crate) fn dump(&self, what: &str) -> Json {
         let (status, body) = http(self.port, "GET", &format!("/__fake/{what}"), &[], b"");
         assert_eq!(status, 200);
         serde_json::from_slice(&body).unwrap()

@@ -6,13 +6,16 @@
 //! - [`fake`]: the fake MaxCompute endpoint (tests/it/maxcompute/fake.py), checked with pyodps
 //!   0.12.2's own `ODPS` client and with Merlin's own calls (merlin_sink.py); our signer and
 //!   encoder write through it.
+//! - [`sink`]: the MAXCOMPUTE sink in the binary, through the fake with the real broker:
+//!   the same rows as Parquet and as Merlin's path, faults, a crash-left staging table.
 //! - [`clients`]: our SQL instance and Tunnel clients through the fake, with injected faults
 //!   (failed tasks, refused signatures, 503, throttling, a dropped block PUT, a failed commit).
 
 mod clients;
 mod encode;
-mod fake;
+pub(crate) mod fake;
 mod sign;
+mod sink;
 
 use serde_json::Value as Json;
 use std::path::{Path, PathBuf};

@@ -1,0 +1,203 @@
+//! The interval mover: every `interval` (at once, and then every [`DRAIN_POLL`], once the
+//! process is stopping) it moves what the staging table holds into the target with one
+//! `INSERT … SELECT`, empties the staging table with `TRUNCATE`, and publishes the epoch moved,
+//! which resolves the staged acknowledgements waiting on it.
+//!
+//! The staged rows cannot be uploaded again (no sink holds their batch any more), so every step
+//! is retried until it succeeds, with capped backoff and the sink unready meanwhile; a failed
+//! `INSERT` task inserted nothing and is run again; a wait on a running `INSERT` that fails is
+//! repeated on the same instance, never by a second `INSERT`. The move holds [`Epochs`], so no
+//! upload session commits between the `INSERT` and the `TRUNCATE`.
+
+use super::tables;
+use crate::backoff::Backoff;
+use crate::maxcompute::client::{CallError, Client};
+use crate::maxcompute::ddl::SQL_SETTINGS;
+use crate::maxcompute::error::Class;
+use crate::maxcompute::schema::TableColumn;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{watch, Mutex};
+use tokio_util::sync::CancellationToken;
+
+/// How often the mover looks for staged rows once the process is stopping.
+pub const DRAIN_POLL: Duration = Duration::from_millis(100);
+
+/// Which epoch staged rows belong to (pure). An upload committed into the staging table joins
+/// the current epoch; a move takes the current epoch (when anything joined it) and opens the
+/// next. A batch's rows are in the target once its epoch is moved.
+#[derive(Debug, Default)]
+pub struct Epochs {
+    current: u64,
+    dirty: bool,
+}
+
+impl Epochs {
+    /// An upload was committed into the staging table: its epoch.
+    pub fn committed(&mut self) -> u64 {
+        self.dirty = true;
+        self.current
+    }
+
+    /// A move starts: the epoch it moves, or `None` when nothing was staged since the last.
+    pub fn start_move(&mut self) -> Option<u64> {
+        if !self.dirty {
+            return None;
+        }
+        self.dirty = false;
+        self.current += 1;
+        Some(self.current - 1)
+    }
+}
+
+/// What the mover needs.
+pub struct Mover {
+    /// The signed client.
+    pub client: Arc<Client>,
+    /// The dataset.
+    pub dataset: String,
+    /// The target table.
+    pub target: String,
+    /// This instance's staging table.
+    pub staging: String,
+    /// Our columns (moved by name).
+    pub columns: Vec<TableColumn>,
+    /// How often to move.
+    pub interval: Duration,
+    /// Retry pacing.
+    pub backoff: Backoff,
+    /// Staged epochs (held during a move).
+    pub epochs: Arc<Mutex<Epochs>>,
+    /// Epochs below this value are in the target.
+    pub moved: watch::Sender<u64>,
+    /// False while a step is failing.
+    pub health: watch::Sender<bool>,
+    /// The process is stopping: move at once, then keep moving what arrives.
+    pub stopping: CancellationToken,
+}
+
+impl Mover {
+    /// Runs until the task is aborted.
+    pub async fn run(self) {
+        loop {
+            let wait = if self.stopping.is_cancelled() {
+                DRAIN_POLL
+            } else {
+                self.interval
+            };
+            tokio::select! {
+                () = tokio::time::sleep(wait) => {}
+                () = self.stopping.cancelled(), if !self.stopping.is_cancelled() => {}
+            }
+            self.move_once().await;
+        }
+    }
+
+    /// One move, when anything is staged.
+    pub async fn move_once(&self) {
+        let mut epochs = self.epochs.lock().await;
+        let Some(epoch) = epochs.start_move() else {
+            return;
+        };
+        let insert = tables::insert_sql(&self.dataset, &self.target, &self.staging, &self.columns);
+        self.insert(&insert).await;
+        let truncate = tables::truncate_sql(&self.dataset, &self.staging);
+        self.until_done("emptying the staging table", || {
+            self.client.run_sql(&truncate, SQL_SETTINGS)
+        })
+        .await;
+        drop(epochs);
+        tracing::debug!(epoch, staging = %self.staging, "MaxCompute: staged rows moved into the target");
+        self.moved.send_replace(epoch + 1);
+    }
+
+    /// Runs the `INSERT` once: a failed wait is repeated on the same instance; only a task that
+    /// failed (it inserted nothing) is started again.
+    async fn insert(&self, sql: &str) {
+        let mut attempt = 0u32;
+        loop {
+            let id = self
+                .until_done("starting the move (INSERT … SELECT)", || {
+                    self.client.start_sql(sql, SQL_SETTINGS)
+                })
+                .await;
+            loop {
+                match self.client.wait_sql(&id, sql).await {
+                    Ok(()) => {
+                        self.health.send_replace(true);
+                        return;
+                    }
+                    Err(e) => {
+                        let again = e.class == Class::Retry;
+                        self.failed("waiting for the move (INSERT … SELECT)", attempt, &e)
+                            .await;
+                        attempt = attempt.saturating_add(1);
+                        if !again {
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Retries `call` until it succeeds.
+    async fn until_done<T, F, Fut>(&self, what: &str, mut call: F) -> T
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, CallError>>,
+    {
+        let mut attempt = 0u32;
+        loop {
+            match call().await {
+                Ok(v) => {
+                    self.health.send_replace(true);
+                    return v;
+                }
+                Err(e) => {
+                    self.failed(what, attempt, &e).await;
+                    attempt = attempt.saturating_add(1);
+                }
+            }
+        }
+    }
+
+    async fn failed(&self, what: &str, attempt: u32, e: &CallError) {
+        self.health.send_replace(false);
+        let wait = e
+            .error
+            .retry_after()
+            .unwrap_or_else(|| self.backoff.delay(attempt, fastrand::f64()));
+        tracing::warn!(
+            sink = "maxcompute",
+            step = what,
+            attempt,
+            retry_in_ms = wait.as_millis() as u64,
+            error = %e,
+            "MaxCompute: a move step failed; staged rows wait (nothing is committed meanwhile)"
+        );
+        tokio::time::sleep(wait).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn epochs_move_only_what_was_committed() {
+        let mut e = Epochs::default();
+        assert_eq!(e.start_move(), None, "nothing staged, nothing to move");
+        assert_eq!(e.committed(), 0);
+        assert_eq!(e.committed(), 0);
+        assert_eq!(e.start_move(), Some(0));
+        assert_eq!(e.start_move(), None);
+        assert_eq!(
+            e.committed(),
+            1,
+            "after a move, commits join the next epoch"
+        );
+        assert_eq!(e.start_move(), Some(1));
+    }
+}
