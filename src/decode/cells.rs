@@ -266,6 +266,16 @@ impl<'a> ListIter<'a> {
 
     #[inline(always)]
     pub(super) fn next(&mut self, what: &str) -> Result<Option<&'a [u8]>, DecodeError> {
+        // Field 1, length-delimited, length < 16 KiB: every element of the usual list.
+        if let Some(item) = self.r.short_len_field(0x0a) {
+            return Ok(Some(item));
+        }
+        self.next_general(what)
+    }
+
+    /// [`ListIter::next`] for any encoding: long elements, other fields (skipped), the end.
+    #[inline]
+    pub(super) fn next_general(&mut self, what: &str) -> Result<Option<&'a [u8]>, DecodeError> {
         while !self.r.at_end() {
             let (field, wt) = self.r.key(what)?;
             if field == 1 {

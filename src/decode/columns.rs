@@ -1,15 +1,15 @@
-//! Column builders over Arrow's buffer builders, with `truncate` so that a rejected log can be
-//! rolled back after some of its rows were appended. `finish` hands the buffers to Arrow arrays
-//! without copying.
+//! Column builders over plain `Vec`s (a push is a capacity check and a store; Arrow's
+//! `BufferBuilder` checked capacity twice per value through its fallible `reserve`), with
+//! `truncate` so that a rejected log can be rolled back after some of its rows were appended.
+//! `finish` hands each `Vec`'s allocation to an Arrow buffer without copying (capacity
+//! included, so what a batch holds is what the builders had allocated).
 
 use super::error::{DecodeError, ErrorKind};
 use crate::table::ColumnType;
 use arrow_array::{
     ArrayRef, BooleanArray, Float64Array, Int64Array, StringArray, TimestampMicrosecondArray,
 };
-use arrow_buffer::{
-    BooleanBuffer, BooleanBufferBuilder, BufferBuilder, NullBuffer, OffsetBuffer, ScalarBuffer,
-};
+use arrow_buffer::{BooleanBuffer, Buffer, NullBuffer, OffsetBuffer, ScalarBuffer};
 use std::sync::Arc;
 
 /// Capacity a builder may hold beyond twice its length before [`Col::release_excess`] gives it
@@ -27,12 +27,10 @@ fn excessive(len: usize, cap: usize) -> bool {
 
 /// Gives back the capacity of `b` beyond its length when it is excessive (a copy of what it
 /// holds: done only after a rollback, for the open batch's rows).
-fn release<T: arrow_buffer::ArrowNativeType>(b: &mut BufferBuilder<T>) {
+fn release<T>(b: &mut Vec<T>) {
     let size = std::mem::size_of::<T>();
     if excessive(b.len() * size, b.capacity() * size) {
-        let mut fresh = BufferBuilder::new(b.len());
-        fresh.append_slice(b.as_slice());
-        *b = fresh;
+        b.shrink_to_fit();
     }
 }
 
@@ -84,10 +82,7 @@ impl Validity {
     }
 
     fn finish(&mut self) -> Option<NullBuffer> {
-        let out = (self.nulls > 0).then(|| {
-            let v = &self.valid;
-            NullBuffer::new(BooleanBuffer::collect_bool(v.len(), |i| v[i] != 0))
-        });
+        let out = (self.nulls > 0).then(|| NullBuffer::new(pack_bits(&self.valid)));
         self.valid.clear();
         self.nulls = 0;
         // A log of many rows does not leave its validity allocated for every later batch.
@@ -98,30 +93,53 @@ impl Validity {
     }
 }
 
+/// Packs one byte per row (each 0 or 1) into Arrow's bitmap, least significant bit first,
+/// eight rows per multiplication: with every byte of `x` 0 or 1, `x * 0x0102040810204080`
+/// gathers byte `i` into bit `56 + i` without carries.
+pub(crate) fn pack_bits(v: &[u8]) -> BooleanBuffer {
+    const GATHER: u64 = 0x0102_0408_1020_4080;
+    let mut bits = Vec::with_capacity(v.len().div_ceil(8));
+    let chunks = v.chunks_exact(8);
+    let rest = chunks.remainder();
+    for c in chunks {
+        let x = u64::from_le_bytes(c.try_into().expect("chunks of 8"));
+        bits.push((x.wrapping_mul(GATHER) >> 56) as u8);
+    }
+    if !rest.is_empty() {
+        bits.push(rest.iter().enumerate().fold(0u8, |b, (i, x)| b | (x << i)));
+    }
+    BooleanBuffer::new(Buffer::from_vec(bits), 0, v.len())
+}
+
 /// A nullable fixed-width column.
 pub(crate) struct Prim<T: arrow_buffer::ArrowNativeType> {
-    pub(crate) values: BufferBuilder<T>,
+    pub(crate) values: Vec<T>,
     pub(crate) nulls: Validity,
 }
 
 impl<T: arrow_buffer::ArrowNativeType> Prim<T> {
     fn new(cap: usize) -> Self {
         Prim {
-            values: BufferBuilder::new(cap),
+            values: Vec::with_capacity(cap),
             nulls: Validity::new(cap),
         }
     }
 
     #[inline(always)]
     pub(crate) fn push(&mut self, v: T) {
-        self.values.append(v);
+        self.values.push(v);
         self.nulls.append_non_null();
     }
 
     #[inline]
     pub(crate) fn push_null(&mut self) {
-        self.values.append(T::default());
+        self.values.push(T::default());
         self.nulls.append_null();
+    }
+
+    /// Moves the values out (the allocation, without copying), leaving the builder empty.
+    fn take(&mut self) -> ScalarBuffer<T> {
+        ScalarBuffer::from(std::mem::take(&mut self.values))
     }
 
     fn truncate(&mut self, len: usize) {
@@ -132,18 +150,18 @@ impl<T: arrow_buffer::ArrowNativeType> Prim<T> {
 
 /// A nullable UTF-8 column.
 pub(crate) struct Str {
-    offsets: BufferBuilder<i32>,
-    values: BufferBuilder<u8>,
+    offsets: Vec<i32>,
+    values: Vec<u8>,
     nulls: Validity,
 }
 
 impl Str {
     fn new(cap: usize) -> Self {
-        let mut offsets = BufferBuilder::new(cap + 1);
-        offsets.append(0);
+        let mut offsets = Vec::with_capacity(cap + 1);
+        offsets.push(0);
         Str {
             offsets,
-            values: BufferBuilder::new(cap * 8),
+            values: Vec::with_capacity(cap * 8),
             nulls: Validity::new(cap),
         }
     }
@@ -151,31 +169,24 @@ impl Str {
     /// Appends already-validated UTF-8.
     #[inline(always)]
     pub(crate) fn push(&mut self, s: &[u8]) -> Result<(), DecodeError> {
-        self.values.append_slice(s);
-        let end = i32::try_from(self.values.len()).map_err(|_| {
-            DecodeError::new(
-                ErrorKind::TooLarge,
-                "string data of one batch exceeds 2 GiB",
-            )
-        })?;
-        self.offsets.append(end);
+        self.values.extend_from_slice(s);
+        let Ok(end) = i32::try_from(self.values.len()) else {
+            return Err(too_much_string());
+        };
+        self.offsets.push(end);
         self.nulls.append_non_null();
         Ok(())
     }
 
     #[inline]
     pub(crate) fn push_null(&mut self) {
-        let end = *self
-            .offsets
-            .as_slice()
-            .last()
-            .expect("offsets start with 0");
-        self.offsets.append(end);
+        let end = *self.offsets.last().expect("offsets start with 0");
+        self.offsets.push(end);
         self.nulls.append_null();
     }
 
     fn truncate(&mut self, len: usize) {
-        let end = self.offsets.as_slice()[len];
+        let end = self.offsets[len];
         self.values.truncate(end as usize);
         self.offsets.truncate(len + 1);
         self.nulls.truncate(len);
@@ -186,22 +197,32 @@ impl Str {
     }
 }
 
-/// A nullable boolean column.
+#[cold]
+#[inline(never)]
+fn too_much_string() -> DecodeError {
+    DecodeError::new(
+        ErrorKind::TooLarge,
+        "string data of one batch exceeds 2 GiB",
+    )
+}
+
+/// A nullable boolean column: one byte per value while building (a push is a byte store),
+/// packed into bits once per batch like the validity.
 pub(crate) struct Bool {
-    values: BooleanBufferBuilder,
+    values: Vec<u8>,
     nulls: Validity,
 }
 
 impl Bool {
     #[inline]
     pub(crate) fn push(&mut self, v: bool) {
-        self.values.append(v);
+        self.values.push(u8::from(v));
         self.nulls.append_non_null();
     }
 
     #[inline]
     pub(crate) fn push_null(&mut self) {
-        self.values.append(false);
+        self.values.push(0);
         self.nulls.append_null();
     }
 }
@@ -223,7 +244,7 @@ impl Col {
             ColumnType::Int64 => Col::I64(Prim::new(cap)),
             ColumnType::Float64 => Col::F64(Prim::new(cap)),
             ColumnType::Boolean => Col::Bool(Bool {
-                values: BooleanBufferBuilder::new(cap),
+                values: Vec::with_capacity(cap),
                 nulls: Validity::new(cap),
             }),
             ColumnType::Timestamp => Col::Ts(Prim::new(cap)),
@@ -269,8 +290,10 @@ impl Col {
                 release(&mut c.values);
                 c.nulls.release_excess();
             }
-            // Bits: an eighth of a byte per row, never reserved beyond the rows of a log.
-            Col::Bool(c) => c.nulls.release_excess(),
+            Col::Bool(c) => {
+                release(&mut c.values);
+                c.nulls.release_excess();
+            }
         }
     }
 
@@ -315,7 +338,7 @@ impl Col {
             }
             Col::I64(c) | Col::Ts(c) => c.values.capacity() * 8 + c.nulls.allocated_bytes(),
             Col::F64(c) => c.values.capacity() * 8 + c.nulls.allocated_bytes(),
-            Col::Bool(c) => c.values.capacity() / 8 + c.nulls.allocated_bytes(),
+            Col::Bool(c) => c.values.capacity() + c.nulls.allocated_bytes(),
         }
     }
 
@@ -323,31 +346,27 @@ impl Col {
     pub(crate) fn finish(&mut self) -> ArrayRef {
         match self {
             Col::Str(c) => {
-                let offsets = OffsetBuffer::new(ScalarBuffer::from(c.offsets.finish()));
-                c.offsets.append(0);
+                let offsets = OffsetBuffer::new(ScalarBuffer::from(std::mem::take(&mut c.offsets)));
+                c.offsets.push(0);
                 // Every appended value was validated as UTF-8 when it was decoded; StringArray::new
-                // checks it again in bulk.
+                // checks it again in bulk (skipping that needs `unsafe`, which the crate forbids).
                 Arc::new(StringArray::new(
                     offsets,
-                    c.values.finish(),
+                    Buffer::from_vec(std::mem::take(&mut c.values)),
                     c.nulls.finish(),
                 ))
             }
-            Col::I64(c) => Arc::new(Int64Array::new(
-                ScalarBuffer::from(c.values.finish()),
-                c.nulls.finish(),
-            )),
-            Col::F64(c) => Arc::new(Float64Array::new(
-                ScalarBuffer::from(c.values.finish()),
-                c.nulls.finish(),
-            )),
-            Col::Bool(c) => Arc::new(BooleanArray::new(c.values.finish(), c.nulls.finish())),
+            Col::I64(c) => Arc::new(Int64Array::new(c.take(), c.nulls.finish())),
+            Col::F64(c) => Arc::new(Float64Array::new(c.take(), c.nulls.finish())),
+            Col::Bool(c) => {
+                let values = pack_bits(&c.values);
+                // Kept for the next batch like the validity bytes (at most 64 Ki rows).
+                c.values.clear();
+                c.values.shrink_to(RETAIN_VALIDITY_ROWS);
+                Arc::new(BooleanArray::new(values, c.nulls.finish()))
+            }
             Col::Ts(c) => Arc::new(
-                TimestampMicrosecondArray::new(
-                    ScalarBuffer::from(c.values.finish()),
-                    c.nulls.finish(),
-                )
-                .with_timezone("UTC"),
+                TimestampMicrosecondArray::new(c.take(), c.nulls.finish()).with_timezone("UTC"),
             ),
         }
     }

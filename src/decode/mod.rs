@@ -162,7 +162,8 @@ pub struct Prepared<'a> {
     f_data: &'a [u8],
     p_data: &'a [u8],
     row_ids: &'a [u8],
-    session: &'a str,
+    /// The prediction id (checked as UTF-8).
+    session: &'a [u8],
     /// Whether the prediction table has its own `columns` (else the schema's score columns).
     score_columns: bool,
     /// The log's rows when they were counted (logs that may decode to more than 1 MiB), else 0.
@@ -208,6 +209,9 @@ pub struct Decoder {
     cols: Vec<Col>,
     rows: usize,
     fixed_row_bytes: usize,
+    /// The string columns (the only ones with variable-length bytes), for
+    /// [`Decoder::approx_bytes`] without a pass over every column.
+    str_cols: Vec<usize>,
     /// Upper bound of the bytes one row costs apart from its session id, row id and feature
     /// strings: every column's fixed width and validity byte, the model version, the longest
     /// derived label, ranking scratch.
@@ -248,6 +252,13 @@ impl Decoder {
                 _ => 8,
             })
             .sum();
+        let str_cols = layout
+            .columns
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.ty == crate::table::ColumnType::String)
+            .map(|(i, _)| i)
+            .collect();
         let label_bytes = match &layout.derived {
             Derived::BinaryLabel {
                 positive, negative, ..
@@ -304,6 +315,7 @@ impl Decoder {
             cols,
             rows: 0,
             fixed_row_bytes,
+            str_cols,
             row_bound_bytes,
             feature_index,
             score_index,
@@ -360,7 +372,12 @@ impl Decoder {
     /// Approximate bytes of the decoded data (what the batch's data weighs in Arrow; what it
     /// holds is [`Decoder::allocated_bytes`]).
     pub fn approx_bytes(&self) -> usize {
-        self.rows * self.fixed_row_bytes + self.cols.iter().map(Col::var_bytes).sum::<usize>()
+        self.rows * self.fixed_row_bytes
+            + self
+                .str_cols
+                .iter()
+                .map(|&i| self.cols[i].var_bytes())
+                .sum::<usize>()
     }
 
     /// Decodes one serialized PredictionLog and appends its rows. Returns the number of rows
@@ -458,9 +475,13 @@ impl Decoder {
                 "output.prediction_results_table.row_ids is missing",
             )
         })?;
-        let session = std::str::from_utf8(parts.prediction_id).map_err(|_| {
-            DecodeError::new(ErrorKind::InvalidValue, "prediction_id is not valid UTF-8")
-        })?;
+        let session = parts.prediction_id;
+        if !valid_utf8(session) {
+            return Err(DecodeError::new(
+                ErrorKind::InvalidValue,
+                "prediction_id is not valid UTF-8",
+            ));
+        }
         let (counted_rows, bound) = self.check_size(f_data, row_ids, p_data, session.len())?;
         // Resolve column lists (cached by their encoded bytes: logs of one model repeat them).
         let n_features = self.layout.n_features;
@@ -595,7 +616,7 @@ impl Decoder {
                     ))
                 }
             }
-            push_str(&mut fixed[0], session.as_bytes())?;
+            push_str(&mut fixed[0], session)?;
             if let Col::Ts(c) = &mut fixed[2] {
                 c.push(micros);
             }
@@ -734,5 +755,7 @@ fn shape_error(f: usize, p: usize, ids: usize) -> DecodeError {
     )
 }
 
+#[cfg(test)]
+mod fast_tests;
 #[cfg(test)]
 mod tests;

@@ -25,30 +25,19 @@ pub(super) fn walk_table<'a>(b: &'a [u8], table: &str) -> Result<TableParts<'a>,
     let mut r = Reader::new(b);
     let mut parts = TableParts::default();
     while !r.at_end() {
-        let (field, wt) = r.key(table)?;
-        if field != 1 {
-            r.skip(field, wt, table)?;
-            continue;
-        }
-        r.expect(wt, WireType::Len, table)?;
-        let entry = r.bytes(table)?;
-        let mut e = Reader::new(entry);
-        let mut key: &[u8] = b"";
-        let mut value: &[u8] = b"";
-        while !e.at_end() {
-            let (f, w) = e.key(table)?;
-            match f {
-                1 => {
-                    e.expect(w, WireType::Len, table)?;
-                    key = e.bytes(table)?;
+        let entry = match r.short_len_field(0x0a) {
+            Some(entry) => entry,
+            None => {
+                let (field, wt) = r.key(table)?;
+                if field != 1 {
+                    r.skip(field, wt, table)?;
+                    continue;
                 }
-                2 => {
-                    e.expect(w, WireType::Len, table)?;
-                    value = e.bytes(table)?;
-                }
-                _ => e.skip(f, w, table)?,
+                r.expect(wt, WireType::Len, table)?;
+                r.bytes(table)?
             }
-        }
+        };
+        let (key, value) = entry_parts(entry, table)?;
         let slot = match key {
             b"columns" => &mut parts.columns,
             b"data" => &mut parts.data,
@@ -73,6 +62,49 @@ pub(super) fn walk_table<'a>(b: &'a [u8], table: &str) -> Result<TableParts<'a>,
     Ok(parts)
 }
 
+/// The key and value of one map entry of a Struct (absent: empty; repeated: the last).
+#[inline(always)]
+pub(super) fn entry_parts<'a>(
+    entry: &'a [u8],
+    table: &str,
+) -> Result<(&'a [u8], &'a [u8]), DecodeError> {
+    // The usual entry: the key then the value, once each (what every encoder writes).
+    let mut e = Reader::new(entry);
+    if let Some(key) = e.short_len_field(0x0a) {
+        if let Some(value) = e.short_len_field(0x12) {
+            if e.at_end() {
+                return Ok((key, value));
+            }
+        }
+    }
+    entry_parts_general(entry, table)
+}
+
+/// [`entry_parts`] for any encoding.
+pub(super) fn entry_parts_general<'a>(
+    entry: &'a [u8],
+    table: &str,
+) -> Result<(&'a [u8], &'a [u8]), DecodeError> {
+    let mut e = Reader::new(entry);
+    let mut key: &[u8] = b"";
+    let mut value: &[u8] = b"";
+    while !e.at_end() {
+        let (f, w) = e.key(table)?;
+        match f {
+            1 => {
+                e.expect(w, WireType::Len, table)?;
+                key = e.bytes(table)?;
+            }
+            2 => {
+                e.expect(w, WireType::Len, table)?;
+                value = e.bytes(table)?;
+            }
+            _ => e.skip(f, w, table)?,
+        }
+    }
+    Ok((key, value))
+}
+
 /// Reads the top level of a PredictionLog.
 pub(super) fn walk_log(b: &[u8]) -> Result<LogParts<'_>, DecodeError> {
     const W: &str = "PredictionLog";
@@ -95,7 +127,7 @@ pub(super) fn walk_log(b: &[u8]) -> Result<LogParts<'_>, DecodeError> {
             2..=5 => {
                 r.expect(wt, WireType::Len, W)?;
                 let s = r.bytes(W)?;
-                if utf8(s).is_err() {
+                if !valid_utf8(s) {
                     return Err(DecodeError::new(
                         ErrorKind::InvalidProtobuf,
                         format!("PredictionLog field {field} is not valid UTF-8"),

@@ -99,6 +99,25 @@ impl<'a> Reader<'a> {
         self.varint_slow(what)
     }
 
+    /// The payload of a length-delimited field if what comes next is the one-byte key `tag`
+    /// and a one- or two-byte length that fits in the rest; `None` (nothing read) otherwise.
+    /// The fast path of list elements, map entries and table fields: the usual short ones skip
+    /// the general key decoding, wire-type check and varint loop.
+    #[inline(always)]
+    pub(crate) fn short_len_field(&mut self, tag: u8) -> Option<&'a [u8]> {
+        let (n, head) = match self.buf.get(self.pos..)? {
+            [t, l, ..] if *t == tag && *l < 0x80 => (usize::from(*l), 2),
+            [t, l0, l1, ..] if *t == tag && *l1 < 0x80 => {
+                (usize::from(*l0 & 0x7f) | usize::from(*l1) << 7, 3)
+            }
+            _ => return None,
+        };
+        let start = self.pos + head;
+        let body = self.buf.get(start..start + n)?;
+        self.pos = start + n;
+        Some(body)
+    }
+
     /// Reads a field key: (field number, wire type).
     #[inline(always)]
     pub(crate) fn key(&mut self, what: &str) -> Result<(u32, WireType), DecodeError> {
