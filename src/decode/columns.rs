@@ -16,9 +16,9 @@ use std::sync::Arc;
 /// back (amortized growth stays within twice the length; only a reservation does not).
 const EXCESS_BYTES: usize = 64 << 10;
 
-/// Rows of validity a decoder keeps allocated between batches (the default `max_rows` fits);
-/// more is given back when the batch that needed it is finished.
-const RETAIN_VALIDITY_ROWS: usize = 64 << 10;
+/// Rows of boolean values (a byte each) a decoder keeps allocated between batches (the default
+/// `max_rows` fits); more is given back when the batch that needed it is finished.
+const RETAIN_BOOL_ROWS: usize = 64 << 10;
 
 /// Whether a buffer of `len` bytes holding `cap` bytes holds more than it should.
 fn excessive(len: usize, cap: usize) -> bool {
@@ -34,62 +34,71 @@ fn release<T>(b: &mut Vec<T>) {
     }
 }
 
-/// Validity, one byte per row while building (an append is a byte push, a rollback a
-/// truncate), packed into Arrow's bitmap once per batch in [`Validity::finish`].
+/// Validity as the rows that are NULL (ascending row numbers within the batch): a non-null
+/// value costs nothing, a NULL one `u32`, a rollback a binary search and a truncate; Arrow's
+/// bitmap is built once per batch in [`Validity::finish`]. (Before: one byte pushed per value,
+/// NULL or not, and packed per batch.) Row numbers fit in `u32`: the decoder refuses a log
+/// that could take a batch past [`MAX_BATCH_ROWS`].
 pub(crate) struct Validity {
-    valid: Vec<u8>,
-    nulls: usize,
+    nulls: Vec<u32>,
 }
 
+/// Most rows one batch of a decoder holds.
+pub(crate) const MAX_BATCH_ROWS: usize = u32::MAX as usize;
+
+/// NULL row numbers a decoder keeps allocated between batches (64 KiB per column).
+const RETAIN_NULLS: usize = 16 << 10;
+
 impl Validity {
-    fn new(cap: usize) -> Self {
-        Validity {
-            valid: Vec::with_capacity(cap),
-            nulls: 0,
-        }
+    fn new() -> Self {
+        Validity { nulls: Vec::new() }
     }
 
     #[inline(always)]
-    fn append_non_null(&mut self) {
-        self.valid.push(1);
-    }
+    fn append_non_null(&mut self) {}
 
+    /// Marks row `row` (the row being appended) NULL.
     #[inline(always)]
-    fn append_null(&mut self) {
-        self.valid.push(0);
-        self.nulls += 1;
+    fn append_null(&mut self, row: usize) {
+        self.nulls.push(row as u32);
     }
 
     fn truncate(&mut self, len: usize) {
-        if len < self.valid.len() {
-            self.nulls -= self.valid[len..].iter().filter(|v| **v == 0).count();
-            self.valid.truncate(len);
-        }
+        let keep = self.nulls.partition_point(|&r| (r as usize) < len);
+        self.nulls.truncate(keep);
     }
 
     fn allocated_bytes(&self) -> usize {
-        self.valid.capacity()
-    }
-
-    fn reserve(&mut self, rows: usize) {
-        self.valid.reserve(rows);
+        self.nulls.capacity() * 4
     }
 
     fn release_excess(&mut self) {
-        if excessive(self.valid.len(), self.valid.capacity()) {
-            self.valid.shrink_to_fit();
-        }
+        release(&mut self.nulls);
     }
 
-    fn finish(&mut self) -> Option<NullBuffer> {
-        let out = (self.nulls > 0).then(|| NullBuffer::new(pack_bits(&self.valid)));
-        self.valid.clear();
-        self.nulls = 0;
-        // A log of many rows does not leave its validity allocated for every later batch.
-        if self.valid.capacity() > RETAIN_VALIDITY_ROWS {
-            self.valid.shrink_to(RETAIN_VALIDITY_ROWS);
+    /// The bitmap of a batch of `len` rows (`None` when none is NULL); starts the next batch.
+    fn finish(&mut self, len: usize) -> Option<NullBuffer> {
+        if self.nulls.is_empty() {
+            return None;
         }
-        out
+        let mut bits = vec![0xffu8; len.div_ceil(8)];
+        for &r in &self.nulls {
+            let r = r as usize;
+            bits[r / 8] &= !(1u8 << (r % 8));
+        }
+        if !len.is_multiple_of(8) {
+            if let Some(last) = bits.last_mut() {
+                *last &= (1u8 << (len % 8)) - 1;
+            }
+        }
+        self.nulls.clear();
+        // A batch of many NULLs does not leave its row numbers allocated for every later one.
+        self.nulls.shrink_to(RETAIN_NULLS);
+        Some(NullBuffer::new(BooleanBuffer::new(
+            Buffer::from_vec(bits),
+            0,
+            len,
+        )))
     }
 }
 
@@ -121,7 +130,7 @@ impl<T: arrow_buffer::ArrowNativeType> Prim<T> {
     fn new(cap: usize) -> Self {
         Prim {
             values: Vec::with_capacity(cap),
-            nulls: Validity::new(cap),
+            nulls: Validity::new(),
         }
     }
 
@@ -133,8 +142,8 @@ impl<T: arrow_buffer::ArrowNativeType> Prim<T> {
 
     #[inline]
     pub(crate) fn push_null(&mut self) {
+        self.nulls.append_null(self.values.len());
         self.values.push(T::default());
-        self.nulls.append_null();
     }
 
     /// Moves the values out (the allocation, without copying), leaving the builder empty.
@@ -162,7 +171,7 @@ impl Str {
         Str {
             offsets,
             values: Vec::with_capacity(cap * 8),
-            nulls: Validity::new(cap),
+            nulls: Validity::new(),
         }
     }
 
@@ -181,8 +190,8 @@ impl Str {
     #[inline]
     pub(crate) fn push_null(&mut self) {
         let end = *self.offsets.last().expect("offsets start with 0");
+        self.nulls.append_null(self.offsets.len() - 1);
         self.offsets.push(end);
-        self.nulls.append_null();
     }
 
     fn truncate(&mut self, len: usize) {
@@ -222,8 +231,8 @@ impl Bool {
 
     #[inline]
     pub(crate) fn push_null(&mut self) {
+        self.nulls.append_null(self.values.len());
         self.values.push(0);
-        self.nulls.append_null();
     }
 }
 
@@ -245,7 +254,7 @@ impl Col {
             ColumnType::Float64 => Col::F64(Prim::new(cap)),
             ColumnType::Boolean => Col::Bool(Bool {
                 values: Vec::with_capacity(cap),
-                nulls: Validity::new(cap),
+                nulls: Validity::new(),
             }),
             ColumnType::Timestamp => Col::Ts(Prim::new(cap)),
         }
@@ -297,6 +306,16 @@ impl Col {
         }
     }
 
+    /// Rows appended.
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            Col::Str(c) => c.offsets.len() - 1,
+            Col::I64(c) | Col::Ts(c) => c.values.len(),
+            Col::F64(c) => c.values.len(),
+            Col::Bool(c) => c.values.len(),
+        }
+    }
+
     /// Variable-length bytes held (string data); fixed-width bytes are counted by the caller.
     pub(crate) fn var_bytes(&self) -> usize {
         match self {
@@ -313,19 +332,15 @@ impl Col {
             Col::Str(c) => {
                 c.offsets.reserve(rows);
                 c.values.reserve(bytes);
-                c.nulls.reserve(rows);
             }
             Col::I64(c) | Col::Ts(c) => {
                 c.values.reserve(rows);
-                c.nulls.reserve(rows);
             }
             Col::F64(c) => {
                 c.values.reserve(rows);
-                c.nulls.reserve(rows);
             }
             Col::Bool(c) => {
                 c.values.reserve(rows);
-                c.nulls.reserve(rows);
             }
         }
     }
@@ -344,6 +359,7 @@ impl Col {
 
     /// Moves the buffers into an Arrow array and leaves the builder empty.
     pub(crate) fn finish(&mut self) -> ArrayRef {
+        let len = self.len();
         match self {
             Col::Str(c) => {
                 let offsets = OffsetBuffer::new(ScalarBuffer::from(std::mem::take(&mut c.offsets)));
@@ -353,20 +369,20 @@ impl Col {
                 Arc::new(StringArray::new(
                     offsets,
                     Buffer::from_vec(std::mem::take(&mut c.values)),
-                    c.nulls.finish(),
+                    c.nulls.finish(len),
                 ))
             }
-            Col::I64(c) => Arc::new(Int64Array::new(c.take(), c.nulls.finish())),
-            Col::F64(c) => Arc::new(Float64Array::new(c.take(), c.nulls.finish())),
+            Col::I64(c) => Arc::new(Int64Array::new(c.take(), c.nulls.finish(len))),
+            Col::F64(c) => Arc::new(Float64Array::new(c.take(), c.nulls.finish(len))),
             Col::Bool(c) => {
                 let values = pack_bits(&c.values);
-                // Kept for the next batch like the validity bytes (at most 64 Ki rows).
+                // Kept for the next batch (at most 64 Ki rows).
                 c.values.clear();
-                c.values.shrink_to(RETAIN_VALIDITY_ROWS);
-                Arc::new(BooleanArray::new(values, c.nulls.finish()))
+                c.values.shrink_to(RETAIN_BOOL_ROWS);
+                Arc::new(BooleanArray::new(values, c.nulls.finish(len)))
             }
             Col::Ts(c) => Arc::new(
-                TimestampMicrosecondArray::new(c.take(), c.nulls.finish()).with_timezone("UTC"),
+                TimestampMicrosecondArray::new(c.take(), c.nulls.finish(len)).with_timezone("UTC"),
             ),
         }
     }

@@ -280,3 +280,79 @@ proptest! {
         prop_assert_eq!(batch_cells(&d.finish()), expected);
     }
 }
+
+/// A log rejected at its second row, after its first row appended NULLs, leaves no NULL row
+/// number behind: the rows around it keep their own NULLs and nothing else.
+#[test]
+fn a_rollback_takes_back_the_nulls_of_the_rejected_rows() {
+    let schema = InferenceSchema {
+        feature_types: vec![
+            ("f_a".into(), FeatureType::Float64),
+            ("f_b".into(), FeatureType::String),
+            ("f_c".into(), FeatureType::Boolean),
+        ],
+        model_prediction_output: ModelOutput::Binary {
+            prediction_score_column: "p".into(),
+            actual_score_column: None,
+            positive_class_label: "yes".into(),
+            negative_class_label: "no".into(),
+            score_threshold: 0.5,
+        },
+        session_id_column: "session_id".into(),
+        row_id_column: "row_id".into(),
+        feature_orders: vec![],
+    };
+    let null = || value(Kind::NullValue(0));
+    let num = |f: f64| value(Kind::NumberValue(f));
+    let log_of = |rows: Vec<Vec<Value>>, ids: Vec<Value>| {
+        let mut f = Struct::default();
+        f.fields
+            .insert("columns".into(), list(vec![s("f_a"), s("f_b"), s("f_c")]));
+        let n = rows.len();
+        f.fields
+            .insert("data".into(), list(rows.into_iter().map(list).collect()));
+        let mut p = Struct::default();
+        p.fields.insert("data".into(), list(vec![null(); n]));
+        p.fields.insert("row_ids".into(), list(ids));
+        PredictionLog {
+            prediction_id: "s".into(),
+            input: Some(ModelInput {
+                features_table: Some(f),
+                ..Default::default()
+            }),
+            output: Some(PbOutput {
+                prediction_results_table: Some(p),
+                ..Default::default()
+            }),
+            request_timestamp: Some(Timestamp {
+                seconds: 1,
+                nanos: 0,
+            }),
+            ..Default::default()
+        }
+        .encode_to_vec()
+    };
+    let good = log_of(
+        vec![
+            vec![null(), s("x"), value(Kind::BoolValue(true))],
+            vec![num(1.5), null(), null()],
+        ],
+        vec![s("0"), s("1")],
+    );
+    let bad = log_of(
+        vec![vec![null(), null(), null()], vec![null(), null(), null()]],
+        vec![s("0"), num(1.0)],
+    );
+    let layout = Arc::new(TableLayout::new(&schema, "1"));
+    let mut d = Decoder::new(Arc::clone(&layout));
+    assert_eq!(d.decode(&good), Ok(2));
+    assert_eq!(
+        d.decode(&bad).unwrap_err().kind,
+        ErrorKind::TypeMismatch,
+        "rejected at the second row id"
+    );
+    assert_eq!(d.decode(&good), Ok(2));
+    let mut want = convert(&layout, &good).unwrap();
+    want.extend(convert(&layout, &good).unwrap());
+    assert_eq!(batch_cells(&d.finish()), want);
+}

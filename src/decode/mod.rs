@@ -213,7 +213,7 @@ pub struct Decoder {
     /// [`Decoder::approx_bytes`] without a pass over every column.
     str_cols: Vec<usize>,
     /// Upper bound of the bytes one row costs apart from its session id, row id and feature
-    /// strings: every column's fixed width and validity byte, the model version, the longest
+    /// strings: every column's fixed width and a NULL's row number, the model version, the longest
     /// derived label, ranking scratch.
     row_bound_bytes: usize,
     feature_index: HashMap<String, u32>,
@@ -267,8 +267,9 @@ impl Decoder {
             Derived::Rank => 32,
             Derived::None => 0,
         };
+        // A NULL costs its row number (4 bytes) in the column's validity.
         let row_bound_bytes =
-            fixed_row_bytes + layout.columns.len() + layout.model_version.len() + label_bytes;
+            fixed_row_bytes + 4 * layout.columns.len() + layout.model_version.len() + label_bytes;
         let feature_index: HashMap<String, u32> = layout.columns
             [FIRST_FEATURE..FIRST_FEATURE + layout.n_features]
             .iter()
@@ -406,6 +407,15 @@ impl Decoder {
     /// made the builders take beyond what they hold is given back.
     pub fn append(&mut self, p: &Prepared<'_>) -> Result<usize, DecodeError> {
         let start = self.rows;
+        if start.saturating_add(p.most_rows()) > columns::MAX_BATCH_ROWS {
+            return Err(DecodeError::new(
+                ErrorKind::TooLarge,
+                format!(
+                    "a batch holds at most {} rows; finish it first",
+                    columns::MAX_BATCH_ROWS
+                ),
+            ));
+        }
         match self.append_rows(p) {
             Ok(n) => {
                 self.rows += n;

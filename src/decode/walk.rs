@@ -187,6 +187,13 @@ pub(super) fn walk_sub<'a>(
     let mut r = Reader::new(b);
     let mut table = None;
     while !r.at_end() {
+        if let Some(t) = r.short_len_field(0x0a) {
+            if table.is_some() {
+                return Err(dup(&format!("{what} table")));
+            }
+            table = Some(t);
+            continue;
+        }
         let (field, wt) = r.key(what)?;
         if field == 1 {
             r.expect(wt, WireType::Len, what)?;

@@ -58,25 +58,32 @@ impl<'a> Reader<'a> {
         )
     }
 
-    #[cold]
     #[inline(never)]
     fn varint_slow(&mut self, what: &str) -> Result<u64, DecodeError> {
-        let buf = self.buf;
+        // Longer varints (timestamps' seconds and nanos, large lengths): the position is
+        // advanced once, at the end, not per byte.
+        let rest = self.buf.get(self.pos..).unwrap_or_default();
         let mut result: u64 = 0;
-        for i in 0..10 {
-            let Some(&b) = buf.get(self.pos) else {
-                return Err(self.err(what, "truncated varint"));
-            };
-            self.pos += 1;
+        for (i, &b) in rest.iter().take(10).enumerate() {
             if i == 9 && b > 1 {
+                self.pos += i + 1;
                 return Err(self.err(what, "varint overflows 64 bits"));
             }
             result |= u64::from(b & 0x7f) << (7 * i);
             if b < 0x80 {
+                self.pos += i + 1;
                 return Ok(result);
             }
         }
-        Err(self.err(what, "varint longer than 10 bytes"))
+        self.pos += rest.len().min(10);
+        Err(self.err(
+            what,
+            if rest.len() < 10 {
+                "truncated varint"
+            } else {
+                "varint longer than 10 bytes"
+            },
+        ))
     }
 
     /// Reads a base-128 varint (at most 10 bytes).
