@@ -93,6 +93,28 @@ impl<R: BufRead> FrameReader<R> {
         self.next_slow(buf)
     }
 
+    /// Reads the next frame and hands it to `f` with the byte offset of its length prefix:
+    /// straight from the reader's buffer when the whole frame is there (no copy), else read into
+    /// `buf` first as [`FrameReader::next_into`] does. `None` at a clean end of input.
+    pub fn next_with<T>(
+        &mut self,
+        buf: &mut Vec<u8>,
+        f: impl FnOnce(u64, &[u8]) -> T,
+    ) -> Result<Option<T>, FrameError> {
+        let offset = self.pos;
+        let avail = self.inner.fill_buf()?;
+        if let Some((len, n)) = short_prefix(avail) {
+            if len <= self.max_frame && len <= (avail.len() - n) as u64 {
+                let end = n + len as usize;
+                let out = f(offset, &avail[n..end]);
+                self.inner.consume(end);
+                self.pos += end as u64;
+                return Ok(Some(out));
+            }
+        }
+        Ok(self.next_slow(buf)?.map(|offset| f(offset, buf)))
+    }
+
     /// [`FrameReader::next_into`] byte by byte: a prefix or a frame that straddles the
     /// reader's buffer, an error, or the end of input.
     #[inline(never)]
@@ -231,6 +253,14 @@ mod tests {
                 assert_eq!(&buf, m, "capacity {cap}");
             }
             assert!(r.next_into(&mut buf).unwrap().is_none());
+            assert_eq!(r.position(), out.len() as u64);
+            // The same frames handed over in place (or through `buf` when they straddle).
+            let mut r = FrameReader::new(io::BufReader::with_capacity(cap, &out[..]));
+            for (m, off) in msgs.iter().zip(&offsets) {
+                let got = r.next_with(&mut buf, |o, b| (o, b.to_vec())).unwrap();
+                assert_eq!(got, Some((*off, m.clone())), "capacity {cap}");
+            }
+            assert!(r.next_with(&mut buf, |_, _| ()).unwrap().is_none());
             assert_eq!(r.position(), out.len() as u64);
         }
         // A limit below a frame that is wholly buffered is still enforced.

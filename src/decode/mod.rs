@@ -711,7 +711,9 @@ impl Decoder {
     }
 }
 
-/// Refreshes a cached column map unless `cols` is the same encoded list as last time.
+/// Refreshes a cached column map unless `cols` is the same encoded list as last time (the
+/// check inline, the rebuild out of line).
+#[inline(always)]
 fn refresh(
     map: &mut ColumnMap,
     cols: &[u8],
@@ -722,6 +724,18 @@ fn refresh(
     if map.valid && map.key == cols {
         return Ok(());
     }
+    rebuild(map, cols, index, n_targets, table)
+}
+
+/// [`refresh`] for a column list that is not the cached one.
+#[inline(never)]
+fn rebuild(
+    map: &mut ColumnMap,
+    cols: &[u8],
+    index: &HashMap<String, u32>,
+    n_targets: usize,
+    table: &str,
+) -> Result<(), DecodeError> {
     let mut it = ListIter::new(cols);
     let mut i = 0usize;
     let names = std::iter::from_fn(|| {
