@@ -356,3 +356,41 @@ fn a_rollback_takes_back_the_nulls_of_the_rejected_rows() {
     want.extend(convert(&layout, &good).unwrap());
     assert_eq!(batch_cells(&d.finish()), want);
 }
+
+/// Unknown fields at the top level (length-delimited ones take the one-byte-key shortcut,
+/// others the general path) are skipped exactly once: the log decodes as without them, and as
+/// the reference decodes it.
+#[test]
+fn unknown_top_level_fields_are_skipped_once() {
+    let mut g = crate::gen::Generator::new(
+        &crate::gen::benchmark_schema(6),
+        crate::gen::GenOptions {
+            rows_per_log: 2,
+            seed: 5,
+            malformed_ratio: 0.0,
+            start_micros: 1_700_000_000_000_000,
+            model: ("p".into(), "m".into(), "1".into()),
+        },
+    );
+    let layout = Arc::new(TableLayout::new(&crate::gen::benchmark_schema(6), "1"));
+    let plain = g.next_log().bytes;
+    // Field 7 (length 3), field 6 (varint), field 13 (length 0), field 15 (length 200).
+    let mut unknown = vec![
+        0x3a, 3, b'a', b'b', b'c', 0x30, 5, 0x6a, 0, 0x7a, 0xc8, 0x01,
+    ];
+    unknown.extend([7u8; 200]);
+    let mut d = Decoder::new(Arc::clone(&layout));
+    assert_eq!(d.decode(&plain), Ok(2));
+    let want = batch_cells(&d.finish());
+    for bytes in [
+        [unknown.clone(), plain.clone()].concat(),
+        [plain.clone(), unknown.clone()].concat(),
+    ] {
+        assert_eq!(
+            convert(&layout, &bytes).expect("the reference skips them"),
+            want
+        );
+        assert_eq!(d.decode(&bytes), Ok(2));
+        assert_eq!(batch_cells(&d.finish()), want);
+    }
+}

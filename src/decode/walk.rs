@@ -105,6 +105,24 @@ pub(super) fn entry_parts_general<'a>(
     Ok((key, value))
 }
 
+/// The payload of a length-delimited field whose key was read: `body` when the shortcut
+/// already read it, else checked and read now.
+#[inline(always)]
+fn len_body<'a>(
+    r: &mut Reader<'a>,
+    wt: WireType,
+    body: Option<&'a [u8]>,
+    what: &str,
+) -> Result<&'a [u8], DecodeError> {
+    match body {
+        Some(b) => Ok(b),
+        None => {
+            r.expect(wt, WireType::Len, what)?;
+            r.bytes(what)
+        }
+    }
+}
+
 /// Reads the top level of a PredictionLog.
 pub(super) fn walk_log(b: &[u8]) -> Result<LogParts<'_>, DecodeError> {
     const W: &str = "PredictionLog";
@@ -118,15 +136,21 @@ pub(super) fn walk_log(b: &[u8]) -> Result<LogParts<'_>, DecodeError> {
     let mut seen_input = false;
     let mut seen_output = false;
     while !r.at_end() {
-        let (field, wt) = r.key(W)?;
+        // Length-delimited fields 1–15 with a short length (all the usual fields but the
+        // timestamp) skip the general key path; `body` is then already read.
+        let (field, wt, body) = match r.short_len_any() {
+            Some((field, body)) => (field, WireType::Len, Some(body)),
+            None => {
+                let (field, wt) = r.key(W)?;
+                (field, wt, None)
+            }
+        };
         match field {
             1 => {
-                r.expect(wt, WireType::Len, "prediction_id")?;
-                parts.prediction_id = r.bytes("prediction_id")?;
+                parts.prediction_id = len_body(&mut r, wt, body, "prediction_id")?;
             }
             2..=5 => {
-                r.expect(wt, WireType::Len, W)?;
-                let s = r.bytes(W)?;
+                let s = len_body(&mut r, wt, body, W)?;
                 if !valid_utf8(s) {
                     return Err(DecodeError::new(
                         ErrorKind::InvalidProtobuf,
@@ -137,24 +161,29 @@ pub(super) fn walk_log(b: &[u8]) -> Result<LogParts<'_>, DecodeError> {
             10 => {
                 r.expect(wt, WireType::Len, "input")?;
                 once(&mut seen_input, "input")?;
-                parts.features = walk_sub(r.bytes("input")?, "input", &[2, 3, 4, 10])?;
+                let b = len_body(&mut r, wt, body, "input")?;
+                parts.features = walk_sub(b, "input", &[2, 3, 4, 10])?;
             }
             11 => {
                 r.expect(wt, WireType::Len, "output")?;
                 once(&mut seen_output, "output")?;
-                parts.predictions = walk_sub(r.bytes("output")?, "output", &[2, 10, 12])?;
+                let b = len_body(&mut r, wt, body, "output")?;
+                parts.predictions = walk_sub(b, "output", &[2, 10, 12])?;
             }
             20 => {
                 r.expect(wt, WireType::Len, "request_timestamp")?;
                 if parts.timestamp.is_some() {
                     return Err(dup("request_timestamp"));
                 }
-                parts.timestamp = Some(walk_timestamp(r.bytes("request_timestamp")?)?);
+                let b = len_body(&mut r, wt, body, "request_timestamp")?;
+                parts.timestamp = Some(walk_timestamp(b)?);
             }
             100 => {
                 r.expect(wt, WireType::Varint, "table_schema_version")?;
                 r.varint("table_schema_version")?;
             }
+            // Unknown: skipped (by the shortcut already when it read it).
+            _ if body.is_some() => {}
             _ => r.skip(field, wt, W)?,
         }
     }

@@ -58,10 +58,42 @@ impl<'a> Reader<'a> {
         )
     }
 
+    /// Varints of three bytes or more (timestamps' seconds and nanos, large lengths).
     #[inline(never)]
     fn varint_slow(&mut self, what: &str) -> Result<u64, DecodeError> {
-        // Longer varints (timestamps' seconds and nanos, large lengths): the position is
-        // advanced once, at the end, not per byte.
+        match self.varint_word() {
+            Some(v) => Ok(v),
+            None => self.varint_loop(what),
+        }
+    }
+
+    /// A varint of at most 8 bytes with 8 bytes to read, decoded from one little-endian word:
+    /// the first byte without its high bit ends it; the 7-bit groups are packed by three
+    /// mask-and-shift steps. `None` (nothing read) otherwise.
+    #[inline(always)]
+    pub(crate) fn varint_word(&mut self) -> Option<u64> {
+        let w = self.buf.get(self.pos..self.pos.checked_add(8)?)?;
+        let x = u64::from_le_bytes(w.try_into().ok()?);
+        let stops = !x & 0x8080_8080_8080_8080;
+        if stops == 0 {
+            return None;
+        }
+        let n = (stops.trailing_zeros() / 8 + 1) as usize;
+        let x = if n == 8 {
+            x
+        } else {
+            x & ((1u64 << (8 * n)) - 1)
+        };
+        let x = x & 0x7f7f_7f7f_7f7f_7f7f;
+        let x = (x & 0x007f_007f_007f_007f) | ((x & 0x7f00_7f00_7f00_7f00) >> 1);
+        let x = (x & 0x0000_3fff_0000_3fff) | ((x & 0x3fff_0000_3fff_0000) >> 2);
+        let x = (x & 0x0000_0000_0fff_ffff) | ((x & 0x0fff_ffff_0000_0000) >> 4);
+        self.pos += n;
+        Some(x)
+    }
+
+    /// Any varint, byte by byte (at most 10 bytes; the position is advanced once, at the end).
+    pub(crate) fn varint_loop(&mut self, what: &str) -> Result<u64, DecodeError> {
         let rest = self.buf.get(self.pos..).unwrap_or_default();
         let mut result: u64 = 0;
         for (i, &b) in rest.iter().take(10).enumerate() {
@@ -123,6 +155,19 @@ impl<'a> Reader<'a> {
         let body = self.buf.get(start..start + n)?;
         self.pos = start + n;
         Some(body)
+    }
+
+    /// A length-delimited field with a one-byte key (fields 1–15) and a short length
+    /// ([`Reader::short_len_field`]): (field number, payload). `None` (nothing read) otherwise.
+    #[inline(always)]
+    pub(crate) fn short_len_any(&mut self) -> Option<(u32, &'a [u8])> {
+        let k = *self.buf.get(self.pos)?;
+        // High bit clear (one byte), wire type 2, field number not 0.
+        if k & 0x87 != 0x02 || k < 0x08 {
+            return None;
+        }
+        let body = self.short_len_field(k)?;
+        Some((u32::from(k >> 3), body))
     }
 
     /// Reads a field key: (field number, wire type).
@@ -286,6 +331,38 @@ mod tests {
         assert!(r.varint("v").is_err(), "too long");
         let mut r = Reader::new(&[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01]);
         assert_eq!(r.varint("v").unwrap(), u64::MAX);
+    }
+
+    proptest::proptest! {
+        /// The one-word decoding of longer varints reads what the byte loop reads, value and
+        /// position, wherever it applies.
+        #[test]
+        fn varint_word_agrees_with_the_byte_loop(b in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..14), skew in 0u8..8) {
+            // Bias towards continuation bytes so that long varints are common.
+            let b: Vec<u8> = b.iter().enumerate().map(|(i, x)| if (i as u8) < skew { x | 0x80 } else { *x }).collect();
+            let mut fast = Reader::new(&b);
+            let mut slow = Reader::new(&b);
+            if let Some(v) = fast.varint_word() {
+                proptest::prop_assert_eq!(slow.varint_loop("v").ok(), Some(v));
+                proptest::prop_assert_eq!(fast.pos, slow.pos);
+            }
+            let mut any = Reader::new(&b);
+            let mut slow = Reader::new(&b);
+            proptest::prop_assert_eq!(any.varint("v").ok(), slow.varint_loop("v").ok());
+        }
+
+        /// A one-byte-key length-delimited field read by the shortcut is what `key` + `bytes`
+        /// read.
+        #[test]
+        fn short_len_any_agrees_with_key_and_bytes(b in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..10)) {
+            let mut fast = Reader::new(&b);
+            if let Some((field, body)) = fast.short_len_any() {
+                let mut r = Reader::new(&b);
+                proptest::prop_assert_eq!(r.key("k").ok(), Some((field, WireType::Len)));
+                proptest::prop_assert_eq!(r.bytes("k").ok(), Some(body));
+                proptest::prop_assert_eq!(r.pos, fast.pos);
+            }
+        }
     }
 
     #[test]
