@@ -175,10 +175,11 @@ pub fn convert(a: ConvertArgs) -> ExitCode {
     let (mut logs, mut rows, mut bad) = (0u64, 0u64, 0u64);
     let mut failure = None;
     loop {
-        match reader.next_into(&mut buf) {
+        // Decoded in place from the reader's buffer (no copy) when the frame is all there.
+        match reader.next_with(&mut buf, |offset, log| (offset, decoder.decode(log))) {
             Ok(None) => break,
-            Ok(Some(offset)) => {
-                match decoder.decode(&buf) {
+            Ok(Some((offset, decoded))) => {
+                match decoded {
                     Ok(n) => rows += n as u64,
                     Err(e) => {
                         bad += 1;

@@ -76,6 +76,49 @@ impl<R: BufRead> FrameReader<R> {
     /// Reads the next frame into `buf` (replacing its contents). Returns the byte offset of the
     /// frame's length prefix, or `None` at a clean end of input.
     pub fn next_into(&mut self, buf: &mut Vec<u8>) -> Result<Option<u64>, FrameError> {
+        // Fast path: the prefix and the whole frame are already in the reader's buffer (the
+        // usual case for logs far smaller than the buffer): one look, one copy, one consume.
+        let offset = self.pos;
+        let avail = self.inner.fill_buf()?;
+        if let Some((len, n)) = short_prefix(avail) {
+            if len <= self.max_frame && len <= (avail.len() - n) as u64 {
+                let end = n + len as usize;
+                buf.clear();
+                buf.extend_from_slice(&avail[n..end]);
+                self.inner.consume(end);
+                self.pos += end as u64;
+                return Ok(Some(offset));
+            }
+        }
+        self.next_slow(buf)
+    }
+
+    /// Reads the next frame and hands it to `f` with the byte offset of its length prefix:
+    /// straight from the reader's buffer when the whole frame is there (no copy), else read into
+    /// `buf` first as [`FrameReader::next_into`] does. `None` at a clean end of input.
+    pub fn next_with<T>(
+        &mut self,
+        buf: &mut Vec<u8>,
+        f: impl FnOnce(u64, &[u8]) -> T,
+    ) -> Result<Option<T>, FrameError> {
+        let offset = self.pos;
+        let avail = self.inner.fill_buf()?;
+        if let Some((len, n)) = short_prefix(avail) {
+            if len <= self.max_frame && len <= (avail.len() - n) as u64 {
+                let end = n + len as usize;
+                let out = f(offset, &avail[n..end]);
+                self.inner.consume(end);
+                self.pos += end as u64;
+                return Ok(Some(out));
+            }
+        }
+        Ok(self.next_slow(buf)?.map(|offset| f(offset, buf)))
+    }
+
+    /// [`FrameReader::next_into`] byte by byte: a prefix or a frame that straddles the
+    /// reader's buffer, an error, or the end of input.
+    #[inline(never)]
+    fn next_slow(&mut self, buf: &mut Vec<u8>) -> Result<Option<u64>, FrameError> {
         let offset = self.pos;
         let mut len: u64 = 0;
         let mut shift = 0u32;
@@ -126,6 +169,24 @@ impl<R: BufRead> FrameReader<R> {
     }
 }
 
+/// A length prefix of at most three bytes (frames under 2 MiB) at the start of `b`: (length,
+/// prefix bytes). `None` for anything else (longer, truncated or invalid prefixes), which the
+/// byte-by-byte path handles.
+#[inline(always)]
+fn short_prefix(b: &[u8]) -> Option<(u64, usize)> {
+    let b0 = *b.first()?;
+    if b0 < 0x80 {
+        return Some((u64::from(b0), 1));
+    }
+    let b1 = *b.get(1)?;
+    let low = u64::from(b0 & 0x7f);
+    if b1 < 0x80 {
+        return Some((low | u64::from(b1) << 7, 2));
+    }
+    let b2 = *b.get(2)?;
+    (b2 < 0x80).then(|| (low | u64::from(b1 & 0x7f) << 7 | u64::from(b2) << 14, 3))
+}
+
 /// Writes one frame.
 pub fn write_frame<W: Write>(w: &mut W, msg: &[u8]) -> io::Result<()> {
     let mut prefix = [0u8; 10];
@@ -166,6 +227,52 @@ mod tests {
         assert_eq!(r.next_into(&mut buf).unwrap(), Some(3));
         assert_eq!(buf, big);
         assert!(r.next_into(&mut buf).unwrap().is_none());
+    }
+
+    #[test]
+    fn frames_straddling_the_read_buffer_read_the_same() {
+        // Sizes around the 1-, 2- and 3-byte prefix bounds, read through buffers that hold a
+        // whole frame (fast path), part of one (byte by byte) or a few bytes (both, mixed).
+        let sizes = [0usize, 1, 5, 127, 128, 300, 16_383, 16_384, 20_000, 3];
+        let msgs: Vec<Vec<u8>> = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (0..*n).map(|j| (i * 31 + j) as u8).collect())
+            .collect();
+        let mut out = Vec::new();
+        let mut offsets = Vec::new();
+        for m in &msgs {
+            offsets.push(out.len() as u64);
+            write_frame(&mut out, m).unwrap();
+        }
+        for cap in [1usize, 2, 3, 7, 200, 1 << 16] {
+            let mut r = FrameReader::new(io::BufReader::with_capacity(cap, &out[..]));
+            let mut buf = Vec::new();
+            for (m, off) in msgs.iter().zip(&offsets) {
+                assert_eq!(r.next_into(&mut buf).unwrap(), Some(*off), "capacity {cap}");
+                assert_eq!(&buf, m, "capacity {cap}");
+            }
+            assert!(r.next_into(&mut buf).unwrap().is_none());
+            assert_eq!(r.position(), out.len() as u64);
+            // The same frames handed over in place (or through `buf` when they straddle).
+            let mut r = FrameReader::new(io::BufReader::with_capacity(cap, &out[..]));
+            for (m, off) in msgs.iter().zip(&offsets) {
+                let got = r.next_with(&mut buf, |o, b| (o, b.to_vec())).unwrap();
+                assert_eq!(got, Some((*off, m.clone())), "capacity {cap}");
+            }
+            assert!(r.next_with(&mut buf, |_, _| ()).unwrap().is_none());
+            assert_eq!(r.position(), out.len() as u64);
+        }
+        // A limit below a frame that is wholly buffered is still enforced.
+        let mut r = FrameReader::new(&out[..]).with_max_frame(200);
+        let mut buf = Vec::new();
+        for _ in 0..5 {
+            assert!(r.next_into(&mut buf).unwrap().is_some());
+        }
+        assert!(matches!(
+            r.next_into(&mut buf),
+            Err(FrameError::TooLarge { len: 300, .. })
+        ));
     }
 
     #[test]

@@ -80,18 +80,18 @@ pub(super) fn walk_row<'c>(
             let mut it = ListIter::new(items);
             let mut pos = 0usize;
             while let Some(cell) = it.next(WHAT)? {
-                if pos < n_cols {
-                    let t = map.pos[pos];
+                if let Some(&t) = map.pos.get(pos) {
                     if t != DROP {
-                        let v = parse_value(cell, WHAT)?;
-                        match push_cell(&mut cols[t as usize], v) {
-                            Ok(Some(f)) => {
-                                if let Some(s) = scores.as_deref_mut() {
-                                    s[t as usize] = Some(f);
-                                }
-                            }
-                            Ok(None) => {}
-                            Err(e) => return Err(cell_error(e, table, row_no, pos, column(t))),
+                        let col = &mut cols[t as usize];
+                        let pushed = match push_common(col, cell) {
+                            Some(pushed) => pushed,
+                            None => match push_cell(col, parse_value(cell, WHAT)?) {
+                                Ok(pushed) => pushed,
+                                Err(e) => return Err(cell_error(e, table, row_no, pos, column(t))),
+                            },
+                        };
+                        if let (Some(f), Some(s)) = (pushed, scores.as_deref_mut()) {
+                            s[t as usize] = Some(f);
                         }
                     }
                 }
@@ -181,6 +181,54 @@ pub(super) fn cell_error(
     }
 }
 
+/// The usual cells appended straight from their encoding, with one dispatch on the column's
+/// type: a number into a float or integer column (in range), a short ASCII string into a string
+/// column, a bool into a boolean column. `None` for anything else, and nothing is appended:
+/// [`parse_value`] and [`push_cell`] take it (and find any error). `Some` as [`push_cell`]'s
+/// `Ok`.
+#[inline(always)]
+pub(super) fn push_common(col: &mut Col, cell: &[u8]) -> Option<Option<f64>> {
+    match col {
+        Col::F64(c) => {
+            let f = number(cell)?;
+            c.push(f);
+            Some(Some(f))
+        }
+        Col::I64(c) => {
+            let f = number(cell)?;
+            if !(-9_223_372_036_854_775_808.0..9_223_372_036_854_775_808.0).contains(&f) {
+                return None;
+            }
+            c.push(f as i64);
+            Some(None)
+        }
+        Col::Str(c) => match cell {
+            [0x1a, n, s @ ..] if *n < 0x80 && usize::from(*n) == s.len() && s.is_ascii() => {
+                c.push(s).ok()?;
+                Some(None)
+            }
+            _ => None,
+        },
+        Col::Bool(c) => match cell {
+            [0x20, b] if *b < 0x80 => {
+                c.push(*b != 0);
+                Some(None)
+            }
+            _ => None,
+        },
+        Col::Ts(_) => None,
+    }
+}
+
+/// A `Value` that is exactly one `number_value`.
+#[inline(always)]
+fn number(cell: &[u8]) -> Option<f64> {
+    match cell {
+        [0x11, x @ ..] => Some(f64::from_le_bytes(x.try_into().ok()?)),
+        _ => None,
+    }
+}
+
 /// Appends one value to a column with the coercion rules of the module docs. Returns the float
 /// value appended to a float column (for derived columns).
 #[inline(always)]
@@ -266,6 +314,19 @@ impl<'a> ListIter<'a> {
 
     #[inline(always)]
     pub(super) fn next(&mut self, what: &str) -> Result<Option<&'a [u8]>, DecodeError> {
+        // Field 1, length-delimited, length < 16 KiB: every element of the usual list.
+        if let Some(item) = self.r.short_len_field(0x0a) {
+            return Ok(Some(item));
+        }
+        if self.r.at_end() {
+            return Ok(None);
+        }
+        self.next_general(what)
+    }
+
+    /// [`ListIter::next`] for any encoding: long elements, other fields (skipped), the end.
+    #[inline]
+    pub(super) fn next_general(&mut self, what: &str) -> Result<Option<&'a [u8]>, DecodeError> {
         while !self.r.at_end() {
             let (field, wt) = self.r.key(what)?;
             if field == 1 {

@@ -1,24 +1,24 @@
-//! Column builders over Arrow's buffer builders, with `truncate` so that a rejected log can be
-//! rolled back after some of its rows were appended. `finish` hands the buffers to Arrow arrays
-//! without copying.
+//! Column builders over plain `Vec`s (a push is a capacity check and a store; Arrow's
+//! `BufferBuilder` checked capacity twice per value through its fallible `reserve`), with
+//! `truncate` so that a rejected log can be rolled back after some of its rows were appended.
+//! `finish` hands each `Vec`'s allocation to an Arrow buffer without copying (capacity
+//! included, so what a batch holds is what the builders had allocated).
 
 use super::error::{DecodeError, ErrorKind};
 use crate::table::ColumnType;
 use arrow_array::{
     ArrayRef, BooleanArray, Float64Array, Int64Array, StringArray, TimestampMicrosecondArray,
 };
-use arrow_buffer::{
-    BooleanBuffer, BooleanBufferBuilder, BufferBuilder, NullBuffer, OffsetBuffer, ScalarBuffer,
-};
+use arrow_buffer::{BooleanBuffer, Buffer, NullBuffer, OffsetBuffer, ScalarBuffer};
 use std::sync::Arc;
 
 /// Capacity a builder may hold beyond twice its length before [`Col::release_excess`] gives it
 /// back (amortized growth stays within twice the length; only a reservation does not).
 const EXCESS_BYTES: usize = 64 << 10;
 
-/// Rows of validity a decoder keeps allocated between batches (the default `max_rows` fits);
-/// more is given back when the batch that needed it is finished.
-const RETAIN_VALIDITY_ROWS: usize = 64 << 10;
+/// Rows of boolean values (a byte each) a decoder keeps allocated between batches (the default
+/// `max_rows` fits); more is given back when the batch that needed it is finished.
+const RETAIN_BOOL_ROWS: usize = 64 << 10;
 
 /// Whether a buffer of `len` bytes holding `cap` bytes holds more than it should.
 fn excessive(len: usize, cap: usize) -> bool {
@@ -27,101 +27,128 @@ fn excessive(len: usize, cap: usize) -> bool {
 
 /// Gives back the capacity of `b` beyond its length when it is excessive (a copy of what it
 /// holds: done only after a rollback, for the open batch's rows).
-fn release<T: arrow_buffer::ArrowNativeType>(b: &mut BufferBuilder<T>) {
+fn release<T>(b: &mut Vec<T>) {
     let size = std::mem::size_of::<T>();
     if excessive(b.len() * size, b.capacity() * size) {
-        let mut fresh = BufferBuilder::new(b.len());
-        fresh.append_slice(b.as_slice());
-        *b = fresh;
+        b.shrink_to_fit();
     }
 }
 
-/// Validity, one byte per row while building (an append is a byte push, a rollback a
-/// truncate), packed into Arrow's bitmap once per batch in [`Validity::finish`].
+/// Validity as the rows that are NULL (ascending row numbers within the batch): a non-null
+/// value costs nothing, a NULL one `u32`, a rollback a binary search and a truncate; Arrow's
+/// bitmap is built once per batch in [`Validity::finish`]. (Before: one byte pushed per value,
+/// NULL or not, and packed per batch.) Row numbers fit in `u32`: the decoder refuses a log
+/// that could take a batch past [`MAX_BATCH_ROWS`].
 pub(crate) struct Validity {
-    valid: Vec<u8>,
-    nulls: usize,
+    nulls: Vec<u32>,
 }
+
+/// Most rows one batch of a decoder holds.
+pub(crate) const MAX_BATCH_ROWS: usize = u32::MAX as usize;
+
+/// NULL row numbers a decoder keeps allocated between batches (64 KiB per column).
+const RETAIN_NULLS: usize = 16 << 10;
 
 impl Validity {
-    fn new(cap: usize) -> Self {
-        Validity {
-            valid: Vec::with_capacity(cap),
-            nulls: 0,
-        }
+    fn new() -> Self {
+        Validity { nulls: Vec::new() }
     }
 
     #[inline(always)]
-    fn append_non_null(&mut self) {
-        self.valid.push(1);
-    }
+    fn append_non_null(&mut self) {}
 
+    /// Marks row `row` (the row being appended) NULL.
     #[inline(always)]
-    fn append_null(&mut self) {
-        self.valid.push(0);
-        self.nulls += 1;
+    fn append_null(&mut self, row: usize) {
+        self.nulls.push(row as u32);
     }
 
     fn truncate(&mut self, len: usize) {
-        if len < self.valid.len() {
-            self.nulls -= self.valid[len..].iter().filter(|v| **v == 0).count();
-            self.valid.truncate(len);
-        }
+        let keep = self.nulls.partition_point(|&r| (r as usize) < len);
+        self.nulls.truncate(keep);
     }
 
     fn allocated_bytes(&self) -> usize {
-        self.valid.capacity()
-    }
-
-    fn reserve(&mut self, rows: usize) {
-        self.valid.reserve(rows);
+        self.nulls.capacity() * 4
     }
 
     fn release_excess(&mut self) {
-        if excessive(self.valid.len(), self.valid.capacity()) {
-            self.valid.shrink_to_fit();
-        }
+        release(&mut self.nulls);
     }
 
-    fn finish(&mut self) -> Option<NullBuffer> {
-        let out = (self.nulls > 0).then(|| {
-            let v = &self.valid;
-            NullBuffer::new(BooleanBuffer::collect_bool(v.len(), |i| v[i] != 0))
-        });
-        self.valid.clear();
-        self.nulls = 0;
-        // A log of many rows does not leave its validity allocated for every later batch.
-        if self.valid.capacity() > RETAIN_VALIDITY_ROWS {
-            self.valid.shrink_to(RETAIN_VALIDITY_ROWS);
+    /// The bitmap of a batch of `len` rows (`None` when none is NULL); starts the next batch.
+    fn finish(&mut self, len: usize) -> Option<NullBuffer> {
+        if self.nulls.is_empty() {
+            return None;
         }
-        out
+        let mut bits = vec![0xffu8; len.div_ceil(8)];
+        for &r in &self.nulls {
+            let r = r as usize;
+            bits[r / 8] &= !(1u8 << (r % 8));
+        }
+        if !len.is_multiple_of(8) {
+            if let Some(last) = bits.last_mut() {
+                *last &= (1u8 << (len % 8)) - 1;
+            }
+        }
+        self.nulls.clear();
+        // A batch of many NULLs does not leave its row numbers allocated for every later one.
+        self.nulls.shrink_to(RETAIN_NULLS);
+        Some(NullBuffer::new(BooleanBuffer::new(
+            Buffer::from_vec(bits),
+            0,
+            len,
+        )))
     }
+}
+
+/// Packs one byte per row (each 0 or 1) into Arrow's bitmap, least significant bit first,
+/// eight rows per multiplication: with every byte of `x` 0 or 1, `x * 0x0102040810204080`
+/// gathers byte `i` into bit `56 + i` without carries.
+pub(crate) fn pack_bits(v: &[u8]) -> BooleanBuffer {
+    const GATHER: u64 = 0x0102_0408_1020_4080;
+    let mut bits = Vec::with_capacity(v.len().div_ceil(8));
+    let chunks = v.chunks_exact(8);
+    let rest = chunks.remainder();
+    for c in chunks {
+        let x = u64::from_le_bytes(c.try_into().expect("chunks of 8"));
+        bits.push((x.wrapping_mul(GATHER) >> 56) as u8);
+    }
+    if !rest.is_empty() {
+        bits.push(rest.iter().enumerate().fold(0u8, |b, (i, x)| b | (x << i)));
+    }
+    BooleanBuffer::new(Buffer::from_vec(bits), 0, v.len())
 }
 
 /// A nullable fixed-width column.
 pub(crate) struct Prim<T: arrow_buffer::ArrowNativeType> {
-    pub(crate) values: BufferBuilder<T>,
+    pub(crate) values: Vec<T>,
     pub(crate) nulls: Validity,
 }
 
 impl<T: arrow_buffer::ArrowNativeType> Prim<T> {
     fn new(cap: usize) -> Self {
         Prim {
-            values: BufferBuilder::new(cap),
-            nulls: Validity::new(cap),
+            values: Vec::with_capacity(cap),
+            nulls: Validity::new(),
         }
     }
 
     #[inline(always)]
     pub(crate) fn push(&mut self, v: T) {
-        self.values.append(v);
+        self.values.push(v);
         self.nulls.append_non_null();
     }
 
     #[inline]
     pub(crate) fn push_null(&mut self) {
-        self.values.append(T::default());
-        self.nulls.append_null();
+        self.nulls.append_null(self.values.len());
+        self.values.push(T::default());
+    }
+
+    /// Moves the values out (the allocation, without copying), leaving the builder empty.
+    fn take(&mut self) -> ScalarBuffer<T> {
+        ScalarBuffer::from(std::mem::take(&mut self.values))
     }
 
     fn truncate(&mut self, len: usize) {
@@ -132,50 +159,43 @@ impl<T: arrow_buffer::ArrowNativeType> Prim<T> {
 
 /// A nullable UTF-8 column.
 pub(crate) struct Str {
-    offsets: BufferBuilder<i32>,
-    values: BufferBuilder<u8>,
+    offsets: Vec<i32>,
+    values: Vec<u8>,
     nulls: Validity,
 }
 
 impl Str {
     fn new(cap: usize) -> Self {
-        let mut offsets = BufferBuilder::new(cap + 1);
-        offsets.append(0);
+        let mut offsets = Vec::with_capacity(cap + 1);
+        offsets.push(0);
         Str {
             offsets,
-            values: BufferBuilder::new(cap * 8),
-            nulls: Validity::new(cap),
+            values: Vec::with_capacity(cap * 8),
+            nulls: Validity::new(),
         }
     }
 
     /// Appends already-validated UTF-8.
     #[inline(always)]
     pub(crate) fn push(&mut self, s: &[u8]) -> Result<(), DecodeError> {
-        self.values.append_slice(s);
-        let end = i32::try_from(self.values.len()).map_err(|_| {
-            DecodeError::new(
-                ErrorKind::TooLarge,
-                "string data of one batch exceeds 2 GiB",
-            )
-        })?;
-        self.offsets.append(end);
+        self.values.extend_from_slice(s);
+        let Ok(end) = i32::try_from(self.values.len()) else {
+            return Err(too_much_string());
+        };
+        self.offsets.push(end);
         self.nulls.append_non_null();
         Ok(())
     }
 
     #[inline]
     pub(crate) fn push_null(&mut self) {
-        let end = *self
-            .offsets
-            .as_slice()
-            .last()
-            .expect("offsets start with 0");
-        self.offsets.append(end);
-        self.nulls.append_null();
+        let end = *self.offsets.last().expect("offsets start with 0");
+        self.nulls.append_null(self.offsets.len() - 1);
+        self.offsets.push(end);
     }
 
     fn truncate(&mut self, len: usize) {
-        let end = self.offsets.as_slice()[len];
+        let end = self.offsets[len];
         self.values.truncate(end as usize);
         self.offsets.truncate(len + 1);
         self.nulls.truncate(len);
@@ -186,23 +206,33 @@ impl Str {
     }
 }
 
-/// A nullable boolean column.
+#[cold]
+#[inline(never)]
+fn too_much_string() -> DecodeError {
+    DecodeError::new(
+        ErrorKind::TooLarge,
+        "string data of one batch exceeds 2 GiB",
+    )
+}
+
+/// A nullable boolean column: one byte per value while building (a push is a byte store),
+/// packed into bits once per batch like the validity.
 pub(crate) struct Bool {
-    values: BooleanBufferBuilder,
+    values: Vec<u8>,
     nulls: Validity,
 }
 
 impl Bool {
     #[inline]
     pub(crate) fn push(&mut self, v: bool) {
-        self.values.append(v);
+        self.values.push(u8::from(v));
         self.nulls.append_non_null();
     }
 
     #[inline]
     pub(crate) fn push_null(&mut self) {
-        self.values.append(false);
-        self.nulls.append_null();
+        self.nulls.append_null(self.values.len());
+        self.values.push(0);
     }
 }
 
@@ -223,8 +253,8 @@ impl Col {
             ColumnType::Int64 => Col::I64(Prim::new(cap)),
             ColumnType::Float64 => Col::F64(Prim::new(cap)),
             ColumnType::Boolean => Col::Bool(Bool {
-                values: BooleanBufferBuilder::new(cap),
-                nulls: Validity::new(cap),
+                values: Vec::with_capacity(cap),
+                nulls: Validity::new(),
             }),
             ColumnType::Timestamp => Col::Ts(Prim::new(cap)),
         }
@@ -269,8 +299,20 @@ impl Col {
                 release(&mut c.values);
                 c.nulls.release_excess();
             }
-            // Bits: an eighth of a byte per row, never reserved beyond the rows of a log.
-            Col::Bool(c) => c.nulls.release_excess(),
+            Col::Bool(c) => {
+                release(&mut c.values);
+                c.nulls.release_excess();
+            }
+        }
+    }
+
+    /// Rows appended.
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            Col::Str(c) => c.offsets.len() - 1,
+            Col::I64(c) | Col::Ts(c) => c.values.len(),
+            Col::F64(c) => c.values.len(),
+            Col::Bool(c) => c.values.len(),
         }
     }
 
@@ -290,19 +332,15 @@ impl Col {
             Col::Str(c) => {
                 c.offsets.reserve(rows);
                 c.values.reserve(bytes);
-                c.nulls.reserve(rows);
             }
             Col::I64(c) | Col::Ts(c) => {
                 c.values.reserve(rows);
-                c.nulls.reserve(rows);
             }
             Col::F64(c) => {
                 c.values.reserve(rows);
-                c.nulls.reserve(rows);
             }
             Col::Bool(c) => {
                 c.values.reserve(rows);
-                c.nulls.reserve(rows);
             }
         }
     }
@@ -315,39 +353,36 @@ impl Col {
             }
             Col::I64(c) | Col::Ts(c) => c.values.capacity() * 8 + c.nulls.allocated_bytes(),
             Col::F64(c) => c.values.capacity() * 8 + c.nulls.allocated_bytes(),
-            Col::Bool(c) => c.values.capacity() / 8 + c.nulls.allocated_bytes(),
+            Col::Bool(c) => c.values.capacity() + c.nulls.allocated_bytes(),
         }
     }
 
     /// Moves the buffers into an Arrow array and leaves the builder empty.
     pub(crate) fn finish(&mut self) -> ArrayRef {
+        let len = self.len();
         match self {
             Col::Str(c) => {
-                let offsets = OffsetBuffer::new(ScalarBuffer::from(c.offsets.finish()));
-                c.offsets.append(0);
+                let offsets = OffsetBuffer::new(ScalarBuffer::from(std::mem::take(&mut c.offsets)));
+                c.offsets.push(0);
                 // Every appended value was validated as UTF-8 when it was decoded; StringArray::new
-                // checks it again in bulk.
+                // checks it again in bulk (skipping that needs `unsafe`, which the crate forbids).
                 Arc::new(StringArray::new(
                     offsets,
-                    c.values.finish(),
-                    c.nulls.finish(),
+                    Buffer::from_vec(std::mem::take(&mut c.values)),
+                    c.nulls.finish(len),
                 ))
             }
-            Col::I64(c) => Arc::new(Int64Array::new(
-                ScalarBuffer::from(c.values.finish()),
-                c.nulls.finish(),
-            )),
-            Col::F64(c) => Arc::new(Float64Array::new(
-                ScalarBuffer::from(c.values.finish()),
-                c.nulls.finish(),
-            )),
-            Col::Bool(c) => Arc::new(BooleanArray::new(c.values.finish(), c.nulls.finish())),
+            Col::I64(c) => Arc::new(Int64Array::new(c.take(), c.nulls.finish(len))),
+            Col::F64(c) => Arc::new(Float64Array::new(c.take(), c.nulls.finish(len))),
+            Col::Bool(c) => {
+                let values = pack_bits(&c.values);
+                // Kept for the next batch (at most 64 Ki rows).
+                c.values.clear();
+                c.values.shrink_to(RETAIN_BOOL_ROWS);
+                Arc::new(BooleanArray::new(values, c.nulls.finish(len)))
+            }
             Col::Ts(c) => Arc::new(
-                TimestampMicrosecondArray::new(
-                    ScalarBuffer::from(c.values.finish()),
-                    c.nulls.finish(),
-                )
-                .with_timezone("UTC"),
+                TimestampMicrosecondArray::new(c.take(), c.nulls.finish(len)).with_timezone("UTC"),
             ),
         }
     }

@@ -162,7 +162,8 @@ pub struct Prepared<'a> {
     f_data: &'a [u8],
     p_data: &'a [u8],
     row_ids: &'a [u8],
-    session: &'a str,
+    /// The prediction id (checked as UTF-8).
+    session: &'a [u8],
     /// Whether the prediction table has its own `columns` (else the schema's score columns).
     score_columns: bool,
     /// The log's rows when they were counted (logs that may decode to more than 1 MiB), else 0.
@@ -208,8 +209,11 @@ pub struct Decoder {
     cols: Vec<Col>,
     rows: usize,
     fixed_row_bytes: usize,
+    /// The string columns (the only ones with variable-length bytes), for
+    /// [`Decoder::approx_bytes`] without a pass over every column.
+    str_cols: Vec<usize>,
     /// Upper bound of the bytes one row costs apart from its session id, row id and feature
-    /// strings: every column's fixed width and validity byte, the model version, the longest
+    /// strings: every column's fixed width and a NULL's row number, the model version, the longest
     /// derived label, ranking scratch.
     row_bound_bytes: usize,
     feature_index: HashMap<String, u32>,
@@ -248,6 +252,13 @@ impl Decoder {
                 _ => 8,
             })
             .sum();
+        let str_cols = layout
+            .columns
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.ty == crate::table::ColumnType::String)
+            .map(|(i, _)| i)
+            .collect();
         let label_bytes = match &layout.derived {
             Derived::BinaryLabel {
                 positive, negative, ..
@@ -256,8 +267,9 @@ impl Decoder {
             Derived::Rank => 32,
             Derived::None => 0,
         };
+        // A NULL costs its row number (4 bytes) in the column's validity.
         let row_bound_bytes =
-            fixed_row_bytes + layout.columns.len() + layout.model_version.len() + label_bytes;
+            fixed_row_bytes + 4 * layout.columns.len() + layout.model_version.len() + label_bytes;
         let feature_index: HashMap<String, u32> = layout.columns
             [FIRST_FEATURE..FIRST_FEATURE + layout.n_features]
             .iter()
@@ -304,6 +316,7 @@ impl Decoder {
             cols,
             rows: 0,
             fixed_row_bytes,
+            str_cols,
             row_bound_bytes,
             feature_index,
             score_index,
@@ -360,7 +373,12 @@ impl Decoder {
     /// Approximate bytes of the decoded data (what the batch's data weighs in Arrow; what it
     /// holds is [`Decoder::allocated_bytes`]).
     pub fn approx_bytes(&self) -> usize {
-        self.rows * self.fixed_row_bytes + self.cols.iter().map(Col::var_bytes).sum::<usize>()
+        self.rows * self.fixed_row_bytes
+            + self
+                .str_cols
+                .iter()
+                .map(|&i| self.cols[i].var_bytes())
+                .sum::<usize>()
     }
 
     /// Decodes one serialized PredictionLog and appends its rows. Returns the number of rows
@@ -389,6 +407,15 @@ impl Decoder {
     /// made the builders take beyond what they hold is given back.
     pub fn append(&mut self, p: &Prepared<'_>) -> Result<usize, DecodeError> {
         let start = self.rows;
+        if start.saturating_add(p.most_rows()) > columns::MAX_BATCH_ROWS {
+            return Err(DecodeError::new(
+                ErrorKind::TooLarge,
+                format!(
+                    "a batch holds at most {} rows; finish it first",
+                    columns::MAX_BATCH_ROWS
+                ),
+            ));
+        }
         match self.append_rows(p) {
             Ok(n) => {
                 self.rows += n;
@@ -458,9 +485,13 @@ impl Decoder {
                 "output.prediction_results_table.row_ids is missing",
             )
         })?;
-        let session = std::str::from_utf8(parts.prediction_id).map_err(|_| {
-            DecodeError::new(ErrorKind::InvalidValue, "prediction_id is not valid UTF-8")
-        })?;
+        let session = parts.prediction_id;
+        if !valid_utf8(session) {
+            return Err(DecodeError::new(
+                ErrorKind::InvalidValue,
+                "prediction_id is not valid UTF-8",
+            ));
+        }
         let (counted_rows, bound) = self.check_size(f_data, row_ids, p_data, session.len())?;
         // Resolve column lists (cached by their encoded bytes: logs of one model repeat them).
         let n_features = self.layout.n_features;
@@ -595,7 +626,7 @@ impl Decoder {
                     ))
                 }
             }
-            push_str(&mut fixed[0], session.as_bytes())?;
+            push_str(&mut fixed[0], session)?;
             if let Col::Ts(c) = &mut fixed[2] {
                 c.push(micros);
             }
@@ -680,7 +711,9 @@ impl Decoder {
     }
 }
 
-/// Refreshes a cached column map unless `cols` is the same encoded list as last time.
+/// Refreshes a cached column map unless `cols` is the same encoded list as last time (the
+/// check inline, the rebuild out of line).
+#[inline(always)]
 fn refresh(
     map: &mut ColumnMap,
     cols: &[u8],
@@ -691,6 +724,18 @@ fn refresh(
     if map.valid && map.key == cols {
         return Ok(());
     }
+    rebuild(map, cols, index, n_targets, table)
+}
+
+/// [`refresh`] for a column list that is not the cached one.
+#[inline(never)]
+fn rebuild(
+    map: &mut ColumnMap,
+    cols: &[u8],
+    index: &HashMap<String, u32>,
+    n_targets: usize,
+    table: &str,
+) -> Result<(), DecodeError> {
     let mut it = ListIter::new(cols);
     let mut i = 0usize;
     let names = std::iter::from_fn(|| {
@@ -734,5 +779,7 @@ fn shape_error(f: usize, p: usize, ids: usize) -> DecodeError {
     )
 }
 
+#[cfg(test)]
+mod fast_tests;
 #[cfg(test)]
 mod tests;

@@ -25,30 +25,19 @@ pub(super) fn walk_table<'a>(b: &'a [u8], table: &str) -> Result<TableParts<'a>,
     let mut r = Reader::new(b);
     let mut parts = TableParts::default();
     while !r.at_end() {
-        let (field, wt) = r.key(table)?;
-        if field != 1 {
-            r.skip(field, wt, table)?;
-            continue;
-        }
-        r.expect(wt, WireType::Len, table)?;
-        let entry = r.bytes(table)?;
-        let mut e = Reader::new(entry);
-        let mut key: &[u8] = b"";
-        let mut value: &[u8] = b"";
-        while !e.at_end() {
-            let (f, w) = e.key(table)?;
-            match f {
-                1 => {
-                    e.expect(w, WireType::Len, table)?;
-                    key = e.bytes(table)?;
+        let entry = match r.short_len_field(0x0a) {
+            Some(entry) => entry,
+            None => {
+                let (field, wt) = r.key(table)?;
+                if field != 1 {
+                    r.skip(field, wt, table)?;
+                    continue;
                 }
-                2 => {
-                    e.expect(w, WireType::Len, table)?;
-                    value = e.bytes(table)?;
-                }
-                _ => e.skip(f, w, table)?,
+                r.expect(wt, WireType::Len, table)?;
+                r.bytes(table)?
             }
-        }
+        };
+        let (key, value) = entry_parts(entry, table)?;
         let slot = match key {
             b"columns" => &mut parts.columns,
             b"data" => &mut parts.data,
@@ -73,6 +62,67 @@ pub(super) fn walk_table<'a>(b: &'a [u8], table: &str) -> Result<TableParts<'a>,
     Ok(parts)
 }
 
+/// The key and value of one map entry of a Struct (absent: empty; repeated: the last).
+#[inline(always)]
+pub(super) fn entry_parts<'a>(
+    entry: &'a [u8],
+    table: &str,
+) -> Result<(&'a [u8], &'a [u8]), DecodeError> {
+    // The usual entry: the key then the value, once each (what every encoder writes).
+    let mut e = Reader::new(entry);
+    if let Some(key) = e.short_len_field(0x0a) {
+        if let Some(value) = e.short_len_field(0x12) {
+            if e.at_end() {
+                return Ok((key, value));
+            }
+        }
+    }
+    entry_parts_general(entry, table)
+}
+
+/// [`entry_parts`] for any encoding.
+pub(super) fn entry_parts_general<'a>(
+    entry: &'a [u8],
+    table: &str,
+) -> Result<(&'a [u8], &'a [u8]), DecodeError> {
+    let mut e = Reader::new(entry);
+    let mut key: &[u8] = b"";
+    let mut value: &[u8] = b"";
+    while !e.at_end() {
+        let (f, w) = e.key(table)?;
+        match f {
+            1 => {
+                e.expect(w, WireType::Len, table)?;
+                key = e.bytes(table)?;
+            }
+            2 => {
+                e.expect(w, WireType::Len, table)?;
+                value = e.bytes(table)?;
+            }
+            _ => e.skip(f, w, table)?,
+        }
+    }
+    Ok((key, value))
+}
+
+/// The payload of a length-delimited field whose key was read: `body` when the shortcut
+/// already read it, else checked and read now.
+#[inline(always)]
+fn len_body<'a>(
+    r: &mut Reader<'a>,
+    wt: WireType,
+    body: Option<&'a [u8]>,
+    what: &str,
+) -> Result<&'a [u8], DecodeError> {
+    match body {
+        Some(b) => Ok(b),
+        None => {
+            r.expect(wt, WireType::Len, what)?;
+            r.bytes(what)
+        }
+    }
+}
+
 /// Reads the top level of a PredictionLog.
 pub(super) fn walk_log(b: &[u8]) -> Result<LogParts<'_>, DecodeError> {
     const W: &str = "PredictionLog";
@@ -86,16 +136,22 @@ pub(super) fn walk_log(b: &[u8]) -> Result<LogParts<'_>, DecodeError> {
     let mut seen_input = false;
     let mut seen_output = false;
     while !r.at_end() {
-        let (field, wt) = r.key(W)?;
+        // Length-delimited fields 1–15 with a short length (all the usual fields but the
+        // timestamp) skip the general key path; `body` is then already read.
+        let (field, wt, body) = match r.short_len_any() {
+            Some((field, body)) => (field, WireType::Len, Some(body)),
+            None => {
+                let (field, wt) = r.key(W)?;
+                (field, wt, None)
+            }
+        };
         match field {
             1 => {
-                r.expect(wt, WireType::Len, "prediction_id")?;
-                parts.prediction_id = r.bytes("prediction_id")?;
+                parts.prediction_id = len_body(&mut r, wt, body, "prediction_id")?;
             }
             2..=5 => {
-                r.expect(wt, WireType::Len, W)?;
-                let s = r.bytes(W)?;
-                if utf8(s).is_err() {
+                let s = len_body(&mut r, wt, body, W)?;
+                if !valid_utf8(s) {
                     return Err(DecodeError::new(
                         ErrorKind::InvalidProtobuf,
                         format!("PredictionLog field {field} is not valid UTF-8"),
@@ -105,24 +161,29 @@ pub(super) fn walk_log(b: &[u8]) -> Result<LogParts<'_>, DecodeError> {
             10 => {
                 r.expect(wt, WireType::Len, "input")?;
                 once(&mut seen_input, "input")?;
-                parts.features = walk_sub(r.bytes("input")?, "input", &[2, 3, 4, 10])?;
+                let b = len_body(&mut r, wt, body, "input")?;
+                parts.features = walk_sub(b, "input", &[2, 3, 4, 10])?;
             }
             11 => {
                 r.expect(wt, WireType::Len, "output")?;
                 once(&mut seen_output, "output")?;
-                parts.predictions = walk_sub(r.bytes("output")?, "output", &[2, 10, 12])?;
+                let b = len_body(&mut r, wt, body, "output")?;
+                parts.predictions = walk_sub(b, "output", &[2, 10, 12])?;
             }
             20 => {
                 r.expect(wt, WireType::Len, "request_timestamp")?;
                 if parts.timestamp.is_some() {
                     return Err(dup("request_timestamp"));
                 }
-                parts.timestamp = Some(walk_timestamp(r.bytes("request_timestamp")?)?);
+                let b = len_body(&mut r, wt, body, "request_timestamp")?;
+                parts.timestamp = Some(walk_timestamp(b)?);
             }
             100 => {
                 r.expect(wt, WireType::Varint, "table_schema_version")?;
                 r.varint("table_schema_version")?;
             }
+            // Unknown: skipped (by the shortcut already when it read it).
+            _ if body.is_some() => {}
             _ => r.skip(field, wt, W)?,
         }
     }
@@ -155,6 +216,13 @@ pub(super) fn walk_sub<'a>(
     let mut r = Reader::new(b);
     let mut table = None;
     while !r.at_end() {
+        if let Some(t) = r.short_len_field(0x0a) {
+            if table.is_some() {
+                return Err(dup(&format!("{what} table")));
+            }
+            table = Some(t);
+            continue;
+        }
         let (field, wt) = r.key(what)?;
         if field == 1 {
             r.expect(wt, WireType::Len, what)?;

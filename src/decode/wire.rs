@@ -58,25 +58,64 @@ impl<'a> Reader<'a> {
         )
     }
 
-    #[cold]
+    /// Varints of three bytes or more (timestamps' seconds and nanos, large lengths).
     #[inline(never)]
     fn varint_slow(&mut self, what: &str) -> Result<u64, DecodeError> {
-        let buf = self.buf;
+        match self.varint_word() {
+            Some(v) => Ok(v),
+            None => self.varint_loop(what),
+        }
+    }
+
+    /// A varint of at most 8 bytes with 8 bytes to read, decoded from one little-endian word:
+    /// the first byte without its high bit ends it; the 7-bit groups are packed by three
+    /// mask-and-shift steps. `None` (nothing read) otherwise.
+    #[inline(always)]
+    pub(crate) fn varint_word(&mut self) -> Option<u64> {
+        let w = self.buf.get(self.pos..self.pos.checked_add(8)?)?;
+        let x = u64::from_le_bytes(w.try_into().ok()?);
+        let stops = !x & 0x8080_8080_8080_8080;
+        if stops == 0 {
+            return None;
+        }
+        let n = (stops.trailing_zeros() / 8 + 1) as usize;
+        let x = if n == 8 {
+            x
+        } else {
+            x & ((1u64 << (8 * n)) - 1)
+        };
+        let x = x & 0x7f7f_7f7f_7f7f_7f7f;
+        let x = (x & 0x007f_007f_007f_007f) | ((x & 0x7f00_7f00_7f00_7f00) >> 1);
+        let x = (x & 0x0000_3fff_0000_3fff) | ((x & 0x3fff_0000_3fff_0000) >> 2);
+        let x = (x & 0x0000_0000_0fff_ffff) | ((x & 0x0fff_ffff_0000_0000) >> 4);
+        self.pos += n;
+        Some(x)
+    }
+
+    /// Any varint, byte by byte (at most 10 bytes; the position is advanced once, at the end).
+    pub(crate) fn varint_loop(&mut self, what: &str) -> Result<u64, DecodeError> {
+        let rest = self.buf.get(self.pos..).unwrap_or_default();
         let mut result: u64 = 0;
-        for i in 0..10 {
-            let Some(&b) = buf.get(self.pos) else {
-                return Err(self.err(what, "truncated varint"));
-            };
-            self.pos += 1;
+        for (i, &b) in rest.iter().take(10).enumerate() {
             if i == 9 && b > 1 {
+                self.pos += i + 1;
                 return Err(self.err(what, "varint overflows 64 bits"));
             }
             result |= u64::from(b & 0x7f) << (7 * i);
             if b < 0x80 {
+                self.pos += i + 1;
                 return Ok(result);
             }
         }
-        Err(self.err(what, "varint longer than 10 bytes"))
+        self.pos += rest.len().min(10);
+        Err(self.err(
+            what,
+            if rest.len() < 10 {
+                "truncated varint"
+            } else {
+                "varint longer than 10 bytes"
+            },
+        ))
     }
 
     /// Reads a base-128 varint (at most 10 bytes).
@@ -97,6 +136,38 @@ impl<'a> Reader<'a> {
             }
         }
         self.varint_slow(what)
+    }
+
+    /// The payload of a length-delimited field if what comes next is the one-byte key `tag`
+    /// and a one- or two-byte length that fits in the rest; `None` (nothing read) otherwise.
+    /// The fast path of list elements, map entries and table fields: the usual short ones skip
+    /// the general key decoding, wire-type check and varint loop.
+    #[inline(always)]
+    pub(crate) fn short_len_field(&mut self, tag: u8) -> Option<&'a [u8]> {
+        let (n, head) = match self.buf.get(self.pos..)? {
+            [t, l, ..] if *t == tag && *l < 0x80 => (usize::from(*l), 2),
+            [t, l0, l1, ..] if *t == tag && *l1 < 0x80 => {
+                (usize::from(*l0 & 0x7f) | usize::from(*l1) << 7, 3)
+            }
+            _ => return None,
+        };
+        let start = self.pos + head;
+        let body = self.buf.get(start..start + n)?;
+        self.pos = start + n;
+        Some(body)
+    }
+
+    /// A length-delimited field with a one-byte key (fields 1–15) and a short length
+    /// ([`Reader::short_len_field`]): (field number, payload). `None` (nothing read) otherwise.
+    #[inline(always)]
+    pub(crate) fn short_len_any(&mut self) -> Option<(u32, &'a [u8])> {
+        let k = *self.buf.get(self.pos)?;
+        // High bit clear (one byte), wire type 2, field number not 0.
+        if k & 0x87 != 0x02 || k < 0x08 {
+            return None;
+        }
+        let body = self.short_len_field(k)?;
+        Some((u32::from(k >> 3), body))
     }
 
     /// Reads a field key: (field number, wire type).
@@ -260,6 +331,38 @@ mod tests {
         assert!(r.varint("v").is_err(), "too long");
         let mut r = Reader::new(&[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01]);
         assert_eq!(r.varint("v").unwrap(), u64::MAX);
+    }
+
+    proptest::proptest! {
+        /// The one-word decoding of longer varints reads what the byte loop reads, value and
+        /// position, wherever it applies.
+        #[test]
+        fn varint_word_agrees_with_the_byte_loop(b in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..14), skew in 0u8..8) {
+            // Bias towards continuation bytes so that long varints are common.
+            let b: Vec<u8> = b.iter().enumerate().map(|(i, x)| if (i as u8) < skew { x | 0x80 } else { *x }).collect();
+            let mut fast = Reader::new(&b);
+            let mut slow = Reader::new(&b);
+            if let Some(v) = fast.varint_word() {
+                proptest::prop_assert_eq!(slow.varint_loop("v").ok(), Some(v));
+                proptest::prop_assert_eq!(fast.pos, slow.pos);
+            }
+            let mut any = Reader::new(&b);
+            let mut slow = Reader::new(&b);
+            proptest::prop_assert_eq!(any.varint("v").ok(), slow.varint_loop("v").ok());
+        }
+
+        /// A one-byte-key length-delimited field read by the shortcut is what `key` + `bytes`
+        /// read.
+        #[test]
+        fn short_len_any_agrees_with_key_and_bytes(b in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..10)) {
+            let mut fast = Reader::new(&b);
+            if let Some((field, body)) = fast.short_len_any() {
+                let mut r = Reader::new(&b);
+                proptest::prop_assert_eq!(r.key("k").ok(), Some((field, WireType::Len)));
+                proptest::prop_assert_eq!(r.bytes("k").ok(), Some(body));
+                proptest::prop_assert_eq!(r.pos, fast.pos);
+            }
+        }
     }
 
     #[test]

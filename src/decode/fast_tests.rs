@@ -1,0 +1,396 @@
+//! Tests of the fast paths added for issue 18 (goal 3): each one against the general path it
+//! short-cuts, on arbitrary bytes (malformed included), and the whole walker against the prost
+//! reference on random schemas with values long and short (so both paths run).
+
+use super::cells::ListIter;
+use super::columns::pack_bits;
+use super::reference::{batch_cells, convert};
+use super::wire::Reader;
+use super::*;
+use crate::config::{FeatureType, InferenceSchema, ModelOutput};
+use crate::proto::{ModelInput, ModelOutput as PbOutput, PredictionLog};
+use proptest::prelude::*;
+use prost::Message;
+use prost_types::value::Kind;
+use prost_types::{ListValue, Struct, Timestamp, Value};
+
+/// Every element (or the error) of a list, read with the fast path first or only the general
+/// path.
+fn elements(b: &[u8], fast: bool) -> Vec<Result<Vec<u8>, String>> {
+    let mut it = ListIter::new(b);
+    let mut out = Vec::new();
+    loop {
+        let r = if fast {
+            it.next("l")
+        } else {
+            it.next_general("l")
+        };
+        match r {
+            Ok(Some(e)) => out.push(Ok(e.to_vec())),
+            Ok(None) => return out,
+            Err(e) => {
+                out.push(Err(e.to_string()));
+                return out;
+            }
+        }
+    }
+}
+
+/// Bytes that are mostly list elements of every length class, with arbitrary bytes mixed in.
+fn arb_list_bytes() -> impl Strategy<Value = Vec<u8>> {
+    let element = prop_oneof![
+        // An element: key 0x0a (or another field), length, payload of 0..200 bytes.
+        8 => (
+            prop_oneof![8 => Just(0x0au8), 1 => any::<u8>()],
+            prop::collection::vec(any::<u8>(), 0..200)
+        )
+            .prop_map(|(key, payload)| {
+                let mut b = vec![key];
+                let mut n = payload.len() as u64;
+                loop {
+                    let byte = (n & 0x7f) as u8;
+                    n >>= 7;
+                    if n == 0 {
+                        b.push(byte);
+                        break;
+                    }
+                    b.push(byte | 0x80);
+                }
+                b.extend(payload);
+                b
+            }),
+        1 => prop::collection::vec(any::<u8>(), 0..4),
+    ];
+    (
+        prop::collection::vec(element, 0..6),
+        any::<prop::sample::Index>(),
+    )
+        .prop_map(|(parts, cut)| {
+            let b: Vec<u8> = parts.concat();
+            let cut = cut.index(b.len() + 1).max(b.len().saturating_sub(3));
+            b[..cut].to_vec()
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    /// The one-byte-length shortcut of list elements reads what the general path reads, and
+    /// fails where it fails, on arbitrary bytes.
+    #[test]
+    fn list_elements_fast_path_agrees_with_the_general_path(b in arb_list_bytes()) {
+        prop_assert_eq!(elements(&b, true), elements(&b, false));
+    }
+
+    #[test]
+    fn list_elements_agree_on_arbitrary_bytes(b in prop::collection::vec(any::<u8>(), 0..64)) {
+        prop_assert_eq!(elements(&b, true), elements(&b, false));
+    }
+
+    /// `short_len_field` takes only what `key` + `expect` + `bytes` would, and leaves the
+    /// cursor where they do.
+    #[test]
+    fn short_len_field_is_a_prefix_of_the_general_read(b in prop::collection::vec(any::<u8>(), 0..8)) {
+        let mut fast = Reader::new(&b);
+        if let Some(got) = fast.short_len_field(0x0a) {
+            let mut r = Reader::new(&b);
+            let (field, wt) = r.key("k").unwrap();
+            prop_assert_eq!(field, 1);
+            r.expect(wt, WireType::Len, "k").unwrap();
+            prop_assert_eq!(r.bytes("k").unwrap(), got);
+            prop_assert_eq!(r.at_end(), fast.at_end());
+        }
+    }
+
+    /// A map entry read by the key-then-value shortcut is the one the general loop reads.
+    #[test]
+    fn map_entries_fast_path_agrees_with_the_general_path(b in arb_list_bytes()) {
+        let b: Vec<u8> = b.iter().enumerate().map(|(i, x)| if i > 0 && *x == 0x0a && i % 3 == 0 { 0x12 } else { *x }).collect();
+        let fast = walk::entry_parts(&b, "t").map_err(|e| e.to_string());
+        let general = walk::entry_parts_general(&b, "t").map_err(|e| e.to_string());
+        prop_assert_eq!(fast, general);
+    }
+
+    /// Validity and boolean values packed eight bytes at a time match bit-by-bit packing.
+    #[test]
+    fn bits_pack_like_arrow(v in prop::collection::vec(any::<bool>(), 0..200)) {
+        let bytes: Vec<u8> = v.iter().map(|x| u8::from(*x)).collect();
+        let want = arrow_buffer::BooleanBuffer::collect_bool(v.len(), |i| v[i]);
+        prop_assert_eq!(pack_bits(&bytes), want);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The walker against the reference on random schemas, with long values.
+
+fn value(kind: Kind) -> Value {
+    Value { kind: Some(kind) }
+}
+
+fn s(x: &str) -> Value {
+    value(Kind::StringValue(x.into()))
+}
+
+fn list(v: Vec<Value>) -> Value {
+    value(Kind::ListValue(ListValue { values: v }))
+}
+
+const TYPES: [FeatureType; 4] = [
+    FeatureType::Float64,
+    FeatureType::Int64,
+    FeatureType::String,
+    FeatureType::Boolean,
+];
+
+/// A cell for a column of type `ty`: mostly well-typed, sometimes long, null or wrong.
+fn arb_cell(ty: FeatureType) -> BoxedStrategy<Value> {
+    let typed = match ty {
+        FeatureType::Float64 => (-1e9f64..1e9)
+            .prop_map(|f| value(Kind::NumberValue(f)))
+            .boxed(),
+        FeatureType::Int64 => (-1e6f64..1e6)
+            .prop_map(|f| value(Kind::NumberValue(f.trunc())))
+            .boxed(),
+        FeatureType::Boolean => any::<bool>()
+            .prop_map(|b| value(Kind::BoolValue(b)))
+            .boxed(),
+        FeatureType::String => prop_oneof![
+            3 => "[a-z]{0,8}".prop_map(|x| s(&x)),
+            1 => "[a-zé]{100,300}".prop_map(|x| s(&x)),
+        ]
+        .boxed(),
+    };
+    prop_oneof![
+        20 => typed,
+        2 => Just(value(Kind::NullValue(0))),
+        1 => Just(Value { kind: None }),
+        1 => Just(value(Kind::NumberValue(2.5))),
+        1 => Just(s("x")),
+        1 => Just(value(Kind::BoolValue(true))),
+        1 => Just(list(vec![])),
+    ]
+    .boxed()
+}
+
+prop_compose! {
+    /// A schema of 1–12 features of random types, binary or multiclass, maybe with
+    /// `feature_orders`; and a few logs for it whose tables name the features in a random
+    /// order, with undeclared columns and long strings.
+    fn arb_case()(
+        types in prop::collection::vec(prop::sample::select(TYPES.to_vec()), 1..12),
+        multiclass in any::<bool>(),
+        ordered in prop::bool::weighted(0.2),
+        extra in 0usize..3,
+    )(
+        order in Just((0..types.len() + extra).collect::<Vec<_>>()).prop_shuffle(),
+        rows in prop::collection::vec(
+            (
+                (0..types.len() + extra)
+                    .map(|i| arb_cell(types.get(i).copied().unwrap_or(FeatureType::String)))
+                    .collect::<Vec<_>>(),
+                prop::collection::vec(prop_oneof![8 => (0f64..1.0).prop_map(|f| value(Kind::NumberValue(f))), 1 => Just(value(Kind::NullValue(0)))], 3),
+                prop_oneof![4 => "[0-9]{1,4}", 1 => "[a-z]{120,200}"],
+            ),
+            0..4,
+        ),
+        drop_id in prop::bool::weighted(0.05),
+        types in Just(types), multiclass in Just(multiclass), ordered in Just(ordered),
+    ) -> (InferenceSchema, Vec<PredictionLog>) {
+        let names: Vec<String> = (0..types.len()).map(|i| format!("feature_{i:02}")).collect();
+        let all: Vec<String> = (0..order.len()).map(|i| names.get(i).cloned().unwrap_or(format!("extra_{i}"))).collect();
+        let output = if multiclass {
+            ModelOutput::Multiclass {
+                prediction_score_columns: vec!["p_a".into(), "p_b".into(), "p_c".into()],
+                class_labels: vec!["a".into(), "b".into(), "c".into()],
+            }
+        } else {
+            ModelOutput::Binary {
+                prediction_score_column: "p_a".into(),
+                actual_score_column: None,
+                positive_class_label: "yes".into(),
+                negative_class_label: "no".into(),
+                score_threshold: 0.5,
+            }
+        };
+        let n_scores = if multiclass { 3 } else { 1 };
+        let schema = InferenceSchema {
+            feature_types: names.iter().cloned().zip(types.iter().copied()).collect(),
+            model_prediction_output: output,
+            session_id_column: "session_id".into(),
+            row_id_column: "row_id".into(),
+            feature_orders: if ordered { order.iter().map(|i| all[*i].clone()).collect() } else { vec![] },
+        };
+        let mut f_rows = Vec::new();
+        let mut p_rows = Vec::new();
+        let mut ids = Vec::new();
+        for (cells, scores, id) in rows {
+            f_rows.push(list(order.iter().map(|i| cells[*i].clone()).collect()));
+            let scores: Vec<Value> = scores.into_iter().take(n_scores).collect();
+            p_rows.push(if n_scores == 1 { scores[0].clone() } else { list(scores) });
+            ids.push(s(&id));
+        }
+        if drop_id {
+            ids.pop();
+        }
+        let mut f = Struct::default();
+        if !ordered {
+            f.fields.insert("columns".into(), list(order.iter().map(|i| s(&all[*i])).collect()));
+        }
+        f.fields.insert("data".into(), list(f_rows));
+        let mut p = Struct::default();
+        let score_names = ["p_a", "p_b", "p_c"];
+        p.fields.insert("columns".into(), list(score_names[..n_scores].iter().map(|n| s(n)).collect()));
+        p.fields.insert("data".into(), list(p_rows));
+        p.fields.insert("row_ids".into(), list(ids));
+        let log = PredictionLog {
+            prediction_id: "session-with-a-fairly-long-id".into(),
+            input: Some(ModelInput { features_table: Some(f), ..Default::default() }),
+            output: Some(PbOutput { prediction_results_table: Some(p), ..Default::default() }),
+            request_timestamp: Some(Timestamp { seconds: 1_700_000_000, nanos: 5_000 }),
+            ..Default::default()
+        };
+        (schema, vec![log])
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn walker_matches_reference_on_random_schemas((schema, logs) in arb_case(), repeat in 1usize..3) {
+        let layout = Arc::new(TableLayout::new(&schema, "9"));
+        let mut d = Decoder::new(Arc::clone(&layout));
+        let mut expected = Vec::new();
+        // Repeated: the second time the column lists come from the cache.
+        for _ in 0..repeat {
+            for l in &logs {
+                let bytes = l.encode_to_vec();
+                let want = convert(&layout, &bytes);
+                let got = d.decode(&bytes);
+                prop_assert_eq!(want.is_ok(), got.is_ok(), "reference {:?} vs walker {:?}", want, got);
+                if let Ok(rows) = want {
+                    prop_assert_eq!(got.unwrap(), rows.len());
+                    expected.extend(rows);
+                }
+                // The running size is the one over every column.
+                prop_assert_eq!(d.approx_bytes(), d.sizes().0);
+                prop_assert_eq!(d.allocated_bytes(), d.sizes().1);
+            }
+        }
+        prop_assert_eq!(batch_cells(&d.finish()), expected);
+    }
+}
+
+/// A log rejected at its second row, after its first row appended NULLs, leaves no NULL row
+/// number behind: the rows around it keep their own NULLs and nothing else.
+#[test]
+fn a_rollback_takes_back_the_nulls_of_the_rejected_rows() {
+    let schema = InferenceSchema {
+        feature_types: vec![
+            ("f_a".into(), FeatureType::Float64),
+            ("f_b".into(), FeatureType::String),
+            ("f_c".into(), FeatureType::Boolean),
+        ],
+        model_prediction_output: ModelOutput::Binary {
+            prediction_score_column: "p".into(),
+            actual_score_column: None,
+            positive_class_label: "yes".into(),
+            negative_class_label: "no".into(),
+            score_threshold: 0.5,
+        },
+        session_id_column: "session_id".into(),
+        row_id_column: "row_id".into(),
+        feature_orders: vec![],
+    };
+    let null = || value(Kind::NullValue(0));
+    let num = |f: f64| value(Kind::NumberValue(f));
+    let log_of = |rows: Vec<Vec<Value>>, ids: Vec<Value>| {
+        let mut f = Struct::default();
+        f.fields
+            .insert("columns".into(), list(vec![s("f_a"), s("f_b"), s("f_c")]));
+        let n = rows.len();
+        f.fields
+            .insert("data".into(), list(rows.into_iter().map(list).collect()));
+        let mut p = Struct::default();
+        p.fields.insert("data".into(), list(vec![null(); n]));
+        p.fields.insert("row_ids".into(), list(ids));
+        PredictionLog {
+            prediction_id: "s".into(),
+            input: Some(ModelInput {
+                features_table: Some(f),
+                ..Default::default()
+            }),
+            output: Some(PbOutput {
+                prediction_results_table: Some(p),
+                ..Default::default()
+            }),
+            request_timestamp: Some(Timestamp {
+                seconds: 1,
+                nanos: 0,
+            }),
+            ..Default::default()
+        }
+        .encode_to_vec()
+    };
+    let good = log_of(
+        vec![
+            vec![null(), s("x"), value(Kind::BoolValue(true))],
+            vec![num(1.5), null(), null()],
+        ],
+        vec![s("0"), s("1")],
+    );
+    let bad = log_of(
+        vec![vec![null(), null(), null()], vec![null(), null(), null()]],
+        vec![s("0"), num(1.0)],
+    );
+    let layout = Arc::new(TableLayout::new(&schema, "1"));
+    let mut d = Decoder::new(Arc::clone(&layout));
+    assert_eq!(d.decode(&good), Ok(2));
+    assert_eq!(
+        d.decode(&bad).unwrap_err().kind,
+        ErrorKind::TypeMismatch,
+        "rejected at the second row id"
+    );
+    assert_eq!(d.decode(&good), Ok(2));
+    let mut want = convert(&layout, &good).unwrap();
+    want.extend(convert(&layout, &good).unwrap());
+    assert_eq!(batch_cells(&d.finish()), want);
+}
+
+/// Unknown fields at the top level (length-delimited ones take the one-byte-key shortcut,
+/// others the general path) are skipped exactly once: the log decodes as without them, and as
+/// the reference decodes it.
+#[test]
+fn unknown_top_level_fields_are_skipped_once() {
+    let mut g = crate::gen::Generator::new(
+        &crate::gen::benchmark_schema(6),
+        crate::gen::GenOptions {
+            rows_per_log: 2,
+            seed: 5,
+            malformed_ratio: 0.0,
+            start_micros: 1_700_000_000_000_000,
+            model: ("p".into(), "m".into(), "1".into()),
+        },
+    );
+    let layout = Arc::new(TableLayout::new(&crate::gen::benchmark_schema(6), "1"));
+    let plain = g.next_log().bytes;
+    // Field 7 (length 3), field 6 (varint), field 13 (length 0), field 15 (length 200).
+    let mut unknown = vec![
+        0x3a, 3, b'a', b'b', b'c', 0x30, 5, 0x6a, 0, 0x7a, 0xc8, 0x01,
+    ];
+    unknown.extend([7u8; 200]);
+    let mut d = Decoder::new(Arc::clone(&layout));
+    assert_eq!(d.decode(&plain), Ok(2));
+    let want = batch_cells(&d.finish());
+    for bytes in [
+        [unknown.clone(), plain.clone()].concat(),
+        [plain.clone(), unknown.clone()].concat(),
+    ] {
+        assert_eq!(
+            convert(&layout, &bytes).expect("the reference skips them"),
+            want
+        );
+        assert_eq!(d.decode(&bytes), Ok(2));
+        assert_eq!(batch_cells(&d.finish()), want);
+    }
+}
