@@ -211,7 +211,7 @@ impl Batcher {
         Batcher {
             decoder,
             max_rows: cfg.max_rows.clamp(1, u32::MAX as usize),
-            max_bytes: cfg.max_bytes.max(1),
+            max_bytes: cfg.batch_bytes(),
             linger: cfg.linger,
             opened: None,
             runs: Vec::new(),

@@ -112,6 +112,27 @@ fn flushes_on_bytes() {
     }
 }
 
+#[test]
+fn a_batch_flushes_at_an_eighth_of_the_inflight_budget_when_that_is_smaller() {
+    let t0 = Instant::now();
+    // max_bytes would allow 1 MiB; the budget (1,600 bytes) allows 200 per batch.
+    let config = Batching {
+        max_inflight_bytes: 1_600,
+        ..cfg(1000, 1 << 20, 1000)
+    };
+    assert_eq!(config.batch_bytes(), 200);
+    let mut b = Batcher::new(layout(), config);
+    let mut ready = Vec::new();
+    for o in 0..20 {
+        b.push(1, o, &msg(1, o, 1), t0, &mut ready).unwrap();
+    }
+    assert!(ready.len() > 2, "{} batches", ready.len());
+    for batch in &ready {
+        assert!(batch.bytes <= 200, "{} bytes", batch.bytes);
+        assert_eq!(batch.reason, FlushReason::Bytes);
+    }
+}
+
 /// 1,000 rows of a 4 KiB session id: ≈ 4 MB decoded from ≈ 12 KB, counted and reserved.
 fn large(offset: i64) -> Vec<u8> {
     log(

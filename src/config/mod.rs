@@ -44,7 +44,7 @@ pub use merlin::{
 };
 pub use ours::{
     Batching, Consumer, DeadLetter, Delivery, LocalSink, LogFormat, Logging, Server, StartFrom,
-    DEFAULT_MAX_FRAME_BYTES, DEFAULT_MAX_LOG_BYTES,
+    BATCHES_IN_FLIGHT, DEFAULT_MAX_FRAME_BYTES, DEFAULT_MAX_LOG_BYTES,
 };
 pub use schema::{
     Column, ColumnType, FeatureType, InferenceSchema, ModelOutput, PREDICTION_LABEL_COLUMN,

@@ -50,7 +50,22 @@ impl Default for Batching {
     }
 }
 
+/// Batches a full in-flight budget holds at least: a batch flushes at an eighth of
+/// `max_inflight_bytes` when that is below `max_bytes`. With fewer, intake pauses while the sink
+/// writes one or two batches and the consumer idles (at a 16 MiB budget, 8 MiB batches: two in
+/// flight, the rate a third of the default budget's; docs/performance.md §4a).
+pub const BATCHES_IN_FLIGHT: usize = 8;
+
 impl Batching {
+    /// The size at which a batch flushes: `max_bytes`, but at most an eighth of
+    /// `max_inflight_bytes` ([`BATCHES_IN_FLIGHT`]), so that several batches can be in flight
+    /// whatever the budget.
+    pub fn batch_bytes(&self) -> usize {
+        self.max_bytes
+            .min(self.max_inflight_bytes / BATCHES_IN_FLIGHT)
+            .max(1)
+    }
+
     pub(crate) fn read(mut o: Obj<'_>, problems: &mut Problems) -> Self {
         let d = Self::default();
         let b = Batching {

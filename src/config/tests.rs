@@ -771,3 +771,29 @@ fn maxcompute_sink_reads_merlins_keys_and_ours_and_never_prints_the_keys() {
     // Merlin's own test config has `access_url: url`: kept as written (checked at `run`).
     assert!(!err.contains("config.access_url"), "{err}");
 }
+
+#[test]
+fn a_batch_is_at_most_an_eighth_of_the_inflight_budget() {
+    let d = Batching::default();
+    assert_eq!(
+        d.batch_bytes(),
+        8 << 20,
+        "the defaults agree (64 MiB / 8 = 8 MiB)"
+    );
+    let small = Batching {
+        max_inflight_bytes: 16 << 20,
+        ..Batching::default()
+    };
+    assert_eq!(small.batch_bytes(), 2 << 20);
+    let large = Batching {
+        max_inflight_bytes: 1 << 30,
+        max_bytes: 4 << 20,
+        ..Batching::default()
+    };
+    assert_eq!(large.batch_bytes(), 4 << 20, "max_bytes when it is smaller");
+    let tiny = Batching {
+        max_inflight_bytes: 3,
+        ..Batching::default()
+    };
+    assert_eq!(tiny.batch_bytes(), 1);
+}
