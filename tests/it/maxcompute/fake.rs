@@ -203,20 +203,8 @@ fn pyodps_client_runs_our_ddl_and_the_tunnel_on_the_fake() {
         "columns": super::encode::odps_columns(&layout),
         "rows": rows.iter().map(|r| plain(&layout, r)).collect::<Vec<_>>(),
     });
-    let dir = tempfile::tempdir().unwrap();
-    let spec_path = dir.path().join("spec.json");
-    std::fs::write(&spec_path, spec.to_string()).unwrap();
-    let out = Command::new(python("0.12"))
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/maxcompute/client.py"))
-        .arg(&spec_path)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "client.py failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let seen: Json = serde_json::from_slice(&out.stdout).unwrap();
+    let stdout = super::pyodps_script("client.py", &spec);
+    let seen: Json = serde_json::from_slice(&stdout).unwrap();
 
     assert_eq!(seen["missing"], true, "{seen}");
     assert_eq!(as_pairs(&seen["created"]), existing);
@@ -437,19 +425,7 @@ fn merlins_path_runs_on_the_fake_and_keeps_milliseconds() {
         "columns": pairs(&all),
         "rows": sent.iter().map(|r| plain(&layout, r)).collect::<Vec<_>>(),
     });
-    let dir = tempfile::tempdir().unwrap();
-    let spec_path = dir.path().join("spec.json");
-    std::fs::write(&spec_path, spec.to_string()).unwrap();
-    let out = Command::new(python("0.12"))
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/maxcompute/merlin_sink.py"))
-        .arg(&spec_path)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "merlin_sink.py failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    super::pyodps_script("merlin_sink.py", &spec);
 
     let tables = fake.dump("tables");
     let key = format!("{PROJECT}.{DATASET}.{target}");

@@ -44,6 +44,29 @@ pub(crate) fn python(version: &str) -> PathBuf {
     PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
 }
 
+/// Runs `tests/it/maxcompute/SCRIPT spec.json` under pyodps 0.12.2 (Merlin's pin) with `spec`
+/// written to a temporary file; panics with its stderr when it fails; returns its stdout.
+pub(crate) fn pyodps_script(script: &str, spec: &Json) -> Vec<u8> {
+    let dir = tempfile::tempdir().unwrap();
+    let spec_path = dir.path().join("spec.json");
+    std::fs::write(&spec_path, spec.to_string()).unwrap();
+    let out = Command::new(python("0.12"))
+        .arg(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/it/maxcompute")
+                .join(script),
+        )
+        .arg(&spec_path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{script} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
 /// Runs `oracle.py COMMAND spec` under pyodps `version`, its C implementation or (`force_py`)
 /// its pure-Python one; returns its JSON answer.
 pub(crate) fn oracle(version: &str, force_py: bool, command: &str, spec: &Json) -> Json {

@@ -13,7 +13,6 @@
 //!   from Kafka.
 
 use super::fake::{http, Fake, ACCESS_ID, DATASET, PROJECT, SECRET};
-use super::python;
 use crate::common::bin;
 use crate::runtime::{
     committed_total, create_topic, logs, produce, signal, stop, unique, wait_for, Setup,
@@ -28,7 +27,7 @@ use observation_publisher::maxcompute::ddl::table_name;
 use serde_json::{json, Map, Value as Json};
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::Duration;
 
 const LIMIT: Duration = Duration::from_secs(120);
@@ -323,18 +322,7 @@ fn ours_and_merlins_path_write_the_same_rows_and_ddl() {
             columns.iter().map(|(c, _)| r[c.to_lowercase()].clone()).collect::<Vec<_>>()
         }).collect::<Vec<_>>(),
     });
-    let spec_path = dir.path().join("spec.json");
-    std::fs::write(&spec_path, spec.to_string()).unwrap();
-    let out = Command::new(python("0.12"))
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/maxcompute/merlin_sink.py"))
-        .arg(&spec_path)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "merlin_sink.py failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    super::pyodps_script("merlin_sink.py", &spec);
     let tables = fake.dump("tables");
     let (ours_ddl, merlin_ddl) = (
         tables[key(DATASET, &target())]["ddl"].as_str().unwrap(),
