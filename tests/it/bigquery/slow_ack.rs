@@ -47,7 +47,9 @@ impl Service<http::Request<Body>> for Server {
             if req.uri().path().ends_with("/AppendRows") {
                 let codec =
                     tonic_prost::ProstCodec::<AppendRowsResponse, AppendRowsRequest>::default();
+                // BigQuery takes requests up to 10 MB; tonic's default cap is 4 MiB.
                 Ok(tonic::server::Grpc::new(codec)
+                    .max_decoding_message_size(16 << 20)
                     .streaming(Append(requests), req)
                     .await)
             } else {
