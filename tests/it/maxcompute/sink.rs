@@ -15,14 +15,13 @@
 use super::fake::{http, Fake, ACCESS_ID, DATASET, PROJECT, SECRET};
 use crate::common::bin;
 use crate::runtime::{
-    committed_total, create_topic, logs, produce, signal, stop, unique, wait_for, Setup,
+    committed_total, create_topic, logs, logs_at, produce, signal, stop, unique, wait_for, Setup,
 };
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Float64Type, Int64Type, TimestampMicrosecondType};
 use arrow_array::Array;
 use arrow_schema::DataType;
 use observation_publisher::config::{load_value, Config, Needs};
-use observation_publisher::gen::{GenOptions, Generator};
 use observation_publisher::maxcompute::ddl::table_name;
 use serde_json::{json, Map, Value as Json};
 use std::collections::BTreeMap;
@@ -90,33 +89,6 @@ fn start(s: &Setup, pod: &str) -> Running {
             .spawn()
             .unwrap(),
     ))
-}
-
-/// Logs for config/local.yaml's schema starting at `start_micros` (1 ms apart).
-fn logs_from(n: usize, seed: u64, start_micros: i64) -> Vec<(Vec<u8>, bool)> {
-    let v = load_value(
-        Some(&crate::common::repo_config("local.yaml")),
-        Vec::new(),
-        &[],
-    )
-    .unwrap();
-    let (cfg, _) = Config::from_value(&v, Needs::CONVERT).unwrap();
-    let mut g = Generator::new(
-        &cfg.inference_schema,
-        GenOptions {
-            rows_per_log: 1,
-            seed,
-            malformed_ratio: 0.0,
-            start_micros,
-            model: ("demo".into(), "fraud-detector".into(), "1".into()),
-        },
-    );
-    (0..n)
-        .map(|_| {
-            let l = g.next_log();
-            (l.bytes, l.malformed)
-        })
-        .collect()
 }
 
 /// Every Parquet row as the fake dumps rows: column → value (`{"us"}` timestamps, `{"f64"}`
@@ -252,7 +224,7 @@ fn ours_and_merlins_path_write_the_same_rows_and_ddl() {
     // Whole-millisecond logs (Merlin's path keeps only milliseconds), then logs with
     // microseconds (ours keeps them).
     let whole = logs(120, 41, 0.0);
-    let micro = logs_from(20, 42, 1_764_000_000_000_123);
+    let micro = logs_at(20, 42, 0.0, 1_764_000_000_000_123);
     let s = Setup::new(
         dir.path(),
         "a",

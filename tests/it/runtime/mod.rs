@@ -58,6 +58,16 @@ pub(crate) fn create_topic(topic: &str, partitions: i32) {
 
 /// Generated logs for `config/local.yaml`'s schema; returns (bytes, malformed) per log.
 pub(crate) fn logs(n: usize, seed: u64, malformed: f64) -> Vec<(Vec<u8>, bool)> {
+    logs_at(n, seed, malformed, 1_764_000_000_000_000)
+}
+
+/// [`logs`] with request timestamps from `start_micros` on.
+pub(crate) fn logs_at(
+    n: usize,
+    seed: u64,
+    malformed: f64,
+    start_micros: i64,
+) -> Vec<(Vec<u8>, bool)> {
     let v = load_value(
         Some(&crate::common::repo_config("local.yaml")),
         Vec::new(),
@@ -71,7 +81,7 @@ pub(crate) fn logs(n: usize, seed: u64, malformed: f64) -> Vec<(Vec<u8>, bool)> 
             rows_per_log: 1,
             seed,
             malformed_ratio: malformed,
-            start_micros: 1_764_000_000_000_000,
+            start_micros,
             model: ("demo".into(), "fraud-detector".into(), "1".into()),
         },
     );
