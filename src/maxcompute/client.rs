@@ -7,6 +7,7 @@ use super::error::{classify, parse_error_body, Class, Failure};
 use super::schema::TableColumn;
 use super::sign::{authorization, http_date, Credentials, RequestToSign};
 use super::wire::{self, UploadSession};
+use crate::backoff::Backoff;
 use crate::sink::SinkError;
 use bytes::Bytes;
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
@@ -351,7 +352,11 @@ impl Client {
                 .map(|(_, _, b)| String::from_utf8_lossy(&b).into_owned())
             }
         };
-        let mut wait = Duration::from_millis(20);
+        let mut waits = Backoff {
+            initial: Duration::from_millis(20),
+            max: self.opts.max_poll_interval,
+        }
+        .pauses();
         let deadline = tokio::time::Instant::now() + self.opts.max_instance_wait;
         loop {
             let xml = get("").await.map_err(|f| fail(&what, f))?;
@@ -367,8 +372,8 @@ impl Client {
                     )),
                 ));
             }
+            let wait = waits.next().unwrap_or(self.opts.max_poll_interval);
             tokio::time::sleep(wait).await;
-            wait = (wait * 2).min(self.opts.max_poll_interval);
         }
         let xml = get("taskstatus&").await.map_err(|f| fail(&what, f))?;
         let tasks = wire::task_statuses(&xml);

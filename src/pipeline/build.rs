@@ -2,6 +2,7 @@
 //! Each returns [`NotStarted`] with the exit code it means.
 
 use super::state::Event;
+use crate::backoff::Backoff;
 use crate::config::{Config, DeadLetter as DeadLetterCfg, KafkaSource, SinkConfig};
 use crate::deadletter::{self, OutcomeFn};
 use crate::server::Health;
@@ -75,63 +76,33 @@ pub(super) fn sinks(
         sinks.push(Box::new(ParquetSink::new(local.clone())));
     }
     for sink in &cfg.observation_sinks {
-        let bq = match sink {
-            SinkConfig::BigQuery(bq) => bq,
-            SinkConfig::Arize(arize) => {
-                let s = ArizeSink::new(cfg, arize)
-                    .map_err(|m| NotStarted::Config(format!("ARIZE sink: {m}")))?;
-                sinks.push(Box::new(s));
-                continue;
-            }
+        let s: Box<dyn Sink> = match sink {
+            SinkConfig::Arize(arize) => Box::new(
+                ArizeSink::new(cfg, arize)
+                    .map_err(|m| NotStarted::Config(format!("ARIZE sink: {m}")))?,
+            ),
             SinkConfig::MaxCompute(mc) => {
-                let s = start_retrying("MaxCompute", rt, health, shutdown, || {
+                Box::new(start_retrying("MaxCompute", rt, health, shutdown, || {
                     MaxComputeSink::start(cfg, mc, shutdown.clone())
-                })?;
-                sinks.push(Box::new(s));
-                continue;
+                })?)
             }
+            SinkConfig::BigQuery(bq) => match starts {
+                Some(st) => Box::new(start_retrying("BigQuery", rt, health, shutdown, || {
+                    ExactlyOnceSink::start(cfg, bq, Arc::clone(st))
+                })?),
+                None => Box::new(start_retrying("BigQuery", rt, health, shutdown, || {
+                    BigQueryTableSink::start(cfg, bq)
+                })?),
+            },
         };
-        let mut wait = Duration::from_secs(1);
-        loop {
-            let started: Result<Box<dyn Sink>, StartError> = match starts {
-                Some(st) => rt
-                    .block_on(ExactlyOnceSink::start(cfg, bq, Arc::clone(st)))
-                    .map(|s| Box::new(s) as Box<dyn Sink>),
-                None => rt
-                    .block_on(BigQueryTableSink::start(cfg, bq))
-                    .map(|s| Box::new(s) as Box<dyn Sink>),
-            };
-            match started {
-                Ok(s) => {
-                    sinks.push(s);
-                    health.sinks_ok.store(true, Ordering::Relaxed);
-                    break;
-                }
-                Err(StartError::Config(m)) => {
-                    return Err(NotStarted::Config(format!("BIGQUERY sink: {m}")))
-                }
-                Err(StartError::Unavailable(m)) => {
-                    health.sinks_ok.store(false, Ordering::Relaxed);
-                    tracing::warn!(error = %m, retry_in_s = wait.as_secs(), "BigQuery not available at start-up; retrying");
-                    let stopped = rt.block_on(async {
-                        tokio::select! {
-                            () = shutdown.cancelled() => true,
-                            () = tokio::time::sleep(wait) => false,
-                        }
-                    });
-                    if stopped {
-                        return Err(NotStarted::Stopped("while waiting for BigQuery"));
-                    }
-                    wait = (wait * 2).min(Duration::from_secs(60));
-                }
-            }
-        }
+        sinks.push(s);
     }
     Ok(sinks)
 }
 
 /// Starts a sink, retrying while its service is unavailable (doubling waits up to a minute,
-/// unready meanwhile); a configuration problem ends the process with exit code 2.
+/// unready meanwhile, ready again once started); a configuration problem ends the process with
+/// exit code 2.
 fn start_retrying<S, F, Fut>(
     name: &str,
     rt: &tokio::runtime::Runtime,
@@ -143,10 +114,17 @@ where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<S, StartError>>,
 {
-    let mut wait = Duration::from_secs(1);
+    let mut waits = Backoff {
+        initial: Duration::from_secs(1),
+        max: Duration::from_secs(60),
+    }
+    .pauses();
     loop {
         match rt.block_on(start()) {
-            Ok(s) => return Ok(s),
+            Ok(s) => {
+                health.sinks_ok.store(true, Ordering::Relaxed);
+                return Ok(s);
+            }
             Err(StartError::Config(m)) => {
                 return Err(NotStarted::Config(format!(
                     "{} sink: {m}",
@@ -154,6 +132,7 @@ where
                 )))
             }
             Err(StartError::Unavailable(m)) => {
+                let wait = waits.next().unwrap_or(Duration::from_secs(60));
                 health.sinks_ok.store(false, Ordering::Relaxed);
                 tracing::warn!(error = %m, retry_in_s = wait.as_secs(), "{name} not available at start-up; retrying");
                 let stopped = rt.block_on(async {
@@ -165,7 +144,6 @@ where
                 if stopped {
                     return Err(NotStarted::Stopped("while waiting for a sink's service"));
                 }
-                wait = (wait * 2).min(Duration::from_secs(60));
             }
         }
     }

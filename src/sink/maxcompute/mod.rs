@@ -217,14 +217,18 @@ impl Sink for MaxComputeSink {
             }
             let sql = tables::drop_sql(&self.dataset, &self.staging);
             let dropped = tokio::time::timeout(DROP_BUDGET, async {
-                let mut wait = Duration::from_millis(100);
+                let mut waits = Backoff {
+                    initial: Duration::from_millis(100),
+                    max: Duration::from_secs(2),
+                }
+                .pauses();
                 loop {
                     match self.client.run_sql(&sql, SQL_SETTINGS).await {
                         Ok(()) => return,
                         Err(e) => {
                             tracing::warn!(error = %e, "MaxCompute: dropping the staging table failed; retrying");
+                            let wait = waits.next().unwrap_or(Duration::from_secs(2));
                             tokio::time::sleep(wait).await;
-                            wait = (wait * 2).min(Duration::from_secs(2));
                         }
                     }
                 }
