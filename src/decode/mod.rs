@@ -68,6 +68,7 @@
 
 mod bound;
 mod cells;
+mod column_map;
 mod columns;
 mod error;
 pub mod reference;
@@ -79,16 +80,13 @@ pub use error::{DecodeError, ErrorKind};
 use crate::table::{Derived, TableLayout, FIRST_FEATURE};
 use arrow_array::RecordBatch;
 use bound::count_items;
-use cells::{parse_value, push_str, timestamp_micros, utf8, valid_utf8, walk_row, ListIter, V};
+use cells::{parse_value, push_str, timestamp_micros, valid_utf8, walk_row, ListIter, V};
+use column_map::{refresh, ColumnMap, DROP};
 use columns::Col;
 use std::collections::HashMap;
 use std::sync::Arc;
 use walk::{walk_log, walk_table};
 use wire::{Reader, WireType};
-
-/// Position that maps to no output column.
-/// Position that maps to no output column.
-const DROP: u32 = u32::MAX;
 
 /// Initial row capacity of the builders.
 const INITIAL_ROWS: usize = 1024;
@@ -99,61 +97,6 @@ const RESERVE_ROWS: usize = 256;
 /// Logs whose size bound from their byte lengths alone is at most this are not counted before
 /// decoding (see `Decoder::check_size`).
 const COUNT_ABOVE_BYTES: usize = 1 << 20;
-
-/// A column list (`columns` of one table) resolved to output columns.
-struct ColumnMap {
-    /// The encoded `columns` list this map was built from (cache key).
-    key: Vec<u8>,
-    /// Whether `key` is a valid cache entry.
-    valid: bool,
-    /// Position in the table → index among the targets, or [`DROP`].
-    pos: Vec<u32>,
-    /// Targets that no position feeds (NULL in every row).
-    missing: Vec<u32>,
-}
-
-impl ColumnMap {
-    fn empty() -> Self {
-        ColumnMap {
-            key: Vec::new(),
-            valid: false,
-            pos: Vec::new(),
-            missing: Vec::new(),
-        }
-    }
-
-    /// Rebuilds the map from names; `n_targets` output columns, `index` name → target.
-    fn build<'a>(
-        &mut self,
-        names: impl Iterator<Item = Result<&'a str, DecodeError>>,
-        index: &HashMap<String, u32>,
-        n_targets: usize,
-        table: &str,
-    ) -> Result<(), DecodeError> {
-        self.valid = false;
-        self.pos.clear();
-        self.missing.clear();
-        let mut seen = vec![false; n_targets];
-        for name in names {
-            let name = name?;
-            match index.get(name) {
-                Some(&t) => {
-                    if std::mem::replace(&mut seen[t as usize], true) {
-                        return Err(DecodeError::new(
-                            ErrorKind::DuplicateColumn,
-                            format!("{table}.columns names {name:?} more than once"),
-                        ));
-                    }
-                    self.pos.push(t);
-                }
-                None => self.pos.push(DROP),
-            }
-        }
-        self.missing
-            .extend((0..n_targets as u32).filter(|t| !seen[*t as usize]));
-        Ok(())
-    }
-}
 
 /// A log whose structure was read and whose cheap checks passed ([`Decoder::prepare`]): what
 /// the batcher needs to decide where the log goes before any row is appended.
@@ -709,65 +652,6 @@ impl Decoder {
         }
         Ok(n)
     }
-}
-
-/// Refreshes a cached column map unless `cols` is the same encoded list as last time (the
-/// check inline, the rebuild out of line).
-#[inline(always)]
-fn refresh(
-    map: &mut ColumnMap,
-    cols: &[u8],
-    index: &HashMap<String, u32>,
-    n_targets: usize,
-    table: &str,
-) -> Result<(), DecodeError> {
-    if map.valid && map.key == cols {
-        return Ok(());
-    }
-    rebuild(map, cols, index, n_targets, table)
-}
-
-/// [`refresh`] for a column list that is not the cached one.
-#[inline(never)]
-fn rebuild(
-    map: &mut ColumnMap,
-    cols: &[u8],
-    index: &HashMap<String, u32>,
-    n_targets: usize,
-    table: &str,
-) -> Result<(), DecodeError> {
-    let mut it = ListIter::new(cols);
-    let mut i = 0usize;
-    let names = std::iter::from_fn(|| {
-        let item = match it.next("columns") {
-            Ok(Some(b)) => b,
-            Ok(None) => return None,
-            Err(e) => return Some(Err(e)),
-        };
-        let idx = i;
-        i += 1;
-        Some(match parse_value(item, "columns") {
-            Ok(V::Str(s)) => utf8(s).map_err(|_| {
-                DecodeError::new(
-                    ErrorKind::InvalidValue,
-                    format!("{table}.columns[{idx}] is not valid UTF-8"),
-                )
-            }),
-            Ok(other) => Err(DecodeError::new(
-                ErrorKind::TypeMismatch,
-                format!(
-                    "{table}.columns[{idx}]: expected a string, found {}",
-                    other.name()
-                ),
-            )),
-            Err(e) => Err(e),
-        })
-    });
-    map.build(names, index, n_targets, table)?;
-    map.key.clear();
-    map.key.extend_from_slice(cols);
-    map.valid = true;
-    Ok(())
 }
 
 #[cold]
