@@ -34,6 +34,9 @@ pub(super) enum CellError {
     NonFinite,
     Range(f64),
     Utf8,
+    /// The batch's string data would pass Arrow's 2 GiB offsets (the config's limits keep a
+    /// batch below it; kept as its own error so that it never reads as bad input).
+    TooMuchString,
 }
 
 /// BigQuery TIMESTAMP range: 0001-01-01T00:00:00Z ..= 9999-12-31T23:59:59.999999Z.
@@ -178,6 +181,10 @@ pub(super) fn cell_error(
         CellError::Utf8 => {
             DecodeError::new(ErrorKind::InvalidValue, format!("{at}: not valid UTF-8"))
         }
+        CellError::TooMuchString => DecodeError::new(
+            ErrorKind::TooLarge,
+            format!("{at}: the batch's string data would exceed 2 GiB"),
+        ),
     }
 }
 
@@ -274,7 +281,7 @@ pub(super) fn push_cell(col: &mut Col, v: V<'_>) -> Result<Option<f64>, CellErro
             if !valid_utf8(s) {
                 return Err(CellError::Utf8);
             }
-            c.push(s).map_err(|_| CellError::Utf8)?;
+            c.push(s).map_err(|_| CellError::TooMuchString)?;
             Ok(None)
         }
         (_, v) => Err(CellError::Type(v.name())),

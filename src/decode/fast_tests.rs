@@ -394,3 +394,21 @@ fn unknown_top_level_fields_are_skipped_once() {
         assert_eq!(batch_cells(&d.finish()), want);
     }
 }
+
+#[test]
+fn a_batch_over_the_string_limit_is_too_large_not_bad_input() {
+    use super::cells::{cell_error, CellError};
+    let col = crate::config::Column {
+        name: "f".into(),
+        ty: crate::config::ColumnType::String,
+    };
+    let e = cell_error(CellError::TooMuchString, "input.features_table", 3, 1, &col);
+    assert_eq!(e.kind, ErrorKind::TooLarge);
+    assert!(
+        e.reason.contains("2 GiB") && !e.reason.contains("UTF-8"),
+        "{}",
+        e.reason
+    );
+    let e = cell_error(CellError::Utf8, "input.features_table", 3, 1, &col);
+    assert_eq!(e.kind, ErrorKind::InvalidValue);
+}
