@@ -24,6 +24,13 @@ pub(crate) fn repo_config(name: &str) -> PathBuf {
         .join(name)
 }
 
+/// `config/local.yaml` as the publisher reads it (for what `convert` needs: the schema).
+pub(crate) fn local_config() -> observation_publisher::config::Config {
+    use observation_publisher::config::{load_value, Config, Needs};
+    let v = load_value(Some(&repo_config("local.yaml")), Vec::new(), &[]).unwrap();
+    Config::from_value(&v, Needs::CONVERT).unwrap().0
+}
+
 /// stderr as text.
 pub(crate) fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()

@@ -7,9 +7,7 @@ use observation_publisher::framing::write_frame;
 
 /// A length-delimited file of `n` generated logs for `config/local.yaml`.
 pub(crate) fn replay_file(dir: &std::path::Path, n: usize) -> std::path::PathBuf {
-    use observation_publisher::config::{load_value, Config, Needs};
-    let v = load_value(Some(&repo_config("local.yaml")), Vec::new(), &[]).unwrap();
-    let cfg = Config::from_value(&v, Needs::CONVERT).unwrap().0;
+    let cfg = crate::common::local_config();
     let mut g = observation_publisher::gen::Generator::new(
         &cfg.inference_schema,
         observation_publisher::gen::GenOptions {

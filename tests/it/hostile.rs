@@ -3,8 +3,7 @@
 //! over `batching.max_frame_bytes` stops the input before it is read, and a smoke run of the
 //! stable mutation fuzzer (`examples/fuzz`, the same harness `scripts/fuzz` runs).
 
-use crate::common::{repo_config, run, stderr};
-use observation_publisher::config::{load_value, Config, Needs};
+use crate::common::{local_config, repo_config, run, stderr};
 use observation_publisher::framing::write_frame;
 use observation_publisher::table::TableLayout;
 use std::sync::Arc;
@@ -15,11 +14,6 @@ pub(crate) mod crafted;
 #[path = "../../examples/fuzz/harness.rs"]
 #[allow(dead_code)]
 mod harness;
-
-fn local_config() -> Config {
-    let v = load_value(Some(&repo_config("local.yaml")), Vec::new(), &[]).unwrap();
-    Config::from_value(&v, Needs::CONVERT).unwrap().0
-}
 
 /// A length-delimited file: two good logs around a crafted one (10 KiB id × 200 rows ≈ 2 MB
 /// decoded from ≈ 14 KB).

@@ -6,8 +6,7 @@
 //! docs/reliability.md (section 1.2): `max_inflight_bytes` (× 1.25 on the broker path only) +
 //! `max_bytes` + `max_log_bytes` + [`CONSTANT`].
 
-use crate::common::{bin, repo_config};
-use observation_publisher::config::{load_value, Config, Needs};
+use crate::common::{bin, local_config, repo_config};
 use observation_publisher::framing::write_frame;
 use observation_publisher::proto::PredictionLog;
 use observation_publisher::table::TableLayout;
@@ -45,11 +44,6 @@ fn numeric_last_row_id(layout: &TableLayout, rows: usize, id_len: usize) -> Vec<
         .expect("amplifying writes row ids");
     last.kind = Some(Kind::NumberValue(7.0));
     log.encode_to_vec()
-}
-
-fn local_config() -> Config {
-    let v = load_value(Some(&repo_config("local.yaml")), Vec::new(), &[]).unwrap();
-    Config::from_value(&v, Needs::CONVERT).unwrap().0
 }
 
 /// Peak resident set of a process (VmHWM), in bytes.

@@ -12,6 +12,32 @@ fn any_port() -> std::net::SocketAddr {
     "127.0.0.1:0".parse().expect("address")
 }
 
+/// A writer for the fixture's table, appending at `url`.
+fn writer(f: &Fixture, url: &str, opts: WriterOptions) -> AppendWriter {
+    AppendWriter::start(storage(url), f.table(), Arc::clone(&f.layout.arrow), opts).expect("writer")
+}
+
+/// Appends `n` batches of 5 sessions × 2 rows (seeds from `first_seed`) without waiting, then
+/// waits for each to be acknowledged with all 10 rows, within 60 s each (before any drain or
+/// response timeout of the tests would rescue a stuck connection).
+async fn append_and_ack(w: &AppendWriter, f: &Fixture, first_seed: u64, n: u64) {
+    let mut pending = Vec::new();
+    for s in 0..n {
+        pending.push(
+            w.append(f.batch(first_seed + s, 5, 2))
+                .await
+                .expect("append"),
+        );
+    }
+    for p in pending {
+        let out = tokio::time::timeout(Duration::from_secs(60), p)
+            .await
+            .expect("every batch resolves in time")
+            .expect("acked");
+        assert_eq!(out.appended, 10);
+    }
+}
+
 #[tokio::test]
 async fn unavailable_dropped_streams_and_row_errors_lose_nothing() {
     let f = Fixture::new("faults").await;
@@ -23,13 +49,7 @@ async fn unavailable_dropped_streams_and_row_errors_lose_nothing() {
     script.at.insert(14, Fault::InBand(Code::Internal));
     script.at.insert(16, Fault::InBand(Code::ResourceExhausted));
     let proxy = Proxy::start(any_port(), &grpc_url(), script).await;
-    let w = AppendWriter::start(
-        storage(&proxy.url()),
-        f.table(),
-        Arc::clone(&f.layout.arrow),
-        test_writer_options(),
-    )
-    .expect("writer");
+    let w = writer(&f, &proxy.url(), test_writer_options());
 
     let batches: Vec<RecordBatch> = (0..14u64).map(|s| f.batch(200 + s, 10, 2)).collect();
     let total: usize = batches.iter().map(RecordBatch::num_rows).sum();
@@ -107,13 +127,7 @@ async fn an_unreachable_endpoint_acks_nothing_and_recovers() {
     let addr = std::net::TcpListener::bind(any_port())
         .and_then(|l| l.local_addr())
         .expect("free port");
-    let w = AppendWriter::start(
-        storage(&format!("http://{addr}")),
-        f.table(),
-        Arc::clone(&f.layout.arrow),
-        test_writer_options(),
-    )
-    .expect("writer");
+    let w = writer(&f, &format!("http://{addr}"), test_writer_options());
     let mut health = w.health();
     let mut pending = w.append(f.batch(300, 10, 3)).await.expect("append");
     tokio::time::timeout(Duration::from_secs(60), health.wait_for(|h| !*h))
@@ -160,13 +174,7 @@ async fn permission_denied_is_unhealthy_and_never_acknowledged() {
         unhealthy_after: 100,
         ..test_writer_options()
     };
-    let w = AppendWriter::start(
-        storage(&proxy.url()),
-        f.table(),
-        Arc::clone(&f.layout.arrow),
-        opts,
-    )
-    .expect("writer");
+    let w = writer(&f, &proxy.url(), opts);
     let mut health = w.health();
     let pending = w.append(f.batch(400, 5, 2)).await.expect("append");
     tokio::time::timeout(Duration::from_secs(30), health.wait_for(|h| !*h))
@@ -195,13 +203,7 @@ async fn in_band_invalid_argument_bisects_instead_of_dropping() {
     let mut script = Script::default();
     script.at.insert(1, Fault::InBand(Code::InvalidArgument));
     let proxy = Proxy::start(any_port(), &grpc_url(), script).await;
-    let w = AppendWriter::start(
-        storage(&proxy.url()),
-        f.table(),
-        Arc::clone(&f.layout.arrow),
-        test_writer_options(),
-    )
-    .expect("writer");
+    let w = writer(&f, &proxy.url(), test_writer_options());
     let out = w
         .append(f.batch(500, 8, 2))
         .await
@@ -286,24 +288,8 @@ async fn a_stalled_connection_is_abandoned_and_its_requests_resent() {
         response_timeout: Duration::from_millis(500),
         ..test_writer_options()
     };
-    let w = AppendWriter::start(
-        storage(&proxy.url()),
-        f.table(),
-        Arc::clone(&f.layout.arrow),
-        opts,
-    )
-    .expect("writer");
-    let mut pending = Vec::new();
-    for s in 0..4u64 {
-        pending.push(w.append(f.batch(1_000 + s, 5, 2)).await.expect("append"));
-    }
-    for p in pending {
-        let out = tokio::time::timeout(Duration::from_secs(60), p)
-            .await
-            .expect("resolves")
-            .expect("acked");
-        assert_eq!(out.appended, 10);
-    }
+    let w = writer(&f, &proxy.url(), opts);
+    append_and_ack(&w, &f, 1_000, 4).await;
     assert_eq!(proxy.unused_faults(), 0);
     assert!(proxy.opens() >= 2, "the stalled connection was replaced");
     assert!(w.close(Duration::from_secs(30)).await);
@@ -325,13 +311,7 @@ async fn in_flight_bytes_bound_appends_while_bigquery_is_down() {
         max_inflight_bytes: size + size / 2,
         ..test_writer_options()
     };
-    let w = AppendWriter::start(
-        storage(&format!("http://{addr}")),
-        f.table(),
-        Arc::clone(&f.layout.arrow),
-        opts,
-    )
-    .expect("writer");
+    let w = writer(&f, &format!("http://{addr}"), opts);
     let p1 = w.append(first).await.expect("admitted");
     let (p2, _proxy) = {
         let second = w.append(f.batch(1_101, 10, 2));
@@ -378,24 +358,8 @@ async fn an_in_band_refusal_of_a_first_request_reconnects_and_lands_everything()
         drain_timeout: Duration::from_secs(600),
         ..test_writer_options()
     };
-    let w = AppendWriter::start(
-        storage(&proxy.url()),
-        f.table(),
-        Arc::clone(&f.layout.arrow),
-        opts,
-    )
-    .expect("writer");
-    let mut pending = Vec::new();
-    for s in 0..8u64 {
-        pending.push(w.append(f.batch(3_000 + s, 5, 2)).await.expect("append"));
-    }
-    for p in pending {
-        let out = tokio::time::timeout(Duration::from_secs(60), p)
-            .await
-            .expect("every batch resolves without the drain timeout")
-            .expect("acked");
-        assert_eq!(out.appended, 10);
-    }
+    let w = writer(&f, &proxy.url(), opts);
+    append_and_ack(&w, &f, 3_000, 8).await;
     assert_eq!(proxy.unused_faults(), 0);
     assert!(w.close(Duration::from_secs(30)).await);
     let (rows, distinct) = f.counts().await;

@@ -21,7 +21,6 @@ use arrow_array::cast::AsArray;
 use arrow_array::types::{Float64Type, Int64Type, TimestampMicrosecondType};
 use arrow_array::Array;
 use arrow_schema::DataType;
-use observation_publisher::config::{load_value, Config, Needs};
 use observation_publisher::maxcompute::ddl::table_name;
 use serde_json::{json, Map, Value as Json};
 use std::collections::BTreeMap;
@@ -448,13 +447,7 @@ fn start_adds_missing_columns_and_refuses_a_changed_type() {
     use observation_publisher::table::TableLayout;
 
     let fake = Fake::start();
-    let v = load_value(
-        Some(&crate::common::repo_config("local.yaml")),
-        Vec::new(),
-        &[],
-    )
-    .unwrap();
-    let (cfg, _) = Config::from_value(&v, Needs::CONVERT).unwrap();
+    let cfg = crate::common::local_config();
     let model = TableColumn::from_layout(&TableLayout::from_config(&cfg).columns);
     let client = Client::new(
         ClientOptions {

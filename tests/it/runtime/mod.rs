@@ -6,7 +6,6 @@ mod cases;
 mod dlq;
 
 use crate::common::bin;
-use observation_publisher::config::{load_value, Config, Needs};
 use observation_publisher::framing::FrameReader;
 use observation_publisher::gen::{GenOptions, Generator};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
@@ -68,13 +67,7 @@ pub(crate) fn logs_at(
     malformed: f64,
     start_micros: i64,
 ) -> Vec<(Vec<u8>, bool)> {
-    let v = load_value(
-        Some(&crate::common::repo_config("local.yaml")),
-        Vec::new(),
-        &[],
-    )
-    .unwrap();
-    let (cfg, _) = Config::from_value(&v, Needs::CONVERT).unwrap();
+    let cfg = crate::common::local_config();
     let mut g = Generator::new(
         &cfg.inference_schema,
         GenOptions {
