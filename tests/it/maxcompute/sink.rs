@@ -76,6 +76,13 @@ impl Drop for Running {
 }
 
 /// `run` as pod `pod` (the staging table's name comes from it).
+/// A publisher as pod `pod` on `topic` with a fresh group and the 1 s mover, its files under
+/// `dir/name`; returns it running and its setup.
+fn start_fresh(fake: &Fake, dir: &Path, name: &str, topic: &str, pod: &str) -> (Running, Setup) {
+    let s = Setup::new(dir, name, topic, &unique("g"), &sink_yaml(fake, "1s"));
+    (start(&s, pod), s)
+}
+
 fn start(s: &Setup, pod: &str) -> Running {
     Running(Some(
         bin()
@@ -95,65 +102,45 @@ fn start(s: &Setup, pod: &str) -> Running {
 fn parquet_maps(dir: &Path) -> (BTreeMap<String, Json>, Vec<(String, String)>) {
     let mut out = BTreeMap::new();
     let mut columns = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                stack.push(p);
-                continue;
-            }
-            if p.extension().is_none_or(|x| x != "parquet") {
-                continue;
-            }
-            let r = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
-                std::fs::File::open(&p).unwrap(),
-            )
-            .unwrap()
-            .build()
-            .unwrap();
-            for b in r {
-                let b = b.unwrap();
-                let schema = b.schema();
-                columns = schema
-                    .fields()
-                    .iter()
-                    .map(|f| {
-                        let ty = match f.data_type() {
-                            DataType::Utf8 => "STRING",
-                            DataType::Int64 => "BIGINT",
-                            DataType::Float64 => "DOUBLE",
-                            DataType::Boolean => "BOOLEAN",
-                            DataType::Timestamp(..) => "TIMESTAMP",
-                            other => panic!("{other}"),
-                        };
-                        (f.name().clone(), ty.to_string())
-                    })
-                    .collect();
-                for i in 0..b.num_rows() {
-                    let mut m = Map::new();
-                    for (c, f) in b.columns().iter().zip(schema.fields()) {
-                        let v = if c.is_null(i) {
-                            Json::Null
-                        } else {
-                            match f.data_type() {
-                                DataType::Utf8 => json!(c.as_string::<i32>().value(i)),
-                                DataType::Int64 => json!(c.as_primitive::<Int64Type>().value(i)),
-                                DataType::Float64 => json!({
-                                    "f64": c.as_primitive::<Float64Type>().value(i).to_bits() as i64
-                                }),
-                                DataType::Boolean => json!(c.as_boolean().value(i)),
-                                _ => json!({
-                                    "us": c.as_primitive::<TimestampMicrosecondType>().value(i)
-                                }),
-                            }
-                        };
-                        m.insert(f.name().to_lowercase(), v);
+    for b in crate::runtime::parquet_batches(dir) {
+        let schema = b.schema();
+        columns = schema
+            .fields()
+            .iter()
+            .map(|f| {
+                let ty = match f.data_type() {
+                    DataType::Utf8 => "STRING",
+                    DataType::Int64 => "BIGINT",
+                    DataType::Float64 => "DOUBLE",
+                    DataType::Boolean => "BOOLEAN",
+                    DataType::Timestamp(..) => "TIMESTAMP",
+                    other => panic!("{other}"),
+                };
+                (f.name().clone(), ty.to_string())
+            })
+            .collect();
+        for i in 0..b.num_rows() {
+            let mut m = Map::new();
+            for (c, f) in b.columns().iter().zip(schema.fields()) {
+                let v = if c.is_null(i) {
+                    Json::Null
+                } else {
+                    match f.data_type() {
+                        DataType::Utf8 => json!(c.as_string::<i32>().value(i)),
+                        DataType::Int64 => json!(c.as_primitive::<Int64Type>().value(i)),
+                        DataType::Float64 => json!({
+                            "f64": c.as_primitive::<Float64Type>().value(i).to_bits() as i64
+                        }),
+                        DataType::Boolean => json!(c.as_boolean().value(i)),
+                        _ => json!({
+                            "us": c.as_primitive::<TimestampMicrosecondType>().value(i)
+                        }),
                     }
-                    let session = m["session_id"].as_str().unwrap().to_string();
-                    out.insert(session, Json::Object(m));
-                }
+                };
+                m.insert(f.name().to_lowercase(), v);
             }
+            let session = m["session_id"].as_str().unwrap().to_string();
+            out.insert(session, Json::Object(m));
         }
     }
     (out, columns)
@@ -224,14 +211,7 @@ fn ours_and_merlins_path_write_the_same_rows_and_ddl() {
     // microseconds (ours keeps them).
     let whole = logs(120, 41, 0.0);
     let micro = logs_at(20, 42, 0.0, 1_764_000_000_000_123);
-    let s = Setup::new(
-        dir.path(),
-        "a",
-        &topic,
-        &unique("g"),
-        &sink_yaml(&fake, "1s"),
-    );
-    let child = start(&s, "pod-a");
+    let (child, s) = start_fresh(&fake, dir.path(), "a", &topic, "pod-a");
     produce(&topic, &whole);
     produce(&topic, &micro);
     let n = whole.len() + micro.len();
@@ -469,16 +449,7 @@ fn start_adds_missing_columns_and_refuses_a_changed_type() {
         .unwrap();
     let sql = |q: String| rt.block_on(client.run_sql(&q, SQL_SETTINGS)).unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let run = |name: &str| {
-        let s = Setup::new(
-            dir.path(),
-            name,
-            &unique("mc-start"),
-            &unique("g"),
-            &sink_yaml(&fake, "1s"),
-        );
-        (start(&s, "pod-s"), s)
-    };
+    let run = |name: &str| start_fresh(&fake, dir.path(), name, &unique("mc-start"), "pod-s");
 
     // An older table without the last column: it is added, the process runs.
     sql(create_table_sql(
@@ -558,14 +529,7 @@ fn rows_the_tunnel_refuses_become_row_letters() {
     let topic = unique("mc-refused");
     create_topic(&topic, 1);
     let all = logs(40, 44, 0.0);
-    let s = Setup::new(
-        dir.path(),
-        "a",
-        &topic,
-        &unique("g"),
-        &sink_yaml(&fake, "1s"),
-    );
-    let child = start(&s, "pod-r");
+    let (child, s) = start_fresh(&fake, dir.path(), "a", &topic, "pod-r");
     produce(&topic, &all);
     let ok = wait_for(LIMIT, || {
         committed_total(&topic, &s.group, 1) == all.len() as i64

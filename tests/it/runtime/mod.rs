@@ -247,15 +247,12 @@ pub(crate) fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
     Some((status, body))
 }
 
-pub(crate) fn parquet_rows(dir: &Path) -> Vec<(String, String)> {
-    use arrow_array::cast::AsArray;
+/// Every record batch of every Parquet file under `dir` (searched recursively).
+pub(crate) fn parquet_batches(dir: &Path) -> Vec<arrow_array::RecordBatch> {
     let mut out = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&d) else {
-            continue;
-        };
-        for e in entries.flatten() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
             let p = e.path();
             if p.is_dir() {
                 stack.push(p);
@@ -266,15 +263,22 @@ pub(crate) fn parquet_rows(dir: &Path) -> Vec<(String, String)> {
                 .unwrap()
                 .build()
                 .unwrap();
-                for b in r {
-                    let b = b.unwrap();
-                    let s = b.column(0).as_string::<i32>();
-                    let rid = b.column(1).as_string::<i32>();
-                    for i in 0..b.num_rows() {
-                        out.push((s.value(i).to_string(), rid.value(i).to_string()));
-                    }
-                }
+                out.extend(r.map(Result::unwrap));
             }
+        }
+    }
+    out
+}
+
+/// `(session_id, row_id)` of every Parquet row under `dir`.
+pub(crate) fn parquet_rows(dir: &Path) -> Vec<(String, String)> {
+    use arrow_array::cast::AsArray;
+    let mut out = Vec::new();
+    for b in parquet_batches(dir) {
+        let s = b.column(0).as_string::<i32>();
+        let rid = b.column(1).as_string::<i32>();
+        for i in 0..b.num_rows() {
+            out.push((s.value(i).to_string(), rid.value(i).to_string()));
         }
     }
     out
