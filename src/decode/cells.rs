@@ -34,9 +34,9 @@ pub(super) enum CellError {
     NonFinite,
     Range(f64),
     Utf8,
-    /// The batch's string data would pass Arrow's 2 GiB offsets (the config's limits keep a
-    /// batch below it; kept as its own error so that it never reads as bad input).
-    TooMuchString,
+    /// The column refused the value (a string column whose batch would pass Arrow's 2 GiB
+    /// offsets: the config's limits keep a batch below it): its own error, placed.
+    Column(DecodeError),
 }
 
 /// BigQuery TIMESTAMP range: 0001-01-01T00:00:00Z ..= 9999-12-31T23:59:59.999999Z.
@@ -181,10 +181,7 @@ pub(super) fn cell_error(
         CellError::Utf8 => {
             DecodeError::new(ErrorKind::InvalidValue, format!("{at}: not valid UTF-8"))
         }
-        CellError::TooMuchString => DecodeError::new(
-            ErrorKind::TooLarge,
-            format!("{at}: the batch's string data would exceed 2 GiB"),
-        ),
+        CellError::Column(e) => DecodeError::new(e.kind, format!("{at}: {}", e.reason)),
     }
 }
 
@@ -281,7 +278,7 @@ pub(super) fn push_cell(col: &mut Col, v: V<'_>) -> Result<Option<f64>, CellErro
             if !valid_utf8(s) {
                 return Err(CellError::Utf8);
             }
-            c.push(s).map_err(|_| CellError::TooMuchString)?;
+            c.push(s).map_err(CellError::Column)?;
             Ok(None)
         }
         (_, v) => Err(CellError::Type(v.name())),

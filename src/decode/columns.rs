@@ -206,9 +206,10 @@ impl Str {
     }
 }
 
+/// A string column's batch would pass Arrow's 2 GiB offsets.
 #[cold]
 #[inline(never)]
-fn too_much_string() -> DecodeError {
+pub(super) fn too_much_string() -> DecodeError {
     DecodeError::new(
         ErrorKind::TooLarge,
         "string data of one batch exceeds 2 GiB",

@@ -402,10 +402,19 @@ fn a_batch_over_the_string_limit_is_too_large_not_bad_input() {
         name: "f".into(),
         ty: crate::config::ColumnType::String,
     };
-    let e = cell_error(CellError::TooMuchString, "input.features_table", 3, 1, &col);
+    let refused = super::columns::too_much_string();
+    let e = cell_error(
+        CellError::Column(refused),
+        "input.features_table",
+        3,
+        1,
+        &col,
+    );
     assert_eq!(e.kind, ErrorKind::TooLarge);
     assert!(
-        e.reason.contains("2 GiB") && !e.reason.contains("UTF-8"),
+        e.reason.starts_with("input.features_table.data[3][1]")
+            && e.reason.contains("2 GiB")
+            && !e.reason.contains("UTF-8"),
         "{}",
         e.reason
     );
