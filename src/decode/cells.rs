@@ -52,7 +52,7 @@ pub(super) fn utf8(b: &[u8]) -> Result<&str, std::str::Utf8Error> {
 /// UTF-8 check with a fast path for the short ASCII strings logs are mostly made of.
 #[inline(always)]
 pub(super) fn valid_utf8(b: &[u8]) -> bool {
-    (b.len() <= 64 && b.iter().all(|c| *c < 0x80)) || std::str::from_utf8(b).is_ok()
+    (b.len() <= 64 && b.is_ascii()) || std::str::from_utf8(b).is_ok()
 }
 
 #[inline(always)]
