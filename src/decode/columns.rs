@@ -49,6 +49,14 @@ pub(crate) const MAX_BATCH_ROWS: usize = u32::MAX as usize;
 /// NULL row numbers a decoder keeps allocated between batches (64 KiB per column).
 const RETAIN_NULLS: usize = 16 << 10;
 
+/// Rows every buffer of a column has room for after the decoder counted what it holds
+/// ([`Col::room`]; counted as held, and less than a first batch's initial capacity).
+pub(crate) const ROOM_ROWS: usize = 64;
+
+/// String bytes a string column has room for after the decoder counted what it holds (as
+/// [`ROOM_ROWS`]).
+pub(crate) const ROOM_BYTES: usize = 1024;
+
 impl Validity {
     fn new() -> Self {
         Validity { nulls: Vec::new() }
@@ -358,6 +366,46 @@ impl Col {
             Col::I64(c) | Col::Ts(c) => c.values.capacity() * 8 + c.nulls.allocated_bytes(),
             Col::F64(c) => c.values.capacity() * 8 + c.nulls.allocated_bytes(),
             Col::Bool(c) => c.values.capacity() + c.nulls.allocated_bytes(),
+        }
+    }
+
+    /// How far this builder can grow before any of its buffers reallocates: (rows, string
+    /// bytes). A row adds at most one element to each per-row buffer (values, offsets, NULL row
+    /// numbers); string bytes go to the string buffer only (`usize::MAX` in other columns).
+    ///
+    /// First gives room where a full buffer would otherwise leave none for long: the NULL row
+    /// numbers get room for [`ROOM_ROWS`] more (as the next NULL would: amortized, so at most
+    /// twice what they hold plus that; a column may go many rows without a NULL), and buffers
+    /// of at most [`ROOM_ROWS`] rows or [`ROOM_BYTES`] string bytes (empty at a batch's
+    /// start) get room for that many more. A larger full buffer is left as it is (its next row grows it).
+    pub(crate) fn room(&mut self) -> (usize, usize) {
+        fn room<T>(v: &mut Vec<T>, n: usize) -> usize {
+            if v.capacity() <= n {
+                v.reserve_exact(n);
+            }
+            v.capacity() - v.len()
+        }
+        fn null_room(v: &mut Vec<u32>) -> usize {
+            v.reserve(ROOM_ROWS);
+            v.capacity() - v.len()
+        }
+        match self {
+            Col::Str(c) => (
+                null_room(&mut c.nulls.nulls).min(room(&mut c.offsets, ROOM_ROWS)),
+                room(&mut c.values, ROOM_BYTES),
+            ),
+            Col::I64(c) | Col::Ts(c) => (
+                null_room(&mut c.nulls.nulls).min(room(&mut c.values, ROOM_ROWS)),
+                usize::MAX,
+            ),
+            Col::F64(c) => (
+                null_room(&mut c.nulls.nulls).min(room(&mut c.values, ROOM_ROWS)),
+                usize::MAX,
+            ),
+            Col::Bool(c) => (
+                null_room(&mut c.nulls.nulls).min(room(&mut c.values, ROOM_ROWS)),
+                usize::MAX,
+            ),
         }
     }
 

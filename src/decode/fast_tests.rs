@@ -281,6 +281,109 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+
+    /// `sizes` counts the held bytes over every column only when a buffer may have grown:
+    /// after any mix of appended, rejected and taken-back logs and finished batches it equals
+    /// the full count.
+    #[test]
+    fn sizes_equal_the_full_count_through_growth_rollbacks_and_batches(
+        (schema, logs) in arb_case(),
+        ops in prop::collection::vec(0u8..16, 1..300),
+    ) {
+        let layout = Arc::new(TableLayout::new(&schema, "9"));
+        let mut d = Decoder::new(layout);
+        let bytes: Vec<Vec<u8>> = logs.iter().map(|l| l.encode_to_vec()).collect();
+        for op in ops {
+            match op {
+                0 => {
+                    d.finish();
+                }
+                1 => d.truncate(d.rows() / 2),
+                _ => {
+                    let _ = d.decode(&bytes[usize::from(op) % bytes.len()]);
+                }
+            }
+            let (data, held) = d.sizes();
+            prop_assert_eq!(data, d.approx_bytes());
+            prop_assert_eq!(held, d.allocated_bytes());
+        }
+    }
+}
+
+/// The cached count holds for exactly the room the buffers had: after a batch is finished
+/// (every buffer empty), a log of `ROOM_ROWS` rows fits the room and one row more does not,
+/// and either way `sizes` equals the full count.
+#[test]
+fn sizes_recount_one_row_past_the_room() {
+    use super::columns::{ROOM_BYTES, ROOM_ROWS};
+    let schema = InferenceSchema {
+        feature_types: vec![("f".into(), FeatureType::Float64)],
+        model_prediction_output: ModelOutput::Regression {
+            prediction_score_column: "p".into(),
+            actual_score_column: None,
+        },
+        session_id_column: "session_id".into(),
+        row_id_column: "row_id".into(),
+        feature_orders: vec![],
+    };
+    let log = |rows: usize| {
+        let mut f = Struct::default();
+        f.fields.insert("columns".into(), list(vec![s("f")]));
+        f.fields.insert(
+            "data".into(),
+            list(
+                (0..rows)
+                    .map(|_| list(vec![value(Kind::NumberValue(1.0))]))
+                    .collect(),
+            ),
+        );
+        let mut p = Struct::default();
+        p.fields.insert("columns".into(), list(vec![s("p")]));
+        p.fields.insert(
+            "data".into(),
+            list((0..rows).map(|_| value(Kind::NumberValue(0.5))).collect()),
+        );
+        p.fields
+            .insert("row_ids".into(), list((0..rows).map(|_| s("r")).collect()));
+        PredictionLog {
+            prediction_id: "s".into(),
+            input: Some(ModelInput {
+                features_table: Some(f),
+                ..Default::default()
+            }),
+            output: Some(PbOutput {
+                prediction_results_table: Some(p),
+                ..Default::default()
+            }),
+            request_timestamp: Some(Timestamp {
+                seconds: 1_700_000_000,
+                nanos: 0,
+            }),
+            ..Default::default()
+        }
+        .encode_to_vec()
+    };
+    let layout = Arc::new(TableLayout::new(&schema, "9"));
+    // Three string bytes a row (session id, row id, model version): the rows run out first.
+    const { assert!(3 * (ROOM_ROWS + 1) <= ROOM_BYTES) };
+    for rows in [ROOM_ROWS, ROOM_ROWS + 1] {
+        let mut d = Decoder::new(Arc::clone(&layout));
+        d.decode(&log(1)).expect("valid");
+        d.finish();
+        let (_, empty) = d.sizes();
+        assert_eq!(empty, d.allocated_bytes());
+        assert_eq!(d.decode(&log(rows)).expect("valid"), rows);
+        assert_eq!(
+            d.sizes(),
+            (d.approx_bytes(), d.allocated_bytes()),
+            "{rows} rows"
+        );
+        assert_eq!(d.allocated_bytes() > empty, rows > ROOM_ROWS, "{rows} rows");
+    }
+}
+
 /// A log rejected at its second row, after its first row appended NULLs, leaves no NULL row
 /// number behind: the rows around it keep their own NULLs and nothing else.
 #[test]

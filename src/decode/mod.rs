@@ -72,6 +72,7 @@ mod column_map;
 mod columns;
 mod error;
 pub mod reference;
+mod sizes;
 mod walk;
 mod wire;
 
@@ -176,6 +177,8 @@ pub struct Decoder {
     rank_out: Vec<Option<i64>>,
     /// Largest decoded size of one log ([`Decoder::with_max_log_bytes`]).
     max_log_bytes: usize,
+    /// The last full count of [`Decoder::sizes`].
+    counted: Option<sizes::Counted>,
 }
 
 impl Decoder {
@@ -270,6 +273,7 @@ impl Decoder {
             rank_scratch: Vec::new(),
             rank_out: Vec::new(),
             max_log_bytes: crate::config::DEFAULT_MAX_LOG_BYTES,
+            counted: None,
         }
     }
 
@@ -296,21 +300,6 @@ impl Decoder {
     /// Rows appended since the last [`Decoder::finish`].
     pub fn rows(&self) -> usize {
         self.rows
-    }
-
-    /// [`Decoder::approx_bytes`] and [`Decoder::allocated_bytes`] in one pass over the
-    /// columns: what the open batch's data takes, and what its builders hold.
-    pub fn sizes(&self) -> (usize, usize) {
-        let (mut var, mut held) = (0, 0);
-        for c in &self.cols {
-            var += c.var_bytes();
-            held += c.allocated_bytes();
-        }
-        (
-            self.rows * self.fixed_row_bytes + var,
-            held + self.rank_scratch.capacity() * std::mem::size_of::<(f64, u32)>()
-                + self.rank_out.capacity() * std::mem::size_of::<Option<i64>>(),
-        )
     }
 
     /// Approximate bytes of the decoded data (what the batch's data weighs in Arrow; what it
@@ -369,6 +358,7 @@ impl Decoder {
                     c.truncate(start);
                     c.release_excess();
                 }
+                self.recount();
                 Err(e)
             }
         }
@@ -382,6 +372,7 @@ impl Decoder {
                 c.truncate(rows);
             }
             self.rows = rows;
+            self.recount();
         }
     }
 
@@ -389,6 +380,7 @@ impl Decoder {
     pub fn finish(&mut self) -> RecordBatch {
         let arrays = self.cols.iter_mut().map(Col::finish).collect();
         self.rows = 0;
+        self.recount();
         RecordBatch::try_new(Arc::clone(&self.layout.arrow), arrays)
             .expect("columns match the layout")
     }
@@ -490,6 +482,7 @@ impl Decoder {
         // it. Small logs skip this: the usual amortized growth costs them nothing extra. Only
         // now, after every check that needs no row: a log those checks reject takes nothing.
         if rows >= RESERVE_ROWS {
+            self.counted = None;
             for (i, c) in self.cols.iter_mut().enumerate() {
                 let bytes = match i {
                     0 => rows * session.len(),
