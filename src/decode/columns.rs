@@ -357,6 +357,30 @@ impl Col {
         }
     }
 
+    /// Makes room for `n` more NULLs.
+    pub(crate) fn reserve_nulls(&mut self, n: usize) {
+        self.nulls_mut().nulls.reserve(n);
+    }
+
+    /// NULLs appended.
+    pub(crate) fn null_count(&self) -> usize {
+        match self {
+            Col::Str(c) => c.nulls.nulls.len(),
+            Col::I64(c) | Col::Ts(c) => c.nulls.nulls.len(),
+            Col::F64(c) => c.nulls.nulls.len(),
+            Col::Bool(c) => c.nulls.nulls.len(),
+        }
+    }
+
+    fn nulls_mut(&mut self) -> &mut Validity {
+        match self {
+            Col::Str(c) => &mut c.nulls,
+            Col::I64(c) | Col::Ts(c) => &mut c.nulls,
+            Col::F64(c) => &mut c.nulls,
+            Col::Bool(c) => &mut c.nulls,
+        }
+    }
+
     /// Bytes allocated by the builder (capacities).
     pub(crate) fn allocated_bytes(&self) -> usize {
         match self {
@@ -385,27 +409,17 @@ impl Col {
             }
             v.capacity() - v.len()
         }
-        fn null_room(v: &mut Vec<u32>) -> usize {
-            v.reserve(ROOM_ROWS);
-            v.capacity() - v.len()
-        }
+        let nulls = &mut self.nulls_mut().nulls;
+        nulls.reserve(ROOM_ROWS);
+        let null_room = nulls.capacity() - nulls.len();
         match self {
             Col::Str(c) => (
-                null_room(&mut c.nulls.nulls).min(room(&mut c.offsets, ROOM_ROWS)),
+                null_room.min(room(&mut c.offsets, ROOM_ROWS)),
                 room(&mut c.values, ROOM_BYTES),
             ),
-            Col::I64(c) | Col::Ts(c) => (
-                null_room(&mut c.nulls.nulls).min(room(&mut c.values, ROOM_ROWS)),
-                usize::MAX,
-            ),
-            Col::F64(c) => (
-                null_room(&mut c.nulls.nulls).min(room(&mut c.values, ROOM_ROWS)),
-                usize::MAX,
-            ),
-            Col::Bool(c) => (
-                null_room(&mut c.nulls.nulls).min(room(&mut c.values, ROOM_ROWS)),
-                usize::MAX,
-            ),
+            Col::I64(c) | Col::Ts(c) => (null_room.min(room(&mut c.values, ROOM_ROWS)), usize::MAX),
+            Col::F64(c) => (null_room.min(room(&mut c.values, ROOM_ROWS)), usize::MAX),
+            Col::Bool(c) => (null_room.min(room(&mut c.values, ROOM_ROWS)), usize::MAX),
         }
     }
 

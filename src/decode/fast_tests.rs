@@ -312,9 +312,9 @@ proptest! {
     }
 }
 
-/// The cached count holds for exactly the room the buffers had: after a batch is finished
-/// (every buffer empty), a log of `ROOM_ROWS` rows fits the room and one row more does not,
-/// and either way `sizes` equals the full count.
+/// The cached count holds for exactly the room the buffers had: once every buffer has room for
+/// `ROOM_ROWS` rows, a log of that many rows fits and one row more does not, and either way
+/// `sizes` equals the full count.
 #[test]
 fn sizes_recount_one_row_past_the_room() {
     use super::columns::{ROOM_BYTES, ROOM_ROWS};
@@ -372,16 +372,87 @@ fn sizes_recount_one_row_past_the_room() {
         let mut d = Decoder::new(Arc::clone(&layout));
         d.decode(&log(1)).expect("valid");
         d.finish();
-        let (_, empty) = d.sizes();
-        assert_eq!(empty, d.allocated_bytes());
+        // The next batch's first log, then a full count: every per-row buffer gets room for
+        // exactly ROOM_ROWS more rows.
+        d.decode(&log(1)).expect("valid");
+        let (_, before) = d.sizes();
+        assert_eq!(before, d.allocated_bytes());
         assert_eq!(d.decode(&log(rows)).expect("valid"), rows);
         assert_eq!(
             d.sizes(),
             (d.approx_bytes(), d.allocated_bytes()),
             "{rows} rows"
         );
-        assert_eq!(d.allocated_bytes() > empty, rows > ROOM_ROWS, "{rows} rows");
+        assert_eq!(
+            d.allocated_bytes() > before,
+            rows > ROOM_ROWS,
+            "{rows} rows"
+        );
     }
+}
+
+/// A batch reserves what the last one held at its first log, so filling it to the same size
+/// grows no buffer, also when the first log tried was rejected.
+#[test]
+fn a_batch_starts_with_the_room_the_last_one_needed() {
+    let schema = crate::gen::benchmark_schema(8);
+    let layout = Arc::new(TableLayout::new(&schema, "1"));
+    let mut g = crate::gen::Generator::new(
+        &schema,
+        crate::gen::GenOptions {
+            rows_per_log: 1,
+            seed: 7,
+            malformed_ratio: 0.0,
+            start_micros: 1_700_000_000_000_000,
+            model: ("p".into(), "m".into(), "1".into()),
+        },
+    );
+    let logs: Vec<Vec<u8>> = (0..10_000).map(|i| g.valid_log(i).encode_to_vec()).collect();
+    // Rejected by its row (a string in the float64 feature_00), after every check of prepare.
+    let mut bad = g.valid_log(0);
+    let data = bad
+        .input
+        .as_mut()
+        .and_then(|i| i.features_table.as_mut())
+        .and_then(|t| t.fields.get_mut("data"));
+    match data.and_then(|v| v.kind.as_mut()) {
+        Some(Kind::ListValue(rows)) => match rows.values[0].kind.as_mut() {
+            Some(Kind::ListValue(row)) => row.values[0] = s("x"),
+            _ => panic!("a row is a list"),
+        },
+        _ => panic!("data is a list"),
+    }
+    let bad = bad.encode_to_vec();
+    let mut d = Decoder::new(layout);
+    for l in &logs {
+        d.decode(l).expect("valid");
+    }
+    let first = d.finish();
+    assert_eq!(first.num_rows(), 10_000);
+    let full = first.get_array_memory_size();
+
+    // A first log rejected by its rows (its buffers, over 64 KiB each, are given back): the
+    // next first log still gets the room.
+    assert_eq!(
+        d.decode(&bad).map_err(|e| e.kind),
+        Err(ErrorKind::TypeMismatch)
+    );
+    d.decode(&logs[0]).expect("valid");
+    let reserved = d.allocated_bytes();
+    for l in &logs[1..] {
+        d.decode(l).expect("valid");
+    }
+    assert_eq!(d.allocated_bytes(), reserved, "a buffer grew");
+    // (Counting may add the small room of `Col::room`, and counts it.)
+    let (_, held) = d.sizes();
+    assert_eq!(held, d.allocated_bytes());
+    let second = d.finish();
+    // What the second batch holds is what it needed, not a doubling past it.
+    assert!(
+        second.get_array_memory_size() <= full,
+        "{} > {full}",
+        second.get_array_memory_size()
+    );
 }
 
 /// A log rejected at its second row, after its first row appended NULLs, leaves no NULL row

@@ -179,6 +179,10 @@ pub struct Decoder {
     max_log_bytes: usize,
     /// The last full count of [`Decoder::sizes`].
     counted: Option<sizes::Counted>,
+    /// Each column's rows, string bytes and NULLs in the last finished batch: the next batch
+    /// reserves them at its first log instead of growing from empty by doubling (empty: nothing
+    /// to reserve).
+    last_batch: Vec<(usize, usize, usize)>,
 }
 
 impl Decoder {
@@ -274,6 +278,7 @@ impl Decoder {
             rank_out: Vec::new(),
             max_log_bytes: crate::config::DEFAULT_MAX_LOG_BYTES,
             counted: None,
+            last_batch: Vec::new(),
         }
     }
 
@@ -348,8 +353,19 @@ impl Decoder {
                 ),
             ));
         }
+        if start == 0 && !self.last_batch.is_empty() {
+            // The batch's first log: room for what the last batch held, reserved once (counted
+            // by `sizes` from now on; given back if this log is rejected, and kept for the next
+            // first log then).
+            for (c, &(rows, bytes, nulls)) in self.cols.iter_mut().zip(&self.last_batch) {
+                c.reserve(rows, bytes);
+                c.reserve_nulls(nulls);
+            }
+            self.recount();
+        }
         match self.append_rows(p) {
             Ok(n) => {
+                self.last_batch.clear();
                 self.rows += n;
                 Ok(n)
             }
@@ -378,6 +394,12 @@ impl Decoder {
 
     /// Moves the decoded rows into a record batch and starts a new one.
     pub fn finish(&mut self) -> RecordBatch {
+        self.last_batch.clear();
+        self.last_batch.extend(
+            self.cols
+                .iter()
+                .map(|c| (c.len(), c.var_bytes(), c.null_count())),
+        );
         let arrays = self.cols.iter_mut().map(Col::finish).collect();
         self.rows = 0;
         self.recount();
