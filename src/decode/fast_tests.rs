@@ -111,6 +111,34 @@ proptest! {
         prop_assert_eq!(fast, general);
     }
 
+    /// A table entry read by the list shortcut is the key and list the general path reads.
+    #[test]
+    fn list_entries_fast_path_agrees_with_the_general_path(
+        key in prop_oneof![Just(b"data".to_vec()), prop::collection::vec(any::<u8>(), 0..140)],
+        list in prop::collection::vec(any::<u8>(), 0..300),
+        tags in (prop_oneof![8 => Just(0x12u8), 1 => any::<u8>()], prop_oneof![8 => Just(0x32u8), 1 => any::<u8>()]),
+        extra in prop_oneof![3 => Just(vec![]), 1 => prop::collection::vec(any::<u8>(), 1..3)],
+        drop in prop_oneof![3 => Just(0usize), 1 => 1usize..4],
+    ) {
+        let field = |tag: u8, body: &[u8]| {
+            let mut b = vec![tag];
+            prost::encoding::encode_varint(body.len() as u64, &mut b);
+            b.extend_from_slice(body);
+            b
+        };
+        let value = [field(tags.1, &list), extra.clone()].concat();
+        let entry = [field(0x0a, &key), field(tags.0, &value)].concat();
+        let entry = &entry[..entry.len().saturating_sub(drop)];
+        if let Some((k, l)) = walk::list_entry(entry) {
+            let (gk, gv) = walk::entry_parts_general(entry, "t").expect("the general path reads it");
+            prop_assert_eq!(k, gk);
+            match cells::parse_value(gv, "t") {
+                Ok(cells::V::List(gl)) => prop_assert_eq!(l, gl),
+                _ => prop_assert!(false, "the general path reads no list"),
+            }
+        }
+    }
+
     /// Validity and boolean values packed eight bytes at a time match bit-by-bit packing.
     #[test]
     fn bits_pack_like_arrow(v in prop::collection::vec(any::<bool>(), 0..200)) {
@@ -407,7 +435,9 @@ fn a_batch_starts_with_the_room_the_last_one_needed() {
             model: ("p".into(), "m".into(), "1".into()),
         },
     );
-    let logs: Vec<Vec<u8>> = (0..10_000).map(|i| g.valid_log(i).encode_to_vec()).collect();
+    let logs: Vec<Vec<u8>> = (0..10_000)
+        .map(|i| g.valid_log(i).encode_to_vec())
+        .collect();
     // Rejected by its row (a string in the float64 feature_00), after every check of prepare.
     let mut bad = g.valid_log(0);
     let data = bad

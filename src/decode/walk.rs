@@ -37,6 +37,15 @@ pub(super) fn walk_table<'a>(b: &'a [u8], table: &str) -> Result<TableParts<'a>,
                 r.bytes(table)?
             }
         };
+        if let Some((key, list)) = list_entry(entry) {
+            match key {
+                b"columns" => parts.columns = Some(list),
+                b"data" => parts.data = Some(list),
+                b"row_ids" => parts.row_ids = Some(list),
+                _ => {}
+            }
+            continue;
+        }
         let (key, value) = entry_parts(entry, table)?;
         let slot = match key {
             b"columns" => &mut parts.columns,
@@ -60,6 +69,42 @@ pub(super) fn walk_table<'a>(b: &'a [u8], table: &str) -> Result<TableParts<'a>,
         };
     }
     Ok(parts)
+}
+
+/// The usual entry of a table Struct, read straight from its bytes: the key with a one-byte
+/// length, then a `Value` that is exactly one `list_value`, each with a one- or two-byte length,
+/// ending exactly: (key, the encoded list). `None` for anything else (nothing is read; the
+/// general path decides, and finds any error).
+#[inline(always)]
+pub(super) fn list_entry(entry: &[u8]) -> Option<(&[u8], &[u8])> {
+    let (&[0x0a, key_len], rest) = entry.split_first_chunk::<2>()? else {
+        return None;
+    };
+    if key_len >= 0x80 {
+        return None;
+    }
+    let (key, rest) = rest.split_at_checked(usize::from(key_len))?;
+    let value = exact_len_field(rest, 0x12)?;
+    let list = exact_len_field(value, 0x32)?;
+    Some((key, list))
+}
+
+/// The payload of `b` when `b` is exactly one length-delimited field with the one-byte key `tag`
+/// and a one- or two-byte length.
+#[inline(always)]
+fn exact_len_field(b: &[u8], tag: u8) -> Option<&[u8]> {
+    match b {
+        [t, l, body @ ..] if *t == tag && *l < 0x80 && body.len() == usize::from(*l) => Some(body),
+        [t, l0, l1, body @ ..]
+            if *t == tag
+                && *l0 >= 0x80
+                && *l1 < 0x80
+                && body.len() == (usize::from(*l0 & 0x7f) | usize::from(*l1) << 7) =>
+        {
+            Some(body)
+        }
+        _ => None,
+    }
 }
 
 /// The key and value of one map entry of a Struct (absent: empty; repeated: the last).
