@@ -163,6 +163,27 @@ fn list(v: Vec<Value>) -> Value {
     value(Kind::ListValue(ListValue { values: v }))
 }
 
+/// An encoded log of session `s` with feature table `f` and prediction table `p`.
+fn encoded_log(f: Struct, p: Struct) -> Vec<u8> {
+    PredictionLog {
+        prediction_id: "s".into(),
+        input: Some(ModelInput {
+            features_table: Some(f),
+            ..Default::default()
+        }),
+        output: Some(PbOutput {
+            prediction_results_table: Some(p),
+            ..Default::default()
+        }),
+        request_timestamp: Some(Timestamp {
+            seconds: 1_700_000_000,
+            nanos: 0,
+        }),
+        ..Default::default()
+    }
+    .encode_to_vec()
+}
+
 const TYPES: [FeatureType; 4] = [
     FeatureType::Float64,
     FeatureType::Int64,
@@ -375,23 +396,7 @@ fn sizes_recount_one_row_past_the_room() {
         );
         p.fields
             .insert("row_ids".into(), list((0..rows).map(|_| s("r")).collect()));
-        PredictionLog {
-            prediction_id: "s".into(),
-            input: Some(ModelInput {
-                features_table: Some(f),
-                ..Default::default()
-            }),
-            output: Some(PbOutput {
-                prediction_results_table: Some(p),
-                ..Default::default()
-            }),
-            request_timestamp: Some(Timestamp {
-                seconds: 1_700_000_000,
-                nanos: 0,
-            }),
-            ..Default::default()
-        }
-        .encode_to_vec()
+        encoded_log(f, p)
     };
     let layout = Arc::new(TableLayout::new(&schema, "9"));
     // Three string bytes a row (session id, row id, model version): the rows run out first.
@@ -518,23 +523,7 @@ fn a_rollback_takes_back_the_nulls_of_the_rejected_rows() {
         let mut p = Struct::default();
         p.fields.insert("data".into(), list(vec![null(); n]));
         p.fields.insert("row_ids".into(), list(ids));
-        PredictionLog {
-            prediction_id: "s".into(),
-            input: Some(ModelInput {
-                features_table: Some(f),
-                ..Default::default()
-            }),
-            output: Some(PbOutput {
-                prediction_results_table: Some(p),
-                ..Default::default()
-            }),
-            request_timestamp: Some(Timestamp {
-                seconds: 1,
-                nanos: 0,
-            }),
-            ..Default::default()
-        }
-        .encode_to_vec()
+        encoded_log(f, p)
     };
     let good = log_of(
         vec![
