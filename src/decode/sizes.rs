@@ -29,12 +29,8 @@ impl Decoder {
     /// counted. Anything else that may change a capacity (a rollback, a reservation, a
     /// truncation, [`Decoder::finish`]) drops the count.
     pub fn sizes(&mut self) -> (usize, usize) {
-        let var: usize = self
-            .str_cols
-            .iter()
-            .map(|&i| self.cols[i].var_bytes())
-            .sum();
-        let data = self.rows * self.fixed_row_bytes + var;
+        let data = self.approx_bytes();
+        let var = data - self.rows * self.fixed_row_bytes;
         let rank_caps = (self.rank_scratch.capacity(), self.rank_out.capacity());
         if let Some(c) = &self.counted {
             let rows = self.rows.checked_sub(c.rows);
