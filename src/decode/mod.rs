@@ -504,7 +504,7 @@ impl Decoder {
         // it. Small logs skip this: the usual amortized growth costs them nothing extra. Only
         // now, after every check that needs no row: a log those checks reject takes nothing.
         if rows >= RESERVE_ROWS {
-            self.counted = None;
+            self.recount();
             for (i, c) in self.cols.iter_mut().enumerate() {
                 let bytes = match i {
                     0 => rows * session.len(),

@@ -37,22 +37,25 @@ pub(super) fn walk_table<'a>(b: &'a [u8], table: &str) -> Result<TableParts<'a>,
                 r.bytes(table)?
             }
         };
-        if let Some((key, list)) = list_entry(entry) {
-            match key {
-                b"columns" => parts.columns = Some(list),
-                b"data" => parts.data = Some(list),
-                b"row_ids" => parts.row_ids = Some(list),
-                _ => {}
+        // The usual entry's list is read straight from its bytes; any other goes through
+        // `parse_value` once its key is known to be one of ours.
+        let (key, list, value) = match list_entry(entry) {
+            Some((key, list)) => (key, Some(list), &[][..]),
+            None => {
+                let (key, value) = entry_parts(entry, table)?;
+                (key, None, value)
             }
-            continue;
-        }
-        let (key, value) = entry_parts(entry, table)?;
+        };
         let slot = match key {
             b"columns" => &mut parts.columns,
             b"data" => &mut parts.data,
             b"row_ids" => &mut parts.row_ids,
             _ => continue,
         };
+        if list.is_some() {
+            *slot = list;
+            continue;
+        }
         *slot = match parse_value(value, table)? {
             V::List(l) => Some(l),
             V::Null => None,
