@@ -29,6 +29,19 @@ pub struct GenOptions {
     pub model: (String, String, String),
 }
 
+impl Default for GenOptions {
+    /// One row per log, seed 1, nothing malformed, from 2023-11-14T22:13:20Z, model `p/m/1`.
+    fn default() -> Self {
+        GenOptions {
+            rows_per_log: 1,
+            seed: 1,
+            malformed_ratio: 0.0,
+            start_micros: 1_700_000_000_000_000,
+            model: ("p".into(), "m".into(), "1".into()),
+        }
+    }
+}
+
 /// One generated log.
 #[derive(Debug, Clone)]
 pub struct GenLog {

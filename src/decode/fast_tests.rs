@@ -163,27 +163,6 @@ fn list(v: Vec<Value>) -> Value {
     value(Kind::ListValue(ListValue { values: v }))
 }
 
-/// An encoded log of session `s` with feature table `f` and prediction table `p`.
-fn encoded_log(f: Struct, p: Struct) -> Vec<u8> {
-    PredictionLog {
-        prediction_id: "s".into(),
-        input: Some(ModelInput {
-            features_table: Some(f),
-            ..Default::default()
-        }),
-        output: Some(PbOutput {
-            prediction_results_table: Some(p),
-            ..Default::default()
-        }),
-        request_timestamp: Some(Timestamp {
-            seconds: 1_700_000_000,
-            nanos: 0,
-        }),
-        ..Default::default()
-    }
-    .encode_to_vec()
-}
-
 const TYPES: [FeatureType; 4] = [
     FeatureType::Float64,
     FeatureType::Int64,
@@ -367,40 +346,12 @@ proptest! {
 #[test]
 fn sizes_recount_one_row_past_the_room() {
     use super::columns::{ROOM_BYTES, ROOM_ROWS};
-    let schema = InferenceSchema {
-        feature_types: vec![("f".into(), FeatureType::Float64)],
-        model_prediction_output: ModelOutput::Regression {
-            prediction_score_column: "p".into(),
-            actual_score_column: None,
-        },
-        session_id_column: "session_id".into(),
-        row_id_column: "row_id".into(),
-        feature_orders: vec![],
-    };
-    let log = |rows: usize| {
-        let mut f = Struct::default();
-        f.fields.insert("columns".into(), list(vec![s("f")]));
-        f.fields.insert(
-            "data".into(),
-            list(
-                (0..rows)
-                    .map(|_| list(vec![value(Kind::NumberValue(1.0))]))
-                    .collect(),
-            ),
-        );
-        let mut p = Struct::default();
-        p.fields.insert("columns".into(), list(vec![s("p")]));
-        p.fields.insert(
-            "data".into(),
-            list((0..rows).map(|_| value(Kind::NumberValue(0.5))).collect()),
-        );
-        p.fields
-            .insert("row_ids".into(), list((0..rows).map(|_| s("r")).collect()));
-        encoded_log(f, p)
-    };
-    let layout = Arc::new(TableLayout::new(&schema, "9"));
-    // Three string bytes a row (session id, row id, model version): the rows run out first.
-    const { assert!(3 * (ROOM_ROWS + 1) <= ROOM_BYTES) };
+    use crate::batch::testing::{layout, log as log_of};
+    let log = |rows: usize| log_of("s", rows, 0, 1_700_000_000_000_000);
+    let layout = layout();
+    // At most five string bytes a row (session id, row id, model version): the rows run out
+    // first.
+    const { assert!(5 * (ROOM_ROWS + 1) <= ROOM_BYTES) };
     for rows in [ROOM_ROWS, ROOM_ROWS + 1] {
         let mut d = Decoder::new(Arc::clone(&layout));
         d.decode(&log(1)).expect("valid");
@@ -433,11 +384,8 @@ fn a_batch_starts_with_the_room_the_last_one_needed() {
     let mut g = crate::gen::Generator::new(
         &schema,
         crate::gen::GenOptions {
-            rows_per_log: 1,
             seed: 7,
-            malformed_ratio: 0.0,
-            start_micros: 1_700_000_000_000_000,
-            model: ("p".into(), "m".into(), "1".into()),
+            ..Default::default()
         },
     );
     let logs: Vec<Vec<u8>> = (0..10_000)
@@ -523,7 +471,23 @@ fn a_rollback_takes_back_the_nulls_of_the_rejected_rows() {
         let mut p = Struct::default();
         p.fields.insert("data".into(), list(vec![null(); n]));
         p.fields.insert("row_ids".into(), list(ids));
-        encoded_log(f, p)
+        PredictionLog {
+            prediction_id: "s".into(),
+            input: Some(ModelInput {
+                features_table: Some(f),
+                ..Default::default()
+            }),
+            output: Some(PbOutput {
+                prediction_results_table: Some(p),
+                ..Default::default()
+            }),
+            request_timestamp: Some(Timestamp {
+                seconds: 1,
+                nanos: 0,
+            }),
+            ..Default::default()
+        }
+        .encode_to_vec()
     };
     let good = log_of(
         vec![
@@ -560,9 +524,7 @@ fn unknown_top_level_fields_are_skipped_once() {
         crate::gen::GenOptions {
             rows_per_log: 2,
             seed: 5,
-            malformed_ratio: 0.0,
-            start_micros: 1_700_000_000_000_000,
-            model: ("p".into(), "m".into(), "1".into()),
+            ..Default::default()
         },
     );
     let layout = Arc::new(TableLayout::new(&crate::gen::benchmark_schema(6), "1"));
