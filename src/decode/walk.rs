@@ -19,6 +19,19 @@ pub(super) struct TableParts<'a> {
     pub(super) row_ids: Option<&'a [u8]>,
 }
 
+impl<'a> TableParts<'a> {
+    /// Where the list under `key` goes; `None` for a key the publisher does not read.
+    #[inline(always)]
+    fn slot(&mut self, key: &[u8]) -> Option<&mut Option<&'a [u8]>> {
+        match key {
+            b"columns" => Some(&mut self.columns),
+            b"data" => Some(&mut self.data),
+            b"row_ids" => Some(&mut self.row_ids),
+            _ => None,
+        }
+    }
+}
+
 /// Reads a Struct in the split layout, keeping the encoded lists under `columns`, `data` and
 /// `row_ids` (map semantics: a repeated key's last entry wins; a null value counts as absent).
 pub(super) fn walk_table<'a>(b: &'a [u8], table: &str) -> Result<TableParts<'a>, DecodeError> {
@@ -37,25 +50,17 @@ pub(super) fn walk_table<'a>(b: &'a [u8], table: &str) -> Result<TableParts<'a>,
                 r.bytes(table)?
             }
         };
-        // The usual entry's list is read straight from its bytes; any other goes through
-        // `parse_value` once its key is known to be one of ours.
-        let (key, list, value) = match list_entry(entry) {
-            Some((key, list)) => (key, Some(list), &[][..]),
-            None => {
-                let (key, value) = entry_parts(entry, table)?;
-                (key, None, value)
+        // The usual entry's list is read straight from its bytes.
+        if let Some((key, list)) = list_entry(entry) {
+            if let Some(slot) = parts.slot(key) {
+                *slot = Some(list);
             }
-        };
-        let slot = match key {
-            b"columns" => &mut parts.columns,
-            b"data" => &mut parts.data,
-            b"row_ids" => &mut parts.row_ids,
-            _ => continue,
-        };
-        if list.is_some() {
-            *slot = list;
             continue;
         }
+        let (key, value) = entry_parts(entry, table)?;
+        let Some(slot) = parts.slot(key) else {
+            continue;
+        };
         *slot = match parse_value(value, table)? {
             V::List(l) => Some(l),
             V::Null => None,
