@@ -188,10 +188,12 @@ pub fn convert(a: ConvertArgs) -> ExitCode {
                 }
                 logs += 1;
                 if decoder.rows() >= BATCH_ROWS || decoder.approx_bytes() >= BATCH_BYTES {
-                    if let Err(e) = writer.write(&decoder.finish()) {
+                    let batch = decoder.finish();
+                    if let Err(e) = writer.write(&batch) {
                         failure = Some(format!("write error: {e}"));
                         break;
                     }
+                    decoder.recycle(batch);
                     pb.set_position(reader.position());
                 }
             }

@@ -423,6 +423,64 @@ impl Col {
         }
     }
 
+    /// Takes back the buffers of `array`, one [`Col::finish`] of this column made, when the
+    /// builder is empty and holds no buffer of its own (just finished) and nothing else shares
+    /// them: the next batch then fills memory that is already mapped instead of fresh pages.
+    /// Anything else is dropped (freed as before). Values stay as they were until overwritten;
+    /// only lengths are reset. Boolean columns keep their byte buffer already (the packed bits
+    /// are a new allocation per batch), and NULL bitmaps are built anew per batch.
+    pub(crate) fn recycle(&mut self, array: ArrayRef) {
+        /// `from`'s allocation replaces the empty `into` when nothing else holds it and it is
+        /// the larger.
+        fn reuse<T: arrow_buffer::ArrowNativeType>(into: &mut Vec<T>, from: Buffer) -> bool {
+            match from.into_vec::<T>() {
+                Ok(mut v) if into.is_empty() && v.capacity() > into.capacity() => {
+                    v.clear();
+                    *into = v;
+                    true
+                }
+                _ => false,
+            }
+        }
+        let any = array.as_any();
+        match self {
+            Col::Str(c) => {
+                let Some(a) = any.downcast_ref::<StringArray>().cloned() else {
+                    return;
+                };
+                drop(array);
+                let (offsets, values, _) = a.into_parts();
+                if c.offsets.len() == 1 {
+                    c.offsets.clear();
+                    reuse(&mut c.offsets, offsets.into_inner().into_inner());
+                    c.offsets.push(0);
+                }
+                reuse(&mut c.values, values);
+            }
+            Col::I64(c) | Col::Ts(c) => {
+                let values = match (
+                    any.downcast_ref::<Int64Array>(),
+                    any.downcast_ref::<TimestampMicrosecondArray>(),
+                ) {
+                    (Some(a), _) => a.values().clone(),
+                    (_, Some(a)) => a.values().clone(),
+                    _ => return,
+                };
+                drop(array);
+                reuse(&mut c.values, values.into_inner());
+            }
+            Col::F64(c) => {
+                let Some(a) = any.downcast_ref::<Float64Array>() else {
+                    return;
+                };
+                let values = a.values().clone();
+                drop(array);
+                reuse(&mut c.values, values.into_inner());
+            }
+            Col::Bool(_) => {}
+        }
+    }
+
     /// Moves the buffers into an Arrow array and leaves the builder empty.
     pub(crate) fn finish(&mut self) -> ArrayRef {
         let len = self.len();

@@ -438,6 +438,66 @@ fn a_batch_starts_with_the_room_the_last_one_needed() {
     );
 }
 
+/// `recycle` gives a written batch's buffers to the next batch: its values are written where
+/// the last batch's were, it holds only its own rows (equal to a fresh decoder's batch), and a
+/// buffer still shared elsewhere is not taken (its holder keeps its values).
+#[test]
+fn a_recycled_batch_is_refilled_in_place_with_only_the_new_rows() {
+    let schema = crate::gen::benchmark_schema(8);
+    let layout = Arc::new(TableLayout::new(&schema, "1"));
+    let mut g = crate::gen::Generator::new(
+        &schema,
+        crate::gen::GenOptions {
+            seed: 11,
+            ..Default::default()
+        },
+    );
+    let logs: Vec<Vec<u8>> = (0..3_000).map(|i| g.valid_log(i).encode_to_vec()).collect();
+    // Each column's buffer addresses (bits of boolean columns and NULL bitmaps are built anew).
+    let addresses = |b: &RecordBatch| -> Vec<Vec<usize>> {
+        b.columns()
+            .iter()
+            .map(|a| match a.data_type() {
+                arrow_schema::DataType::Boolean => Vec::new(),
+                _ => a
+                    .to_data()
+                    .buffers()
+                    .iter()
+                    .map(|x| x.as_ptr() as usize)
+                    .collect(),
+            })
+            .collect()
+    };
+    let mut d = Decoder::new(Arc::clone(&layout));
+    for l in &logs {
+        d.decode(l).expect("valid");
+    }
+    let first = d.finish();
+    let before = addresses(&first);
+    let shared_col = FIRST_FEATURE; // float64 feature_00, kept by another holder
+    let shared = Arc::clone(first.column(shared_col));
+    let kept = shared.to_data();
+    d.recycle(first);
+    assert!(d.allocated_bytes() > 0, "nothing was taken back");
+
+    let mut fresh = Decoder::new(layout);
+    for l in &logs[1_000..2_000] {
+        d.decode(l).expect("valid");
+        fresh.decode(l).expect("valid");
+    }
+    let second = d.finish();
+    assert_eq!(second, fresh.finish());
+    let after = addresses(&second);
+    for (c, (b, a)) in before.iter().zip(&after).enumerate() {
+        if c == shared_col {
+            assert_ne!(b, a, "column {c}: a shared buffer was taken");
+        } else {
+            assert_eq!(b, a, "column {c} was not refilled in place");
+        }
+    }
+    assert_eq!(shared.to_data(), kept, "the other holder's values changed");
+}
+
 /// A log rejected at its second row, after its first row appended NULLs, leaves no NULL row
 /// number behind: the rows around it keep their own NULLs and nothing else.
 #[test]
