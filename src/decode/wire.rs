@@ -31,22 +31,33 @@ impl WireType {
 /// Nesting limit for (deprecated) groups in skipped fields, as prost's recursion limit.
 const MAX_GROUP_DEPTH: u32 = 100;
 
-/// A cursor over one message's bytes.
+/// A cursor over one message's bytes: the bytes not read yet (a slice, so that each step is a
+/// length check and a split, without an index to add and check against the whole).
 #[derive(Clone)]
 pub(crate) struct Reader<'a> {
-    buf: &'a [u8],
-    pos: usize,
+    rest: &'a [u8],
+    /// The message's length (the position in error messages is `len - rest.len()`).
+    len: usize,
 }
 
 impl<'a> Reader<'a> {
     #[inline]
     pub(crate) fn new(buf: &'a [u8]) -> Self {
-        Reader { buf, pos: 0 }
+        Reader {
+            rest: buf,
+            len: buf.len(),
+        }
     }
 
     #[inline]
     pub(crate) fn at_end(&self) -> bool {
-        self.pos >= self.buf.len()
+        self.rest.is_empty()
+    }
+
+    /// Bytes read so far.
+    #[inline]
+    pub(crate) fn pos(&self) -> usize {
+        self.len - self.rest.len()
     }
 
     #[cold]
@@ -54,7 +65,7 @@ impl<'a> Reader<'a> {
     fn err(&self, what: &str, msg: &str) -> DecodeError {
         DecodeError::new(
             ErrorKind::InvalidProtobuf,
-            format!("{what}: {msg} at byte {}", self.pos),
+            format!("{what}: {msg} at byte {}", self.pos()),
         )
     }
 
@@ -67,18 +78,27 @@ impl<'a> Reader<'a> {
         }
     }
 
-    /// A varint of at most 8 bytes with 8 bytes to read, decoded from one little-endian word:
-    /// the first byte without its high bit ends it; the 7-bit groups are packed by three
-    /// mask-and-shift steps. `None` (nothing read) otherwise.
+    /// A varint of at most 8 bytes, decoded from one little-endian word: the first byte without
+    /// its high bit ends it; the 7-bit groups are packed by three mask-and-shift steps. With
+    /// fewer than 8 bytes left, the word is those bytes and zeros (a zero byte ends a varint as
+    /// the end of input would not, so the end is checked against the bytes there are). `None`
+    /// (nothing read) otherwise.
     #[inline(always)]
     pub(crate) fn varint_word(&mut self) -> Option<u64> {
-        let w = self.buf.get(self.pos..self.pos.checked_add(8)?)?;
-        let x = u64::from_le_bytes(w.try_into().ok()?);
+        let x = match self.rest.first_chunk::<8>() {
+            Some(w) => u64::from_le_bytes(*w),
+            None => self
+                .rest
+                .iter()
+                .enumerate()
+                .fold(0, |x, (i, &b)| x | u64::from(b) << (8 * i)),
+        };
         let stops = !x & 0x8080_8080_8080_8080;
         if stops == 0 {
             return None;
         }
         let n = (stops.trailing_zeros() / 8 + 1) as usize;
+        let rest = self.rest.get(n..)?;
         let x = if n == 8 {
             x
         } else {
@@ -88,26 +108,26 @@ impl<'a> Reader<'a> {
         let x = (x & 0x007f_007f_007f_007f) | ((x & 0x7f00_7f00_7f00_7f00) >> 1);
         let x = (x & 0x0000_3fff_0000_3fff) | ((x & 0x3fff_0000_3fff_0000) >> 2);
         let x = (x & 0x0000_0000_0fff_ffff) | ((x & 0x0fff_ffff_0000_0000) >> 4);
-        self.pos += n;
+        self.rest = rest;
         Some(x)
     }
 
     /// Any varint, byte by byte (at most 10 bytes; the position is advanced once, at the end).
     pub(crate) fn varint_loop(&mut self, what: &str) -> Result<u64, DecodeError> {
-        let rest = self.buf.get(self.pos..).unwrap_or_default();
+        let rest = self.rest;
         let mut result: u64 = 0;
         for (i, &b) in rest.iter().take(10).enumerate() {
             if i == 9 && b > 1 {
-                self.pos += i + 1;
+                self.rest = &rest[i + 1..];
                 return Err(self.err(what, "varint overflows 64 bits"));
             }
             result |= u64::from(b & 0x7f) << (7 * i);
             if b < 0x80 {
-                self.pos += i + 1;
+                self.rest = &rest[i + 1..];
                 return Ok(result);
             }
         }
-        self.pos += rest.len().min(10);
+        self.rest = &rest[rest.len().min(10)..];
         Err(self.err(
             what,
             if rest.len() < 10 {
@@ -122,20 +142,17 @@ impl<'a> Reader<'a> {
     #[inline(always)]
     pub(crate) fn varint(&mut self, what: &str) -> Result<u64, DecodeError> {
         // Fast paths: one and two bytes cover keys, lengths and small values.
-        let buf = self.buf;
-        if let Some(&b0) = buf.get(self.pos) {
-            if b0 < 0x80 {
-                self.pos += 1;
-                return Ok(u64::from(b0));
+        match self.rest {
+            [b0, rest @ ..] if *b0 < 0x80 => {
+                self.rest = rest;
+                Ok(u64::from(*b0))
             }
-            if let Some(&b1) = buf.get(self.pos + 1) {
-                if b1 < 0x80 {
-                    self.pos += 2;
-                    return Ok(u64::from(b0 & 0x7f) | (u64::from(b1) << 7));
-                }
+            [b0, b1, rest @ ..] if *b1 < 0x80 => {
+                self.rest = rest;
+                Ok(u64::from(b0 & 0x7f) | (u64::from(*b1) << 7))
             }
+            _ => self.varint_slow(what),
         }
-        self.varint_slow(what)
     }
 
     /// The payload of a length-delimited field if what comes next is the one-byte key `tag`
@@ -144,16 +161,15 @@ impl<'a> Reader<'a> {
     /// the general key decoding, wire-type check and varint loop.
     #[inline(always)]
     pub(crate) fn short_len_field(&mut self, tag: u8) -> Option<&'a [u8]> {
-        let (n, head) = match self.buf.get(self.pos..)? {
-            [t, l, ..] if *t == tag && *l < 0x80 => (usize::from(*l), 2),
-            [t, l0, l1, ..] if *t == tag && *l1 < 0x80 => {
-                (usize::from(*l0 & 0x7f) | usize::from(*l1) << 7, 3)
+        let (n, tail) = match self.rest {
+            [t, l, tail @ ..] if *t == tag && *l < 0x80 => (usize::from(*l), tail),
+            [t, l0, l1, tail @ ..] if *t == tag && *l1 < 0x80 => {
+                (usize::from(*l0 & 0x7f) | usize::from(*l1) << 7, tail)
             }
             _ => return None,
         };
-        let start = self.pos + head;
-        let body = self.buf.get(start..start + n)?;
-        self.pos = start + n;
+        let (body, rest) = tail.split_at_checked(n)?;
+        self.rest = rest;
         Some(body)
     }
 
@@ -161,7 +177,7 @@ impl<'a> Reader<'a> {
     /// ([`Reader::short_len_field`]): (field number, payload). `None` (nothing read) otherwise.
     #[inline(always)]
     pub(crate) fn short_len_any(&mut self) -> Option<(u32, &'a [u8])> {
-        let k = *self.buf.get(self.pos)?;
+        let k = *self.rest.first()?;
         // High bit clear (one byte), wire type 2, field number not 0.
         if k & 0x87 != 0x02 || k < 0x08 {
             return None;
@@ -206,13 +222,13 @@ impl<'a> Reader<'a> {
     #[inline(always)]
     pub(crate) fn bytes(&mut self, what: &str) -> Result<&'a [u8], DecodeError> {
         let len = self.varint(what)?;
-        let remaining = (self.buf.len() - self.pos) as u64;
+        let remaining = self.rest.len() as u64;
         if len > remaining {
             return Err(self.too_long(what, len, remaining));
         }
-        let start = self.pos;
-        self.pos += len as usize;
-        Ok(&self.buf[start..self.pos])
+        let (body, rest) = self.rest.split_at(len as usize);
+        self.rest = rest;
+        Ok(body)
     }
 
     #[cold]
@@ -227,14 +243,11 @@ impl<'a> Reader<'a> {
     /// Reads a little-endian 64-bit value.
     #[inline(always)]
     pub(crate) fn fixed64(&mut self, what: &str) -> Result<u64, DecodeError> {
-        let end = self.pos + 8;
-        if end > self.buf.len() {
+        let Some((b, rest)) = self.rest.split_first_chunk::<8>() else {
             return Err(self.err(what, "truncated 64-bit value"));
-        }
-        let mut b = [0u8; 8];
-        b.copy_from_slice(&self.buf[self.pos..end]);
-        self.pos = end;
-        Ok(u64::from_le_bytes(b))
+        };
+        self.rest = rest;
+        Ok(u64::from_le_bytes(*b))
     }
 
     /// Skips a field's value of wire type `wt` (field number `field`, for group matching).
@@ -257,10 +270,10 @@ impl<'a> Reader<'a> {
                 self.fixed64(what)?;
             }
             WireType::Fixed32 => {
-                if self.pos + 4 > self.buf.len() {
+                let Some(rest) = self.rest.get(4..) else {
                     return Err(self.err(what, "truncated 32-bit value"));
-                }
-                self.pos += 4;
+                };
+                self.rest = rest;
             }
             WireType::Len => {
                 self.bytes(what)?;
@@ -344,7 +357,7 @@ mod tests {
             let mut slow = Reader::new(&b);
             if let Some(v) = fast.varint_word() {
                 proptest::prop_assert_eq!(slow.varint_loop("v").ok(), Some(v));
-                proptest::prop_assert_eq!(fast.pos, slow.pos);
+                proptest::prop_assert_eq!(fast.pos(), slow.pos());
             }
             let mut any = Reader::new(&b);
             let mut slow = Reader::new(&b);
@@ -360,7 +373,7 @@ mod tests {
                 let mut r = Reader::new(&b);
                 proptest::prop_assert_eq!(r.key("k").ok(), Some((field, WireType::Len)));
                 proptest::prop_assert_eq!(r.bytes("k").ok(), Some(body));
-                proptest::prop_assert_eq!(r.pos, fast.pos);
+                proptest::prop_assert_eq!(r.pos(), fast.pos());
             }
         }
     }
