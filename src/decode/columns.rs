@@ -6,8 +6,11 @@
 
 use super::error::{DecodeError, ErrorKind};
 use crate::table::ColumnType;
+use arrow_array::cast::AsArray;
+use arrow_array::types::{Float64Type, Int64Type, TimestampMicrosecondType};
 use arrow_array::{
-    ArrayRef, BooleanArray, Float64Array, Int64Array, StringArray, TimestampMicrosecondArray,
+    ArrayRef, ArrowPrimitiveType, BooleanArray, Float64Array, Int64Array, StringArray,
+    TimestampMicrosecondArray,
 };
 use arrow_buffer::{BooleanBuffer, Buffer, NullBuffer, OffsetBuffer, ScalarBuffer};
 use std::sync::Arc;
@@ -423,29 +426,28 @@ impl Col {
         }
     }
 
-    /// Takes back the buffers of `array`, one [`Col::finish`] of this column made, when the
-    /// builder is empty and holds no buffer of its own (just finished) and nothing else shares
-    /// them: the next batch then fills memory that is already mapped instead of fresh pages.
-    /// Anything else is dropped (freed as before). Values stay as they were until overwritten;
-    /// only lengths are reset. Boolean columns keep their byte buffer already (the packed bits
-    /// are a new allocation per batch), and NULL bitmaps are built anew per batch.
+    /// Takes back the buffers of `array` (made by this column's [`Col::finish`]) where nothing
+    /// else holds them and the builder holds no rows and less capacity: the next batch then
+    /// fills memory that is already mapped instead of fresh pages. Anything else is dropped
+    /// (freed as before). Boolean columns keep their byte buffer across batches already (the
+    /// packed bits are built anew), and so do the NULL row numbers.
     pub(crate) fn recycle(&mut self, array: ArrayRef) {
-        /// `from`'s allocation replaces the empty `into` when nothing else holds it and it is
-        /// the larger.
-        fn reuse<T: arrow_buffer::ArrowNativeType>(into: &mut Vec<T>, from: Buffer) -> bool {
-            match from.into_vec::<T>() {
-                Ok(mut v) if into.is_empty() && v.capacity() > into.capacity() => {
+        fn reuse<T: arrow_buffer::ArrowNativeType>(into: &mut Vec<T>, from: Buffer) {
+            if let Ok(mut v) = from.into_vec::<T>() {
+                if into.is_empty() && v.capacity() > into.capacity() {
                     v.clear();
                     *into = v;
-                    true
                 }
-                _ => false,
             }
         }
-        let any = array.as_any();
+        /// The values buffer of a primitive array (the array is dropped on return, so the
+        /// buffer is then the last reference if the batch was).
+        fn values<T: ArrowPrimitiveType>(array: ArrayRef) -> Option<Buffer> {
+            Some(array.as_primitive_opt::<T>()?.values().clone().into_inner())
+        }
         match self {
             Col::Str(c) => {
-                let Some(a) = any.downcast_ref::<StringArray>().cloned() else {
+                let Some(a) = array.as_string_opt::<i32>().cloned() else {
                     return;
                 };
                 drop(array);
@@ -457,25 +459,20 @@ impl Col {
                 }
                 reuse(&mut c.values, values);
             }
-            Col::I64(c) | Col::Ts(c) => {
-                let values = match (
-                    any.downcast_ref::<Int64Array>(),
-                    any.downcast_ref::<TimestampMicrosecondArray>(),
-                ) {
-                    (Some(a), _) => a.values().clone(),
-                    (_, Some(a)) => a.values().clone(),
-                    _ => return,
-                };
-                drop(array);
-                reuse(&mut c.values, values.into_inner());
+            Col::I64(c) => {
+                if let Some(b) = values::<Int64Type>(array) {
+                    reuse(&mut c.values, b);
+                }
+            }
+            Col::Ts(c) => {
+                if let Some(b) = values::<TimestampMicrosecondType>(array) {
+                    reuse(&mut c.values, b);
+                }
             }
             Col::F64(c) => {
-                let Some(a) = any.downcast_ref::<Float64Array>() else {
-                    return;
-                };
-                let values = a.values().clone();
-                drop(array);
-                reuse(&mut c.values, values.into_inner());
+                if let Some(b) = values::<Float64Type>(array) {
+                    reuse(&mut c.values, b);
+                }
             }
             Col::Bool(_) => {}
         }

@@ -80,8 +80,8 @@ impl<'a> Reader<'a> {
 
     /// A varint of at most 8 bytes, decoded from one little-endian word: the first byte without
     /// its high bit ends it; the 7-bit groups are packed by three mask-and-shift steps. With
-    /// fewer than 8 bytes left, the word is those bytes and zeros (a zero byte ends a varint as
-    /// the end of input would not, so the end is checked against the bytes there are). `None`
+    /// fewer than 8 bytes left, the word is those bytes and zeros; the zeros would end a varint
+    /// that the input cuts short, so the varint must end within the bytes there are. `None`
     /// (nothing read) otherwise.
     #[inline(always)]
     pub(crate) fn varint_word(&mut self) -> Option<u64> {
