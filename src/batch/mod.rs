@@ -226,7 +226,7 @@ impl Batcher {
 
     /// Bytes the open batch's builders hold (capacity, not data: a batch with few rows can hold
     /// a lot); 0 while it holds no message (what an empty decoder keeps is bounded: the first
-    /// batch's initial capacity, later a room of 64 rows and 1 KiB of strings per column,
+    /// batch's initial capacity, later a room of 64 rows, 64 NULLs and 1 KiB of strings per column,
     /// boolean values for up to 64 Ki rows and the row numbers of up to 16 Ki NULLs per column). Counted against the in-flight
     /// budget with the batches in flight.
     pub fn held_bytes(&self) -> usize {

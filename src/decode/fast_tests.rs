@@ -375,6 +375,52 @@ fn sizes_recount_one_row_past_the_room() {
     }
 }
 
+/// The NULL row numbers bound the rows between two full counts too: after a count, with room
+/// in every other buffer, a log whose `x` is NULL in `ROOM_NULLS` rows fits their room and one
+/// row more grows that list; either way `sizes` equals the full count.
+#[test]
+fn sizes_recount_one_null_past_the_null_room() {
+    use super::columns::ROOM_NULLS;
+    use crate::batch::testing::{layout, log as log_of};
+    const MICROS: i64 = 1_700_000_000_000_000;
+    // `x` is left out of the features' column list (`z` is not declared): NULL in every row.
+    let null_x = |rows: usize| {
+        let mut l = PredictionLog::decode(&log_of("s", rows, 0, MICROS)[..]).expect("a log");
+        let table = l
+            .input
+            .as_mut()
+            .and_then(|i| i.features_table.as_mut())
+            .expect("a feature table");
+        table
+            .fields
+            .insert("columns".to_string(), list(vec![s("z")]));
+        l.encode_to_vec()
+    };
+    let layout = layout();
+    for rows in [ROOM_NULLS, ROOM_NULLS + 1] {
+        let mut d = Decoder::new(Arc::clone(&layout));
+        // A first batch of 16 × ROOM_NULLS rows: the next one reserves that much room in every
+        // value and string buffer at its first log, so only the NULL lists can run out.
+        d.decode(&log_of("s", 16 * ROOM_NULLS, 0, MICROS))
+            .expect("valid");
+        d.finish();
+        d.decode(&log_of("s", 1, 0, MICROS)).expect("valid");
+        let (_, before) = d.sizes();
+        assert_eq!(before, d.allocated_bytes());
+        assert_eq!(d.decode(&null_x(rows)).expect("valid"), rows);
+        assert_eq!(
+            d.sizes(),
+            (d.approx_bytes(), d.allocated_bytes()),
+            "{rows} rows"
+        );
+        assert_eq!(
+            d.allocated_bytes() > before,
+            rows > ROOM_NULLS,
+            "{rows} rows"
+        );
+    }
+}
+
 /// A batch reserves what the last one held at its first log, so filling it to the same size
 /// grows no buffer, also when the first log tried was rejected.
 #[test]
