@@ -359,20 +359,26 @@ fn sizes_recount_one_row_past_the_room() {
         // The next batch's first log, then a full count: every per-row buffer gets room for
         // exactly ROOM_ROWS more rows.
         d.decode(&log(1)).expect("valid");
-        let (_, before) = d.sizes();
-        assert_eq!(before, d.allocated_bytes());
-        assert_eq!(d.decode(&log(rows)).expect("valid"), rows);
         assert_eq!(
-            d.sizes(),
-            (d.approx_bytes(), d.allocated_bytes()),
-            "{rows} rows"
-        );
-        assert_eq!(
-            d.allocated_bytes() > before,
+            grows_past_a_count(&mut d, &log(rows), rows),
             rows > ROOM_ROWS,
             "{rows} rows"
         );
     }
+}
+
+/// Counts `d`'s sizes, appends `log` (`rows` rows) and checks that `sizes` is the full count
+/// then; whether a buffer grew.
+fn grows_past_a_count(d: &mut Decoder, log: &[u8], rows: usize) -> bool {
+    let (_, before) = d.sizes();
+    assert_eq!(before, d.allocated_bytes());
+    assert_eq!(d.decode(log).expect("valid"), rows);
+    assert_eq!(
+        d.sizes(),
+        (d.approx_bytes(), d.allocated_bytes()),
+        "{rows} rows"
+    );
+    d.allocated_bytes() > before
 }
 
 /// The NULL row numbers bound the rows between two full counts too: after a count, with room
@@ -405,16 +411,8 @@ fn sizes_recount_one_null_past_the_null_room() {
             .expect("valid");
         d.finish();
         d.decode(&log_of("s", 1, 0, MICROS)).expect("valid");
-        let (_, before) = d.sizes();
-        assert_eq!(before, d.allocated_bytes());
-        assert_eq!(d.decode(&null_x(rows)).expect("valid"), rows);
         assert_eq!(
-            d.sizes(),
-            (d.approx_bytes(), d.allocated_bytes()),
-            "{rows} rows"
-        );
-        assert_eq!(
-            d.allocated_bytes() > before,
+            grows_past_a_count(&mut d, &null_x(rows), rows),
             rows > ROOM_NULLS,
             "{rows} rows"
         );
