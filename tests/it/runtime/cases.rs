@@ -275,7 +275,12 @@ fn start_from_another_group_neither_skips_nor_republishes() {
     // The "old publisher": a group that consumed and committed the first 1200 messages.
     let old = Setup::new(dir.path(), "old", &topic, &unique("merlin"), "");
     let c = old.start();
-    assert!(wait_for(LIMIT, || committed_total(&topic, &old.group, 2) == 1200));
+    assert!(
+        wait_for(LIMIT, || committed_total(&topic, &old.group, 2) == 1200),
+        "the old group committed {} of 1200; its publisher's log ends:\n{}",
+        committed_total(&topic, &old.group, 2),
+        old.log_tail()
+    );
     assert_eq!(stop(c), Some(0));
     produce(&topic, &all[1200..]);
     // The new publisher's first start continues from the old group's offsets.
@@ -286,7 +291,12 @@ fn start_from_another_group_neither_skips_nor_republishes() {
     );
     std::fs::write(&new.config, cfg).unwrap();
     let c = new.start();
-    assert!(wait_for(LIMIT, || committed_total(&topic, &new.group, 2) == 2000));
+    assert!(
+        wait_for(LIMIT, || committed_total(&topic, &new.group, 2) == 2000),
+        "the new group committed {} of 2000; its publisher's log ends:\n{}",
+        committed_total(&topic, &new.group, 2),
+        new.log_tail()
+    );
     assert_eq!(stop(c), Some(0));
     let rows = new.rows();
     assert_eq!(rows.len(), 800, "only what the old group had not published");
