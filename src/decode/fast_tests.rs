@@ -419,19 +419,24 @@ fn sizes_recount_one_null_past_the_null_room() {
     }
 }
 
+/// The layout of the 8-feature benchmark schema and a generator of its logs.
+fn bench_8(seed: u64) -> (Arc<TableLayout>, crate::gen::Generator) {
+    let schema = crate::gen::benchmark_schema(8);
+    let opts = crate::gen::GenOptions {
+        seed,
+        ..Default::default()
+    };
+    (
+        Arc::new(TableLayout::new(&schema, "1")),
+        crate::gen::Generator::new(&schema, opts),
+    )
+}
+
 /// A batch reserves what the last one held at its first log, so filling it to the same size
 /// grows no buffer, also when the first log tried was rejected.
 #[test]
 fn a_batch_starts_with_the_room_the_last_one_needed() {
-    let schema = crate::gen::benchmark_schema(8);
-    let layout = Arc::new(TableLayout::new(&schema, "1"));
-    let mut g = crate::gen::Generator::new(
-        &schema,
-        crate::gen::GenOptions {
-            seed: 7,
-            ..Default::default()
-        },
-    );
+    let (layout, mut g) = bench_8(7);
     let logs: Vec<Vec<u8>> = (0..10_000)
         .map(|i| g.valid_log(i).encode_to_vec())
         .collect();
@@ -487,15 +492,7 @@ fn a_batch_starts_with_the_room_the_last_one_needed() {
 /// buffer still shared elsewhere is not taken (its holder keeps its values).
 #[test]
 fn a_recycled_batch_is_refilled_in_place_with_only_the_new_rows() {
-    let schema = crate::gen::benchmark_schema(8);
-    let layout = Arc::new(TableLayout::new(&schema, "1"));
-    let mut g = crate::gen::Generator::new(
-        &schema,
-        crate::gen::GenOptions {
-            seed: 11,
-            ..Default::default()
-        },
-    );
+    let (layout, mut g) = bench_8(11);
     let logs: Vec<Vec<u8>> = (0..3_000).map(|i| g.valid_log(i).encode_to_vec()).collect();
     // Each column's buffer addresses (bits of boolean columns and NULL bitmaps are built anew).
     let addresses = |b: &RecordBatch| -> Vec<Vec<usize>> {
