@@ -24,6 +24,9 @@ pub(crate) struct KafkaLoop {
     pub(crate) topic: String,
     pub(crate) commit_interval: Duration,
     pub(crate) drain_timeout: Duration,
+    /// [`Listener::other_group`]'s client: its event queue is served at the commit cadence, so
+    /// what it queues between rebalances (broker errors) stays bounded.
+    pub(crate) other_group: Option<Arc<BaseConsumer>>,
 }
 
 /// Messages taken per burst of the poll loop, between two clock readings and cancellation
@@ -148,7 +151,9 @@ pub(crate) struct Listener {
     pub(crate) topic: String,
     pub(crate) revoke_timeout: Duration,
     pub(crate) start_from: Option<StartFrom>,
-    pub(crate) connection: ClientConfig,
+    /// `start_from: group:<name>`: a client of that group, made once before subscribing, that
+    /// only reads its committed offsets (no client is made or closed inside the callback).
+    pub(crate) other_group: Option<Arc<BaseConsumer>>,
     /// Bumped on every assignment (the loop re-applies a pause to new partitions).
     pub(crate) generation: Arc<AtomicU64>,
     /// Exactly-once: read the commit metadata of assigned partitions.
@@ -195,19 +200,16 @@ impl Listener {
                 }
                 consumer.offsets_for_times(q, Duration::from_secs(10))
             }
-            StartFrom::Group(g) => {
-                let mut cfg = self.connection.clone();
-                cfg.set("group.id", g).set("enable.auto.commit", "false");
-                match cfg.create::<BaseConsumer>() {
-                    Ok(other) => {
-                        let mut q = TopicPartitionList::new();
-                        for p in &fresh {
-                            q.add_partition(&self.topic, *p);
-                        }
-                        other.committed_offsets(q, Duration::from_secs(10))
-                    }
-                    Err(e) => Err(e),
+            StartFrom::Group(_) => {
+                let Some(other) = &self.other_group else {
+                    return; // it could not be made; `other_group_reader` said why
+                };
+                serve_events(other);
+                let mut q = TopicPartitionList::new();
+                for p in &fresh {
+                    q.add_partition(&self.topic, *p);
                 }
+                other.committed_offsets(q, Duration::from_secs(10))
             }
             StartFrom::Earliest | StartFrom::Latest => return,
         };
@@ -226,6 +228,33 @@ impl Listener {
             }
         }
     }
+}
+
+/// The client [`Listener::other_group`] reads `start_from: group:<name>` through (`None` for
+/// any other start, or when it cannot be made: then new partitions start per
+/// `auto.offset.reset`, said once here).
+pub(crate) fn other_group_reader(
+    start_from: Option<&StartFrom>,
+    connection: &ClientConfig,
+) -> Option<BaseConsumer> {
+    let Some(StartFrom::Group(g)) = start_from else {
+        return None;
+    };
+    let mut cfg = connection.clone();
+    cfg.set("group.id", g).set("enable.auto.commit", "false");
+    match cfg.create::<BaseConsumer>() {
+        Ok(c) => Some(c),
+        Err(e) => {
+            tracing::warn!(error = %e, group = %g, "cannot read start_from's group; new partitions start per auto.offset.reset");
+            None
+        }
+    }
+}
+
+/// Serves what a client that is never subscribed has queued (errors, which its context logs):
+/// every event queued so far, without waiting.
+fn serve_events(client: &BaseConsumer) {
+    while client.poll(Duration::ZERO).is_some() {}
 }
 
 impl RebalanceListener for Listener {
@@ -423,6 +452,9 @@ pub(crate) fn run(
                 if now.duration_since(last_commit) >= cfg.commit_interval {
                     commit(&mut st, &consumer, None, CommitMode::Sync);
                     last_commit = now;
+                    if let Some(other) = &cfg.other_group {
+                        serve_events(other);
+                    }
                 }
                 (
                     st.over_budget(),

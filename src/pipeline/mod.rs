@@ -248,12 +248,17 @@ impl Publisher {
             }
             Intake::Kafka(consumer, src) => {
                 let generation = Arc::new(AtomicU64::new(0));
+                let other_group = kafka::other_group_reader(
+                    cfg.consumer.start_from.as_ref(),
+                    &crate::source::connection_config(&src),
+                )
+                .map(Arc::new);
                 consumer.context().set_listener(Arc::new(kafka::Listener {
                     state: Arc::clone(&state),
                     topic: src.topic.clone(),
                     revoke_timeout: drain.min(cfg.consumer.session_timeout / 2),
+                    other_group: other_group.clone(),
                     start_from: cfg.consumer.start_from.clone(),
-                    connection: crate::source::connection_config(&src),
                     generation: Arc::clone(&generation),
                     exactly_once,
                 }));
@@ -261,6 +266,7 @@ impl Publisher {
                     topic: src.topic,
                     commit_interval: cfg.consumer.commit_interval,
                     drain_timeout: drain,
+                    other_group,
                 };
                 let health = Arc::clone(&health);
                 thread.spawn(move || {
