@@ -1,18 +1,19 @@
 //! Parquet writer options side by side, for docs/performance.md ("Parquet options"): decodes
-//! `LOGS` generated 20-feature logs into batches of 50,000 rows (the default `max_rows`) and
+//! `LOGS` generated 20-feature logs (each one distinct, as on a topic: ids and values do not
+//! repeat in a cycle that the codecs or dictionaries could exploit) into batches of 50,000 rows (the default `max_rows`) and
 //! writes them as one Parquet file per batch (as the local sink does) into memory, with the
 //! writer properties of `VARIANT`; prints the bytes written. Run under callgrind once per
 //! variant and subtract the `none` run (decode only) for the instructions the writer costs:
 //!
 //! ```text
 //! cargo build --release --example parquet_options
-//! for v in none publisher snappy-chunk-stats snappy-no-stats snappy-stats-ts-only snappy-dict-all uncompressed zstd1; do
+//! for v in none publisher snappy-chunk-stats snappy-no-stats snappy-stats-ts-only snappy-dict-all snappy-no-dict uncompressed zstd1; do
 //!   valgrind --tool=callgrind --callgrind-out-file=/tmp/cg.$v target/release/examples/parquet_options $v 200000
 //! done
 //! ```
 //!
 //! Variants: `publisher` is [`parquet_properties`] (what the sinks write); the others change one
-//! choice of it at a time.
+//! choice of it at a time (`snappy-no-dict`: no dictionary on any column).
 use arrow_array::RecordBatch;
 use observation_publisher::decode::Decoder;
 use observation_publisher::gen::{GenOptions, Generator};
@@ -40,11 +41,26 @@ fn properties(variant: &str, schema: &arrow_schema::Schema) -> Option<WriterProp
             .build(),
         "snappy-dict-all" => b.set_dictionary_enabled(true).build(),
         "uncompressed" => b.set_compression(Compression::UNCOMPRESSED).build(),
+        "snappy-no-dict" => no_dict(),
         "zstd1" => b
             .set_compression(Compression::ZSTD(ZstdLevel::try_new(1).expect("level 1")))
             .build(),
         other => panic!("unknown variant {other}"),
     })
+}
+
+/// The publisher's properties without its per-column dictionaries (built afresh: a column's
+/// own setting overrides `set_dictionary_enabled`).
+fn no_dict() -> WriterProperties {
+    WriterProperties::builder()
+        .set_compression(Compression::SNAPPY)
+        .set_dictionary_enabled(false)
+        .set_statistics_enabled(EnabledStatistics::None)
+        .set_column_statistics_enabled(
+            parquet::schema::types::ColumnPath::from("request_timestamp"),
+            EnabledStatistics::Chunk,
+        )
+        .build()
 }
 
 fn main() {
@@ -62,7 +78,7 @@ fn main() {
             model: Default::default(),
         },
     );
-    let logs: Vec<Vec<u8>> = (0..4096).map(|_| g.next_log().bytes).collect();
+    let logs: Vec<Vec<u8>> = (0..n).map(|_| g.next_log().bytes).collect();
     let layout = Arc::new(TableLayout::new(&schema, "1"));
     let props = properties(&variant, &layout.arrow);
     let mut d = Decoder::new(Arc::clone(&layout));
@@ -79,8 +95,8 @@ fn main() {
         bytes += out.len();
         files += 1;
     };
-    for i in 0..n {
-        d.decode(&logs[i % logs.len()]).expect("valid");
+    for log in &logs {
+        d.decode(log).expect("valid");
         if d.rows() >= 50_000 {
             write(d.finish());
         }
