@@ -8,7 +8,7 @@
 use super::proto::{append_rows_request, AppendRowsRequest, ArrowRecordBatch, ArrowSchema};
 use arrow_array::RecordBatch;
 use arrow_ipc::writer::{
-    write_message, DictionaryTracker, IpcDataGenerator, IpcWriteContext, IpcWriteOptions,
+    write_message, DictionaryTracker, IpcDataGenerator, IpcWriteOptions, StreamWriter,
 };
 use arrow_schema::{ArrowError, Schema};
 use bytes::Bytes;
@@ -26,19 +26,39 @@ pub fn schema_bytes(schema: &Schema) -> Result<Bytes, ArrowError> {
 }
 
 /// Serialized Arrow IPC record-batch message (slices are written truncated).
+///
+/// Written by a `StreamWriter` straight into one buffer sized from the batch beforehand: the
+/// arrays' bytes are copied once. (`IpcDataGenerator::encode` first gathers the body in a
+/// buffer of its own that grows by doubling, then `write_message` copies it again: three copies
+/// of every byte on the BigQuery path, measured in docs/performance.md §4b.) The stream's
+/// schema message, which the writer puts first, is left out of the returned slice; the
+/// record-batch message is the same bytes either way (test
+/// `batch_bytes_are_the_generators_message`).
 pub fn batch_bytes(batch: &RecordBatch) -> Result<Bytes, ArrowError> {
-    let gen = IpcDataGenerator::default();
-    let opts = IpcWriteOptions::default();
-    let mut tracker = DictionaryTracker::new(false);
-    let (dicts, enc) = gen.encode(batch, &mut tracker, &opts, &mut IpcWriteContext::default())?;
-    if !dicts.is_empty() {
-        return Err(ArrowError::InvalidArgumentError(
-            "dictionary-encoded columns are not supported by the BigQuery writer".into(),
-        ));
-    }
-    let mut buf = Vec::with_capacity(enc.arrow_data.len() + enc.ipc_message.len() + 16);
-    write_message(&mut buf, enc, &opts)?;
-    Ok(buf.into())
+    let mut w = StreamWriter::try_new(Vec::new(), batch.schema_ref())?;
+    let schema_len = w.get_ref().len();
+    w.get_mut().reserve(message_size_hint(batch));
+    w.write(batch)?;
+    let out = std::mem::take(w.get_mut());
+    Ok(Bytes::from(out).slice(schema_len..))
+}
+
+/// Room for a batch's record-batch message: every buffer of its rows (`get_slice_memory_size`:
+/// a slice counts its own rows only), each padded to the writer's 64-byte alignment, and the
+/// message header (a fixed part plus per-column field and buffer entries). An estimate; a short
+/// one only costs the buffer a regrowth.
+fn message_size_hint(batch: &RecordBatch) -> usize {
+    const ALIGN: usize = 64;
+    let columns = batch.num_columns();
+    let body: usize = batch
+        .columns()
+        .iter()
+        .map(|a| {
+            let d = a.to_data();
+            d.get_slice_memory_size().unwrap_or(0) + ALIGN * (d.buffers().len() + 1)
+        })
+        .sum();
+    body + 1024 + 64 * columns
 }
 
 /// One AppendRows request. `schema` is set on the first request of a connection.
@@ -169,6 +189,87 @@ mod tests {
         let ids = Int64Array::from_iter_values(0..rows as i64);
         let s = StringArray::from_iter_values((0..rows).map(|i| format!("{i:0>text$}")));
         RecordBatch::try_new(schema, vec![Arc::new(ids), Arc::new(s)]).unwrap()
+    }
+
+    /// The message as `IpcDataGenerator::encode` and `write_message` make it (what
+    /// `batch_bytes` wrote before it used a `StreamWriter`).
+    fn generator_message(batch: &RecordBatch) -> Vec<u8> {
+        use arrow_ipc::writer::IpcWriteContext;
+        let opts = IpcWriteOptions::default();
+        let mut tracker = DictionaryTracker::new(false);
+        let (_, enc) = IpcDataGenerator::default()
+            .encode(batch, &mut tracker, &opts, &mut IpcWriteContext::default())
+            .unwrap();
+        let mut buf = Vec::new();
+        write_message(&mut buf, enc, &opts).unwrap();
+        buf
+    }
+
+    #[test]
+    fn batch_bytes_are_the_generators_message() {
+        let b = batch(3_000, 17);
+        let m = mixed(3_000);
+        for piece in [
+            b.clone(),
+            b.slice(0, 1),
+            b.slice(1_234, 999),
+            b.slice(2_999, 1),
+            m.clone(),
+            m.slice(5, 1_003),
+        ] {
+            let got = batch_bytes(&piece).unwrap();
+            assert_eq!(&got[..], &generator_message(&piece)[..]);
+            let back = arrow_ipc::reader::StreamReader::try_new(
+                [
+                    &schema_bytes(piece.schema().as_ref()).unwrap()[..],
+                    &got[..],
+                ]
+                .concat()
+                .as_slice(),
+                None,
+            )
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap();
+            assert_eq!(back, piece);
+        }
+    }
+
+    /// NULLs, booleans and timestamps beside `batch`'s columns.
+    fn mixed(rows: usize) -> RecordBatch {
+        use arrow_array::{ArrayRef, BooleanArray, TimestampMicrosecondArray};
+        let ts: ArrayRef = Arc::new(
+            TimestampMicrosecondArray::from_iter(
+                (0..rows as i64).map(|i| (i % 3 != 0).then_some(i)),
+            )
+            .with_timezone("UTC"),
+        );
+        let flags: ArrayRef = Arc::new(BooleanArray::from_iter(
+            (0..rows).map(|i| (i % 5 != 0).then_some(i % 2 == 0)),
+        ));
+        let nums: ArrayRef = Arc::new(Int64Array::from_iter(
+            (0..rows as i64).map(|i| (i % 7 != 0).then_some(i * 1_000_003)),
+        ));
+        RecordBatch::try_from_iter([("ts", ts), ("flag", flags), ("n", nums)]).unwrap()
+    }
+
+    #[test]
+    fn the_size_hint_covers_the_message() {
+        let b = batch(5_000, 33);
+        let m = mixed(5_000);
+        for piece in [
+            b.clone(),
+            b.slice(100, 1),
+            b.slice(2_500, 2_000),
+            m.clone(),
+            m.slice(3, 1_001),
+        ] {
+            let len = batch_bytes(&piece).unwrap().len();
+            let hint = message_size_hint(&piece);
+            assert!(hint >= len, "hint {hint} < message {len}");
+            assert!(hint <= len + 8_192, "hint {hint} far above message {len}");
+        }
     }
 
     #[test]
