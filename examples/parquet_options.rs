@@ -1,9 +1,10 @@
 //! Parquet writer options side by side, for docs/performance.md ("Parquet options"): decodes
 //! `LOGS` generated 20-feature logs (each one distinct, as on a topic: ids and values do not
-//! repeat in a cycle that the codecs or dictionaries could exploit) into batches of 50,000 rows (the default `max_rows`) and
-//! writes them as one Parquet file per batch (as the local sink does) into memory, with the
-//! writer properties of `VARIANT`; prints the bytes written. Run under callgrind once per
-//! variant and subtract the `none` run (decode only) for the instructions the writer costs:
+//! repeat in a cycle that the codecs or dictionaries could exploit) into batches of 50,000
+//! rows (the default `max_rows`) and writes them as one Parquet file per batch (as the local
+//! sink does) into memory, with the writer properties of `VARIANT`; prints the bytes written.
+//! Run under callgrind once per variant and subtract the `none` run (decode only) for the
+//! instructions the writer costs:
 //!
 //! ```text
 //! cargo build --release --example parquet_options
