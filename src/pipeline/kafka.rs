@@ -251,10 +251,15 @@ pub(crate) fn other_group_reader(
     }
 }
 
-/// Serves what a client that is never subscribed has queued (errors, which its context logs):
-/// every event queued so far, without waiting.
+/// Serves what a client that is never subscribed has queued, without waiting: its events are
+/// errors (rdkafka returns them from `poll` rather than logging them), logged here at debug
+/// level since the consumer beside it reports the same brokers' troubles.
 fn serve_events(client: &BaseConsumer) {
-    while client.poll(Duration::ZERO).is_some() {}
+    while let Some(event) = client.poll(Duration::ZERO) {
+        if let Err(e) = event {
+            tracing::debug!(error = %e, "start_from's group reader");
+        }
+    }
 }
 
 impl RebalanceListener for Listener {
