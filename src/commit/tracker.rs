@@ -169,6 +169,21 @@ impl OffsetTracker {
         Ok(())
     }
 
+    /// `partition` was (re)assigned and reads from `offset`, a position its own group never
+    /// committed (`start_from` chose it): that offset is committable before anything is
+    /// consumed, so an idle partition's start is recorded too, and offsets below it are refused
+    /// by [`register`](Self::register). Ignored (false) unless the partition is fresh: nothing
+    /// registered, acknowledged or committed since it was assigned.
+    pub fn positioned(&mut self, partition: Partition, offset: i64) -> bool {
+        let st = self.parts.entry(partition).or_default();
+        if st.last_registered.is_some() || st.committable.is_some() || st.committed.is_some() {
+            return false;
+        }
+        st.last_registered = Some(offset.saturating_sub(1));
+        st.committable = Some(offset);
+        true
+    }
+
     /// Acknowledges every registered offset of `partition` inside `range`. Returns how many
     /// offsets were newly acknowledged (offsets not held by the tracker are ignored).
     pub fn ack(&mut self, partition: Partition, range: OffsetRange) -> usize {
@@ -379,17 +394,40 @@ mod tests {
         );
     }
 
+    #[test]
+    fn a_positioned_partition_commits_its_start_and_refuses_older_offsets() {
+        let mut t = OffsetTracker::new();
+        assert!(t.positioned(4, 100));
+        assert_eq!(t.to_commit().collect::<Vec<_>>(), vec![(4, 100)]);
+        assert!(t.register(4, 99).is_err(), "below the start position");
+        t.register(4, 100).unwrap();
+        assert_eq!(
+            t.committable(4),
+            Some(100),
+            "not past an unacknowledged offset"
+        );
+        t.ack(4, OffsetRange::single(100));
+        assert_eq!(t.committable(4), Some(101));
+        assert!(
+            !t.positioned(4, 500),
+            "only a fresh partition is positioned"
+        );
+        assert_eq!(t.committable(4), Some(101));
+    }
+
     /// The obvious implementation: every registered offset of the current assignment in a list.
     #[derive(Default, Clone)]
     struct ModelPartition {
         registered: Vec<(i64, bool)>,
         committed: Option<i64>,
         next: i64,
+        /// Where `positioned` said the partition starts.
+        start: Option<i64>,
     }
 
     impl ModelPartition {
         fn committable(&self) -> Option<i64> {
-            let mut c = None;
+            let mut c = self.start;
             for (o, acked) in &self.registered {
                 if !acked {
                     break;
@@ -420,6 +458,8 @@ mod tests {
         },
         /// Acknowledge an arbitrary offset (stale or never registered).
         AckStray { p: i32, offset: i64 },
+        /// Position a partition after a gap (effective only when it is fresh).
+        Position { p: i32, gap: i64 },
         /// Commit what is committable.
         Commit,
         /// Revoke; the partition restarts from its committed (or committable) offset.
@@ -431,6 +471,7 @@ mod tests {
             6 => (0..3i32, prop_oneof![4 => Just(0i64), 1 => 1..5i64]).prop_map(|(p, gap)| Op::Register { p, gap }),
             5 => (0..3i32, any::<usize>(), 0..4usize, 0..2i64).prop_map(|(p, from, len, pad)| Op::Ack { p, from, len, pad }),
             1 => (0..3i32, 0..60i64).prop_map(|(p, offset)| Op::AckStray { p, offset }),
+            1 => (0..3i32, 0..5i64).prop_map(|(p, gap)| Op::Position { p, gap }),
             1 => Just(Op::Commit),
             1 => (0..3i32).prop_map(|p| Op::Revoke { p }),
         ]
@@ -477,6 +518,16 @@ mod tests {
                             newly += 1;
                         }
                         prop_assert_eq!(t.ack(p, OffsetRange::single(offset)), newly);
+                    }
+                    Op::Position { p, gap } => {
+                        let m = model.entry(p).or_default();
+                        let offset = m.next + gap;
+                        let fresh = m.registered.is_empty() && m.committed.is_none() && m.start.is_none();
+                        if fresh {
+                            m.start = Some(offset);
+                            m.next = offset;
+                        }
+                        prop_assert_eq!(t.positioned(p, offset), fresh);
                     }
                     Op::Commit => {
                         let expected: Vec<(i32, i64)> =

@@ -215,11 +215,17 @@ impl Listener {
         };
         match found {
             Ok(list) => {
+                let mut st = lock(&self.state);
                 for e in list.elements() {
                     let off = e.offset();
                     if matches!(off, Offset::Offset(_) | Offset::End) {
                         tracing::info!(partition = e.partition(), offset = ?off, "start position from start_from");
                         let _ = tpl.set_partition_offset(&self.topic, e.partition(), off);
+                    }
+                    // Committed once the partition starts: a restart (or the other group's
+                    // deletion) cannot move an idle partition's start.
+                    if let Offset::Offset(o) = off {
+                        st.start_positions.insert(e.partition(), o);
                     }
                 }
             }

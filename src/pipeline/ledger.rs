@@ -396,6 +396,12 @@ impl Ledger {
             .collect()
     }
 
+    /// `p`, just assigned, reads from `offset`, a start its group never committed
+    /// (`start_from`): commit it as is (see [`OffsetTracker::positioned`]).
+    pub(crate) fn positioned(&mut self, p: Partition, offset: i64) {
+        self.tracker.positioned(p, offset);
+    }
+
     /// `partitions` were revoked (after what could be committed for them was): their
     /// unacknowledged offsets and letters are forgotten; the next owner reads them again.
     pub(crate) fn revoked(&mut self, partitions: &[Partition]) -> Vec<Revoked> {

@@ -93,6 +93,10 @@ pub(crate) struct State {
     /// Exactly-once: the start decisions made while partitions are being assigned, applied
     /// once the assignment is done.
     pub(crate) checkpoints_read: Vec<(Partition, Start)>,
+    /// Where `start_from` placed partitions being assigned (the group had no commit for them),
+    /// until they start: that position is then committed, so the group owns it even if the
+    /// partition stays idle.
+    pub(crate) start_positions: HashMap<Partition, i64>,
     /// Exactly-once: assigned partitions held (paused) for their checkpoint.
     pub(crate) held: HeldPartitions,
     counts: Counts,
@@ -134,6 +138,7 @@ impl State {
             starts,
             registrations: Vec::new(),
             checkpoints_read: Vec::new(),
+            start_positions: HashMap::new(),
             held: HeldPartitions::default(),
             counts: Counts::default(),
             totals: Totals::default(),
@@ -450,6 +455,13 @@ impl State {
         checkpoints: &HashMap<Partition, String>,
     ) {
         let epochs = self.ledger.assigned(partitions, checkpoints);
+        for p in partitions {
+            if let Some(offset) = self.start_positions.remove(p) {
+                if !checkpoints.contains_key(p) {
+                    self.ledger.positioned(*p, offset);
+                }
+            }
+        }
         if let Some(starts) = &self.starts {
             if let Ok(mut s) = starts.starts.lock() {
                 for (p, epoch) in epochs {
@@ -514,6 +526,7 @@ impl State {
     /// Forgets revoked partitions (after their committable offsets were committed). Their
     /// letters waiting for a retry are dropped: the next owner dead-letters those logs again.
     pub(crate) fn forget(&mut self, partitions: &[Partition]) {
+        self.start_positions.retain(|p, _| !partitions.contains(p));
         self.held.revoked(partitions);
         self.publish_held();
         self.dlq_retry

@@ -271,7 +271,8 @@ fn start_from_another_group_neither_skips_nor_republishes() {
     let topic = unique("rt-migrate");
     create_topic(&topic, 2);
     let all = logs(2000, 71, 0.0);
-    produce(&topic, &all[..1200]);
+    produce_to(&topic, 0, &all[..600]);
+    produce_to(&topic, 1, &all[600..1200]);
     // The "old publisher": a group that consumed and committed the first 1200 messages.
     let old = Setup::new(dir.path(), "old", &topic, &unique("merlin"), "");
     let c = old.start();
@@ -282,7 +283,8 @@ fn start_from_another_group_neither_skips_nor_republishes() {
         old.log_tail()
     );
     assert_eq!(stop(c), Some(0));
-    produce(&topic, &all[1200..]);
+    // Partition 1 gets nothing new: the new group must still commit where it starts there.
+    produce_to(&topic, 0, &all[1200..]);
     // The new publisher's first start continues from the old group's offsets.
     let new = Setup::new(dir.path(), "new", &topic, &unique("g"), "");
     let cfg = std::fs::read_to_string(&new.config).unwrap().replace(

@@ -91,6 +91,15 @@ pub(crate) fn produce(topic: &str, logs: &[(Vec<u8>, bool)]) {
 }
 
 pub(crate) fn produce_at(bootstrap: &str, topic: &str, logs: &[(Vec<u8>, bool)]) {
+    send(bootstrap, topic, None, logs);
+}
+
+/// Produces `logs` into one partition of `topic`.
+pub(crate) fn produce_to(topic: &str, partition: i32, logs: &[(Vec<u8>, bool)]) {
+    send(&brokers(), topic, Some(partition), logs);
+}
+
+fn send(bootstrap: &str, topic: &str, partition: Option<i32>, logs: &[(Vec<u8>, bool)]) {
     let p: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
         .set("linger.ms", "5")
@@ -98,6 +107,9 @@ pub(crate) fn produce_at(bootstrap: &str, topic: &str, logs: &[(Vec<u8>, bool)])
         .unwrap();
     for (b, _) in logs {
         let mut rec = BaseRecord::<(), [u8]>::to(topic).payload(&b[..]);
+        if let Some(n) = partition {
+            rec = rec.partition(n);
+        }
         loop {
             match p.send(rec) {
                 Ok(()) => break,
