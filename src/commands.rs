@@ -9,11 +9,12 @@ use crate::decode::Decoder;
 use crate::framing::{write_frame, FrameReader};
 use crate::gen::{GenOptions, Generator};
 use crate::output::{ArrowStreamWriter, BatchWriter, JsonlWriter, ParquetFileWriter};
+use crate::readbuf::AlignedReader;
 use crate::stdout::Watched;
 use crate::table::{bigquery_table_resource, TableLayout};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::fs::File;
-use std::io::{BufRead, BufReader, BufWriter, IsTerminal, Write};
+use std::io::{BufRead, BufWriter, IsTerminal, Write};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -87,13 +88,13 @@ const BATCH_BYTES: usize = 8 << 20;
 fn open_input(path: &str) -> std::io::Result<(Box<dyn BufRead>, Option<u64>)> {
     if path == "-" {
         Ok((
-            Box::new(BufReader::with_capacity(1 << 18, std::io::stdin())),
+            Box::new(AlignedReader::with_capacity(1 << 18, std::io::stdin())),
             None,
         ))
     } else {
         let f = File::open(path)?;
         let len = f.metadata().ok().map(|m| m.len());
-        Ok((Box::new(BufReader::with_capacity(1 << 18, f)), len))
+        Ok((Box::new(AlignedReader::with_capacity(1 << 18, f)), len))
     }
 }
 

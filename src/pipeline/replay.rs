@@ -5,7 +5,7 @@
 
 use super::state::State;
 use crate::framing::FrameReader;
-use std::io::BufReader;
+use crate::readbuf::AlignedReader;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -39,7 +39,7 @@ pub(crate) fn run(
     };
     let started = Instant::now();
     let mut reader =
-        FrameReader::new(BufReader::with_capacity(1 << 20, file)).with_max_frame(max_frame);
+        FrameReader::new(AlignedReader::with_capacity(1 << 20, file)).with_max_frame(max_frame);
     let mut buf = Vec::new();
     let mut index: i64 = 0;
     let mut ok = true;
