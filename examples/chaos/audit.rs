@@ -113,6 +113,62 @@ pub(crate) fn dead_letters(bootstrap: &str, topic: &str) -> Result<DeadLetters, 
     Ok(out)
 }
 
+/// Where the topic holds each of `payloads` (partition, offset), read from the broker itself
+/// up to the partitions' high watermarks. The delivery reports give these positions too, but a
+/// produce retried across a broker restart can be reported at another offset than the one that
+/// holds it; the dead letters name the offset the publisher read, so they are checked against
+/// this. Also returns how many of `payloads` the topic holds at all.
+pub(crate) fn positions_of(
+    bootstrap: &str,
+    topic: &str,
+    partitions: i32,
+    payloads: &HashSet<Vec<u8>>,
+) -> Result<(HashSet<(i32, i64)>, usize), String> {
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", "chaos-audit-source")
+        .set("enable.auto.commit", "false")
+        .create()
+        .map_err(|e| e.to_string())?;
+    let mut tpl = TopicPartitionList::new();
+    let mut todo = HashMap::new();
+    for p in 0..partitions {
+        let (_, high) = c
+            .fetch_watermarks(topic, p, Duration::from_secs(10))
+            .map_err(|e| e.to_string())?;
+        if high > 0 {
+            todo.insert(p, high);
+        }
+        tpl.add_partition_offset(topic, p, Offset::Beginning)
+            .map_err(|e| e.to_string())?;
+    }
+    c.assign(&tpl).map_err(|e| e.to_string())?;
+    let mut out = HashSet::new();
+    let mut found: HashSet<&[u8]> = HashSet::new();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !todo.is_empty() {
+        if Instant::now() > deadline {
+            return Err(format!("could not read {topic} to its end: {todo:?} left"));
+        }
+        let Some(m) = c.poll(Duration::from_millis(200)) else {
+            continue;
+        };
+        let m = m.map_err(|e| e.to_string())?;
+        if let Some(b) = m.payload().and_then(|b| payloads.get(b)) {
+            out.insert((m.partition(), m.offset()));
+            found.insert(b);
+        }
+        if todo
+            .get(&m.partition())
+            .is_some_and(|h| m.offset() + 1 >= *h)
+        {
+            todo.remove(&m.partition());
+        }
+    }
+    let found = found.len();
+    Ok((out, found))
+}
+
 /// Every (session id) in the table with its number of copies (row ids are all "0"). Read in
 /// pages: the emulator, like BigQuery, caps what one query answer holds.
 pub(crate) async fn landed(
@@ -186,6 +242,8 @@ pub(crate) struct Tally {
     pub(crate) expected_dead_letters: usize,
     pub(crate) missing_dead_letters: usize,
     pub(crate) unexpected_dead_letters: usize,
+    /// Up to 10 of the missing and of the unexpected letters, for the report.
+    pub(crate) letters_sample: Vec<String>,
 }
 
 pub(crate) fn tally(
@@ -213,15 +271,31 @@ pub(crate) fn tally(
     lost.sort();
     t.lost = lost.len();
     t.lost_sample = lost.into_iter().take(10).cloned().collect();
-    t.missing_dead_letters = malformed
+    let mut missing: Vec<_> = malformed
         .iter()
         .filter(|k| !dead.messages.contains_key(k))
-        .count();
-    t.unexpected_dead_letters = dead
+        .collect();
+    missing.sort();
+    let mut unexpected: Vec<String> = dead
         .messages
         .keys()
         .filter(|k| !malformed.contains(k))
-        .count()
-        + dead.rows.keys().filter(|s| !valid.contains(*s)).count();
+        .map(|(p, o)| format!("unexpected decode letter {p}/{o}"))
+        .chain(
+            dead.rows
+                .keys()
+                .filter(|s| !valid.contains(*s))
+                .map(|s| format!("unexpected row letter {s}")),
+        )
+        .collect();
+    unexpected.sort();
+    t.missing_dead_letters = missing.len();
+    t.unexpected_dead_letters = unexpected.len();
+    t.letters_sample = missing
+        .iter()
+        .take(10)
+        .map(|(p, o)| format!("missing {p}/{o}"))
+        .chain(unexpected.into_iter().take(10))
+        .collect();
     t
 }

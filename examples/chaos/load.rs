@@ -17,8 +17,11 @@ use std::time::{Duration, Instant};
 pub(crate) struct Ledger {
     /// Session ids of well-formed logs the broker acknowledged.
     pub(crate) valid: HashSet<String>,
-    /// (partition, offset) of malformed logs the broker acknowledged: each must be dead-lettered.
+    /// (partition, offset) of malformed logs, as the broker's delivery reports gave them.
     pub(crate) malformed: HashSet<(i32, i64)>,
+    /// The bytes of the malformed logs the broker acknowledged: the audit finds where the topic
+    /// holds them ([`crate::audit::positions_of`]), and each of those must be dead-lettered.
+    pub(crate) malformed_payloads: HashSet<Vec<u8>>,
     /// Next offset after the last acknowledged message, per partition.
     pub(crate) end: BTreeMap<i32, i64>,
     /// Deliveries that failed for good (the producer retries forever, so this stays 0).
@@ -28,7 +31,8 @@ pub(crate) struct Ledger {
 /// One log in flight.
 pub(crate) struct Sent {
     session: String,
-    malformed: bool,
+    /// The bytes, for a malformed log.
+    malformed: Option<Vec<u8>>,
 }
 
 struct Recorder(Arc<Mutex<Ledger>>);
@@ -44,10 +48,14 @@ impl ProducerContext for Recorder {
             Ok(m) => {
                 let end = l.end.entry(m.partition()).or_insert(0);
                 *end = (*end).max(m.offset() + 1);
-                if sent.malformed {
-                    l.malformed.insert((m.partition(), m.offset()));
-                } else {
-                    l.valid.insert(sent.session);
+                match sent.malformed {
+                    Some(bytes) => {
+                        l.malformed.insert((m.partition(), m.offset()));
+                        l.malformed_payloads.insert(bytes);
+                    }
+                    None => {
+                        l.valid.insert(sent.session);
+                    }
                 }
             }
             Err(_) => l.failed += 1,
@@ -97,7 +105,7 @@ pub(crate) fn run(load: Load, ledger: Arc<Mutex<Ledger>>, flush: Duration) -> Re
             let log = g.next_log();
             let sent = Box::new(Sent {
                 session: log.session_id,
-                malformed: log.malformed,
+                malformed: log.malformed.then(|| log.bytes.clone()),
             });
             let mut record: BaseRecord<'_, (), Vec<u8>, Box<Sent>> =
                 BaseRecord::with_opaque_to(&load.topic, sent).payload(&log.bytes);

@@ -370,8 +370,21 @@ async fn run(args: Args) -> Result<bool, String> {
         .await
         .map_err(|e| e.to_string())??;
     let landed = audit::landed(&tables, PROJECT, &table).await?;
+    let payloads = std::mem::take(&mut ledger.lock().map_err(|_| "ledger")?.malformed_payloads);
+    let (b3, t3, n) = (bootstrap.clone(), topic.clone(), args.partitions);
+    let acknowledged = payloads.len();
+    let (malformed, found) =
+        tokio::task::spawn_blocking(move || audit::positions_of(&b3, &t3, n, &payloads))
+            .await
+            .map_err(|e| e.to_string())??;
+    if found < acknowledged {
+        problems.push(format!(
+            "the broker acknowledged {acknowledged} malformed logs but its topic holds {found} of them"
+        ));
+    }
     let l = ledger.lock().map_err(|_| "ledger")?;
-    let t = audit::tally(&l.valid, &l.malformed, &landed, &dead);
+    let t = audit::tally(&l.valid, &malformed, &landed, &dead);
+    let misreported = l.malformed.symmetric_difference(&malformed).count();
 
     let summary = report::Summary {
         delivery: &args.delivery,
@@ -384,6 +397,7 @@ async fn run(args: Args) -> Result<bool, String> {
         replay_window,
         proxy: (faults.requests(), faults.forwarded()),
         failed_deliveries: l.failed,
+        misreported,
         max_rss_mib: args.max_rss_mib,
         exactly_once,
     };

@@ -36,6 +36,9 @@ pub(crate) struct Summary<'a> {
     pub(crate) proxy: (usize, usize),
     /// Logs the broker never acknowledged.
     pub(crate) failed_deliveries: u64,
+    /// Malformed logs whose delivery report named another position than the one the topic
+    /// holds them at (both positions counted); the dead letters are checked against the topic.
+    pub(crate) misreported: usize,
     pub(crate) max_rss_mib: u64,
     pub(crate) exactly_once: bool,
 }
@@ -102,11 +105,13 @@ pub(crate) fn render(
         &mut out,
         "expected dead letters",
         format!(
-            "{} (missing {}, unexpected {}, unreadable {})",
+            "{} at their positions in the topic (missing {}, unexpected {}, unreadable {}; \
+             delivery reports naming another position: {})",
             t.expected_dead_letters,
             t.missing_dead_letters,
             t.unexpected_dead_letters,
-            dead.unreadable
+            dead.unreadable,
+            run.misreported
         ),
     );
     row(
@@ -164,6 +169,9 @@ pub(crate) fn render(
     }
     if t.unexpected_dead_letters > 0 || t.unknown_landed > 0 || dead.unreadable > 0 {
         problems.push("rows or letters nobody produced".into());
+    }
+    if !t.letters_sample.is_empty() {
+        problems.push(format!("the letters in question: {:?}", t.letters_sample));
     }
     if exactly_once && t.duplicated > 0 {
         problems.push(format!("{} duplicates in exactly_once mode", t.duplicated));
