@@ -113,16 +113,18 @@ pub(crate) fn dead_letters(bootstrap: &str, topic: &str) -> Result<DeadLetters, 
     Ok(out)
 }
 
-/// Where the topic holds each of `payloads` (partition, offset), read from the broker itself
-/// up to the partitions' high watermarks. The delivery reports give these positions too, but a
-/// produce retried across a broker restart can be reported at another offset than the one that
-/// holds it; the dead letters name the offset the publisher read, so they are checked against
-/// this. Also returns how many of `payloads` the topic holds at all.
+/// The positions of the topic's messages that must be dead-lettered: every one that is not a
+/// well-formed log the broker acknowledged (`valid`: [`crate::load::payload_hash`]es), read
+/// from the broker itself up to the partitions' high watermarks. The delivery reports name
+/// positions too, but the dead letters name the offset the publisher read, and the broker's
+/// word on what it holds is what decides. Also returns how many of `malformed` (the malformed
+/// logs acknowledged) the topic holds byte for byte.
 pub(crate) fn positions_of(
     bootstrap: &str,
     topic: &str,
     partitions: i32,
-    payloads: &HashSet<Vec<u8>>,
+    valid: &HashSet<u64>,
+    malformed: &HashSet<Vec<u8>>,
 ) -> Result<(HashSet<(i32, i64)>, usize), String> {
     let c: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
@@ -154,9 +156,14 @@ pub(crate) fn positions_of(
             continue;
         };
         let m = m.map_err(|e| e.to_string())?;
-        if let Some(b) = m.payload().and_then(|b| payloads.get(b)) {
-            out.insert((m.partition(), m.offset()));
-            found.insert(b);
+        // A message without a payload is a tombstone: the publisher writes nothing for it.
+        if let Some(b) = m.payload() {
+            if !valid.contains(&crate::load::payload_hash(b)) {
+                out.insert((m.partition(), m.offset()));
+            }
+            if let Some(b) = malformed.get(b) {
+                found.insert(b);
+            }
         }
         if todo
             .get(&m.partition())

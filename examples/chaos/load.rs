@@ -19,8 +19,11 @@ pub(crate) struct Ledger {
     pub(crate) valid: HashSet<String>,
     /// (partition, offset) of malformed logs, as the broker's delivery reports gave them.
     pub(crate) malformed: HashSet<(i32, i64)>,
-    /// The bytes of the malformed logs the broker acknowledged: the audit finds where the topic
-    /// holds them ([`crate::audit::positions_of`]), and each of those must be dead-lettered.
+    /// Hashes of the bytes of the well-formed logs the broker acknowledged: every message of
+    /// the topic that is none of these must be dead-lettered ([`crate::audit::positions_of`]).
+    pub(crate) valid_payloads: HashSet<u64>,
+    /// The bytes of the malformed logs the broker acknowledged (to count those the topic does
+    /// not hold byte for byte).
     pub(crate) malformed_payloads: HashSet<Vec<u8>>,
     /// Next offset after the last acknowledged message, per partition.
     pub(crate) end: BTreeMap<i32, i64>,
@@ -33,6 +36,16 @@ pub(crate) struct Sent {
     session: String,
     /// The bytes, for a malformed log.
     malformed: Option<Vec<u8>>,
+    /// [`payload_hash`] of the bytes.
+    hash: u64,
+}
+
+/// The hash the audit identifies well-formed logs by.
+pub(crate) fn payload_hash(bytes: &[u8]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    bytes.hash(&mut h);
+    h.finish()
 }
 
 struct Recorder(Arc<Mutex<Ledger>>);
@@ -55,6 +68,7 @@ impl ProducerContext for Recorder {
                     }
                     None => {
                         l.valid.insert(sent.session);
+                        l.valid_payloads.insert(sent.hash);
                     }
                 }
             }
@@ -106,6 +120,7 @@ pub(crate) fn run(load: Load, ledger: Arc<Mutex<Ledger>>, flush: Duration) -> Re
             let sent = Box::new(Sent {
                 session: log.session_id,
                 malformed: log.malformed.then(|| log.bytes.clone()),
+                hash: payload_hash(&log.bytes),
             });
             let mut record: BaseRecord<'_, (), Vec<u8>, Box<Sent>> =
                 BaseRecord::with_opaque_to(&load.topic, sent).payload(&log.bytes);

@@ -39,6 +39,8 @@ pub(crate) struct Summary<'a> {
     /// Malformed logs whose delivery report named another position than the one the topic
     /// holds them at (both positions counted); the dead letters are checked against the topic.
     pub(crate) misreported: usize,
+    /// Malformed logs the broker acknowledged that its topic does not hold byte for byte.
+    pub(crate) malformed_altered: usize,
     pub(crate) max_rss_mib: u64,
     pub(crate) exactly_once: bool,
 }
@@ -106,12 +108,14 @@ pub(crate) fn render(
         "expected dead letters",
         format!(
             "{} at their positions in the topic (missing {}, unexpected {}, unreadable {}; \
-             delivery reports naming another position: {})",
+             delivery reports naming another position: {}; acknowledged malformed logs the \
+             topic does not hold byte for byte: {})",
             t.expected_dead_letters,
             t.missing_dead_letters,
             t.unexpected_dead_letters,
             dead.unreadable,
-            run.misreported
+            run.misreported,
+            run.malformed_altered
         ),
     );
     row(
