@@ -50,27 +50,41 @@ pub(crate) struct DeadLetters {
     pub(crate) unreadable: u64,
 }
 
-/// Reads the whole dead-letter topic (until it has been quiet for a few seconds).
-pub(crate) fn dead_letters(bootstrap: &str, topic: &str) -> Result<DeadLetters, String> {
+/// A consumer of group `group` assigned every partition of `topic` (`partitions`, else as many
+/// as its metadata lists) from the beginning; it never commits.
+fn from_the_beginning(
+    bootstrap: &str,
+    group: &str,
+    topic: &str,
+    partitions: Option<i32>,
+) -> Result<BaseConsumer, String> {
     let c: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
-        .set("group.id", "chaos-audit")
+        .set("group.id", group)
         .set("enable.auto.commit", "false")
         .create()
         .map_err(|e| e.to_string())?;
-    let md = c
-        .fetch_metadata(Some(topic), Duration::from_secs(10))
-        .map_err(|e| e.to_string())?;
-    let parts = md
-        .topics()
-        .first()
-        .map_or(0, |t| t.partitions().len() as i32);
+    let parts = match partitions {
+        Some(n) => n,
+        None => c
+            .fetch_metadata(Some(topic), Duration::from_secs(10))
+            .map_err(|e| e.to_string())?
+            .topics()
+            .first()
+            .map_or(0, |t| t.partitions().len() as i32),
+    };
     let mut tpl = TopicPartitionList::new();
     for p in 0..parts {
         tpl.add_partition_offset(topic, p, Offset::Beginning)
             .map_err(|e| e.to_string())?;
     }
     c.assign(&tpl).map_err(|e| e.to_string())?;
+    Ok(c)
+}
+
+/// Reads the whole dead-letter topic (until it has been quiet for a few seconds).
+pub(crate) fn dead_letters(bootstrap: &str, topic: &str) -> Result<DeadLetters, String> {
+    let c = from_the_beginning(bootstrap, "chaos-audit", topic, None)?;
     let mut out = DeadLetters::default();
     let mut quiet_since = Instant::now();
     let deadline = Instant::now() + Duration::from_secs(120);
@@ -126,13 +140,7 @@ pub(crate) fn positions_of(
     valid: &HashSet<u64>,
     malformed: &HashSet<Vec<u8>>,
 ) -> Result<(HashSet<(i32, i64)>, usize), String> {
-    let c: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("group.id", "chaos-audit-source")
-        .set("enable.auto.commit", "false")
-        .create()
-        .map_err(|e| e.to_string())?;
-    let mut tpl = TopicPartitionList::new();
+    let c = from_the_beginning(bootstrap, "chaos-audit-source", topic, Some(partitions))?;
     let mut todo = HashMap::new();
     for p in 0..partitions {
         let (_, high) = c
@@ -141,10 +149,7 @@ pub(crate) fn positions_of(
         if high > 0 {
             todo.insert(p, high);
         }
-        tpl.add_partition_offset(topic, p, Offset::Beginning)
-            .map_err(|e| e.to_string())?;
     }
-    c.assign(&tpl).map_err(|e| e.to_string())?;
     let mut out = HashSet::new();
     let mut found: HashSet<&[u8]> = HashSet::new();
     let deadline = Instant::now() + Duration::from_secs(120);
