@@ -44,6 +44,9 @@ pub(crate) fn committed(
 pub(crate) struct DeadLetters {
     /// Messages dead-lettered as undecodable: (source partition, source offset) → copies.
     pub(crate) messages: HashMap<(i32, i64), u32>,
+    /// The [`crate::load::payload_hash`]es of those letters' values (the bytes the publisher
+    /// read at that position), for letters that carry them whole.
+    pub(crate) hashes: HashMap<(i32, i64), HashSet<u64>>,
     /// Rows a sink refused: session id → copies.
     pub(crate) rows: HashMap<String, u32>,
     /// Letters without the expected headers or payload.
@@ -107,7 +110,16 @@ pub(crate) fn dead_letters(bootstrap: &str, topic: &str) -> Result<DeadLetters, 
                 let p = h.get("x-source-partition").and_then(|v| v.parse().ok());
                 let o = h.get("x-source-offset").and_then(|v| v.parse().ok());
                 match (p, o) {
-                    (Some(p), Some(o)) => *out.messages.entry((p, o)).or_default() += 1,
+                    (Some(p), Some(o)) => {
+                        *out.messages.entry((p, o)).or_default() += 1;
+                        if !h.contains_key("x-error-truncated") {
+                            let bytes = m.payload().unwrap_or_default();
+                            out.hashes
+                                .entry((p, o))
+                                .or_default()
+                                .insert(crate::load::payload_hash(bytes));
+                        }
+                    }
                     _ => out.unreadable += 1,
                 }
             }
@@ -256,13 +268,42 @@ pub(crate) struct Tally {
     pub(crate) unexpected_dead_letters: usize,
     /// Up to 10 of the missing and of the unexpected letters, for the report.
     pub(crate) letters_sample: Vec<String>,
+    /// Letters whose value is a well-formed log the broker acknowledged: the publisher
+    /// rejected a good log (positions, up to 10).
+    pub(crate) rejected_valid: Vec<String>,
+    /// Positions where the broker's delivery report and its topic disagree and the letters
+    /// follow the delivery report (excused, see [`tally`]).
+    pub(crate) served_otherwise: usize,
 }
 
+/// What the broker acknowledged: the hashes of the well-formed logs, and what each delivery
+/// report said a position holds.
+pub(crate) struct Acknowledged<'a> {
+    pub(crate) valid: &'a HashSet<u64>,
+    pub(crate) at: &'a HashMap<(i32, i64), crate::load::Acked>,
+}
+
+/// The verdict's counts. A letter is expected at every position of `malformed` (the topic's
+/// messages that are no acknowledged well-formed log, as the broker serves them at the end).
+///
+/// The broker under test (tansu, memory storage) has, in about one CI chaos run in three,
+/// served other bytes at a position than it acknowledged there, once the publisher had read
+/// it. Such a position is excused, and counted in `served_otherwise`, only on the broker's
+/// own evidence:
+/// - a letter at a position the topic holds a well-formed log at, when its value is exactly
+///   the malformed log the delivery report placed there (the publisher rejected what it was
+///   served);
+/// - no letter at a position the topic holds a malformed message at, when the delivery
+///   report placed a well-formed log there.
+///
+/// Whatever the broker did, a letter whose value is an acknowledged well-formed log is a
+/// publisher fault (`rejected_valid`).
 pub(crate) fn tally(
     valid: &HashSet<String>,
     malformed: &HashSet<(i32, i64)>,
     landed: &HashMap<String, u64>,
     dead: &DeadLetters,
+    acknowledged: &Acknowledged<'_>,
 ) -> Tally {
     let mut t = Tally {
         produced: valid.len() + malformed.len(),
@@ -283,16 +324,50 @@ pub(crate) fn tally(
     lost.sort();
     t.lost = lost.len();
     t.lost_sample = lost.into_iter().take(10).cloned().collect();
+    let mut rejected: Vec<_> = dead
+        .hashes
+        .iter()
+        .filter(|(_, hs)| hs.iter().any(|h| acknowledged.valid.contains(h)))
+        .map(|((p, o), _)| format!("{p}/{o}"))
+        .collect();
+    rejected.sort();
+    t.rejected_valid = rejected.into_iter().take(10).collect();
+    let placed = |k: &(i32, i64), bad: bool| {
+        acknowledged
+            .at
+            .get(k)
+            .filter(|a| a.malformed == bad)
+            .map(|a| a.hash)
+    };
     let mut missing: Vec<_> = malformed
         .iter()
         .filter(|k| !dead.messages.contains_key(k))
+        .filter(|k| {
+            let excused = placed(k, false).is_some();
+            t.served_otherwise += usize::from(excused);
+            !excused
+        })
         .collect();
     missing.sort();
     let mut unexpected: Vec<String> = dead
         .messages
         .keys()
         .filter(|k| !malformed.contains(k))
-        .map(|(p, o)| format!("unexpected decode letter {p}/{o}"))
+        .filter(|k| {
+            let read = dead.hashes.get(k);
+            let excused = placed(k, true)
+                .is_some_and(|h| read.is_some_and(|hs| hs.len() == 1 && hs.contains(&h)));
+            t.served_otherwise += usize::from(excused);
+            !excused
+        })
+        .map(|k| {
+            format!(
+                "unexpected decode letter {}/{} ({})",
+                k.0,
+                k.1,
+                evidence(acknowledged, dead, k)
+            )
+        })
         .chain(
             dead.rows
                 .keys()
@@ -306,8 +381,35 @@ pub(crate) fn tally(
     t.letters_sample = missing
         .iter()
         .take(10)
-        .map(|(p, o)| format!("missing {p}/{o}"))
+        .map(|k| {
+            format!(
+                "missing {}/{} ({})",
+                k.0,
+                k.1,
+                evidence(acknowledged, dead, k)
+            )
+        })
         .chain(unexpected.into_iter().take(10))
         .collect();
     t
+}
+
+/// What the delivery report and the letters say of position `k`, for the report.
+fn evidence(acknowledged: &Acknowledged<'_>, dead: &DeadLetters, k: &(i32, i64)) -> String {
+    let placed = match acknowledged.at.get(k) {
+        Some(a) if a.malformed => "acknowledged a malformed log there",
+        Some(_) => "acknowledged a well-formed log there",
+        None => "no delivery report names it",
+    };
+    let read = match dead.hashes.get(k) {
+        None => "no letter value",
+        Some(hs) if hs.iter().any(|h| acknowledged.valid.contains(h)) => {
+            "a letter holds a well-formed log"
+        }
+        Some(hs) if acknowledged.at.get(k).is_some_and(|a| hs.contains(&a.hash)) => {
+            "a letter holds the acknowledged bytes"
+        }
+        Some(_) => "the letters hold other bytes",
+    };
+    format!("{placed}; {read}")
 }

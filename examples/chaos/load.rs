@@ -8,7 +8,7 @@ use observation_publisher::gen::{GenOptions, Generator};
 use rdkafka::config::ClientConfig;
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::Message;
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -25,10 +25,21 @@ pub(crate) struct Ledger {
     /// The bytes of the malformed logs the broker acknowledged (to count those the topic does
     /// not hold byte for byte).
     pub(crate) malformed_payloads: HashSet<Vec<u8>>,
+    /// What the delivery reports said each position holds: the evidence the audit weighs when
+    /// the topic later serves other bytes at a position ([`crate::audit::tally`]).
+    pub(crate) at: HashMap<(i32, i64), Acked>,
     /// Next offset after the last acknowledged message, per partition.
     pub(crate) end: BTreeMap<i32, i64>,
     /// Deliveries that failed for good (the producer retries forever, so this stays 0).
     pub(crate) failed: u64,
+}
+
+/// A log the broker acknowledged at a position.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Acked {
+    /// [`payload_hash`] of its bytes.
+    pub(crate) hash: u64,
+    pub(crate) malformed: bool,
 }
 
 /// One log in flight.
@@ -61,6 +72,11 @@ impl ProducerContext for Recorder {
             Ok(m) => {
                 let end = l.end.entry(m.partition()).or_insert(0);
                 *end = (*end).max(m.offset() + 1);
+                let acked = Acked {
+                    hash: sent.hash,
+                    malformed: sent.malformed.is_some(),
+                };
+                l.at.insert((m.partition(), m.offset()), acked);
                 match sent.malformed {
                     Some(bytes) => {
                         l.malformed.insert((m.partition(), m.offset()));

@@ -373,19 +373,24 @@ async fn run(args: Args) -> Result<bool, String> {
     let (valid_payloads, malformed_payloads) = {
         let mut l = ledger.lock().map_err(|_| "ledger")?;
         (
-            std::mem::take(&mut l.valid_payloads),
+            Arc::new(std::mem::take(&mut l.valid_payloads)),
             std::mem::take(&mut l.malformed_payloads),
         )
     };
-    let acknowledged = malformed_payloads.len();
+    let acknowledged_malformed = malformed_payloads.len();
     let (b3, t3, n) = (bootstrap.clone(), topic.clone(), args.partitions);
+    let v3 = Arc::clone(&valid_payloads);
     let (malformed, found) = tokio::task::spawn_blocking(move || {
-        audit::positions_of(&b3, &t3, n, &valid_payloads, &malformed_payloads)
+        audit::positions_of(&b3, &t3, n, &v3, &malformed_payloads)
     })
     .await
     .map_err(|e| e.to_string())??;
     let l = ledger.lock().map_err(|_| "ledger")?;
-    let t = audit::tally(&l.valid, &malformed, &landed, &dead);
+    let acknowledged = audit::Acknowledged {
+        valid: &valid_payloads,
+        at: &l.at,
+    };
+    let t = audit::tally(&l.valid, &malformed, &landed, &dead, &acknowledged);
     let misreported = l.malformed.symmetric_difference(&malformed).count();
 
     let summary = report::Summary {
@@ -400,7 +405,7 @@ async fn run(args: Args) -> Result<bool, String> {
         proxy: (faults.requests(), faults.forwarded()),
         failed_deliveries: l.failed,
         misreported,
-        malformed_altered: acknowledged - found,
+        malformed_altered: acknowledged_malformed - found,
         max_rss_mib: args.max_rss_mib,
         exactly_once,
     };

@@ -109,13 +109,15 @@ pub(crate) fn render(
         format!(
             "{} at their positions in the topic (missing {}, unexpected {}, unreadable {}; \
              delivery reports naming another position: {}; acknowledged malformed logs the \
-             topic does not hold byte for byte: {})",
+             topic does not hold byte for byte: {}; positions the topic serves otherwise than \
+             acknowledged, letters following the acknowledgement: {})",
             t.expected_dead_letters,
             t.missing_dead_letters,
             t.unexpected_dead_letters,
             dead.unreadable,
             run.misreported,
-            run.malformed_altered
+            run.malformed_altered,
+            t.served_otherwise
         ),
     );
     row(
@@ -173,6 +175,12 @@ pub(crate) fn render(
     }
     if t.unexpected_dead_letters > 0 || t.unknown_landed > 0 || dead.unreadable > 0 {
         problems.push("rows or letters nobody produced".into());
+    }
+    if !t.rejected_valid.is_empty() {
+        problems.push(format!(
+            "well-formed logs dead-lettered, at {:?}",
+            t.rejected_valid
+        ));
     }
     if !t.letters_sample.is_empty() {
         problems.push(format!("the letters in question: {:?}", t.letters_sample));
