@@ -51,6 +51,7 @@ pub mod naming;
 pub mod output;
 pub mod pipeline;
 pub mod proto;
+pub mod readahead;
 pub mod readbuf;
 pub mod redact;
 pub mod server;

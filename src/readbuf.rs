@@ -1,5 +1,6 @@
 //! A buffered reader whose buffer starts on a cache line, for the files the offline commands
-//! and `run --replay` read.
+//! read (`run --replay` reads ahead on a thread of its own into buffers aligned the same way:
+//! [`crate::readahead`]).
 //!
 //! Why not `std::io::BufReader`: its buffer of 256 KiB or more comes from glibc's `mmap` path
 //! and starts 16 bytes past a page boundary. `read(2)` fills it with the kernel's copy

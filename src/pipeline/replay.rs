@@ -5,7 +5,7 @@
 
 use super::state::State;
 use crate::framing::FrameReader;
-use crate::readbuf::AlignedReader;
+use crate::readahead::ReadAhead;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -37,9 +37,17 @@ pub(crate) fn run(
             return false;
         }
     };
+    // Read ahead on a thread of its own, as librdkafka's broker thread fetches on the Kafka
+    // path: the pipeline thread only frames and decodes. Three 1 MiB buffers.
+    let read_ahead = match ReadAhead::new(file, 1 << 20, 3) {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot start the replay reader thread");
+            return false;
+        }
+    };
     let started = Instant::now();
-    let mut reader =
-        FrameReader::new(AlignedReader::with_capacity(1 << 20, file)).with_max_frame(max_frame);
+    let mut reader = FrameReader::new(read_ahead).with_max_frame(max_frame);
     let mut buf = Vec::new();
     let mut index: i64 = 0;
     let mut ok = true;

@@ -1,0 +1,172 @@
+//! A `BufRead` whose buffers are filled by a thread of its own, for `run --replay`.
+//!
+//! Why: on the Kafka path librdkafka's broker thread does the socket reads and their copies,
+//! and the pipeline thread only decodes. A replay read its file on the pipeline thread, whose
+//! CPU is what bounds a replay's rate on two cores (issue 18, goal 5); the `read(2)` copies
+//! were about a tenth of it. Here a reader thread fills a fixed set of cache-line-aligned
+//! buffers ([`crate::readbuf`] says why aligned) and hands them over whole; the consumer hands
+//! each one back when it has consumed it. Memory is the buffers, allocated up front: nothing
+//! grows with the file.
+
+use std::io::{self, BufRead, Read};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+
+/// The alignment of each buffer's start: one cache line.
+const ALIGN: usize = 64;
+
+/// One buffer with an aligned part of `cap` bytes.
+struct Buffer {
+    /// `ALIGN` bytes longer than the capacity, so that an aligned start always fits.
+    bytes: Vec<u8>,
+    start: usize,
+    cap: usize,
+    /// Filled bytes of the aligned part.
+    len: usize,
+}
+
+impl Buffer {
+    fn new(cap: usize) -> Self {
+        let bytes = vec![0u8; cap + ALIGN];
+        let start = (ALIGN - bytes.as_ptr().addr() % ALIGN) % ALIGN;
+        Buffer {
+            bytes,
+            start,
+            cap,
+            len: 0,
+        }
+    }
+
+    fn filled(&self) -> &[u8] {
+        &self.bytes[self.start..self.start + self.len]
+    }
+
+    /// Reads from `r` until the buffer is full or `r` is at its end. Bytes read before an
+    /// error are kept: the error is reported after them.
+    fn fill(&mut self, r: &mut impl Read) -> (usize, Option<io::Error>) {
+        self.len = 0;
+        while self.len < self.cap {
+            let free = &mut self.bytes[self.start + self.len..self.start + self.cap];
+            match r.read(free) {
+                Ok(0) => break,
+                Ok(n) => self.len += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return (self.len, Some(e)),
+            }
+        }
+        (self.len, None)
+    }
+}
+
+/// What the reader thread sends: a filled buffer (empty at the end of the input), or the error
+/// that stopped it.
+type Filled = Result<Buffer, io::Error>;
+
+/// A buffered reader of a source read ahead by its own thread, `buffers` buffers of `cap`
+/// bytes each (both at least 1; at most `buffers × cap` bytes are held). Dropping it stops the
+/// thread at its next handover.
+pub struct ReadAhead {
+    full: Receiver<Filled>,
+    empty: SyncSender<Buffer>,
+    current: Option<Buffer>,
+    pos: usize,
+    /// The source ended, or failed.
+    done: bool,
+    /// The source failed (the error was returned once; later calls say so again).
+    failed: bool,
+}
+
+impl ReadAhead {
+    /// Starts the reader thread on `inner`.
+    pub fn new<R: Read + Send + 'static>(inner: R, cap: usize, buffers: usize) -> io::Result<Self> {
+        let (cap, buffers) = (cap.max(1), buffers.max(1));
+        let (full_tx, full) = sync_channel::<Filled>(buffers);
+        let (empty, empty_rx) = sync_channel::<Buffer>(buffers);
+        for _ in 0..buffers {
+            // Cannot fail: the channel has room for every buffer and its receiver is alive.
+            let _ = empty.send(Buffer::new(cap));
+        }
+        std::thread::Builder::new()
+            .name("replay-read".into())
+            .spawn(move || fill_loop(inner, &empty_rx, &full_tx))?;
+        Ok(ReadAhead {
+            full,
+            empty,
+            current: None,
+            pos: 0,
+            done: false,
+            failed: false,
+        })
+    }
+}
+
+/// The reader thread: fills each free buffer in turn and sends it; stops after the end of the
+/// input, an error, or when the consumer is gone.
+fn fill_loop(mut inner: impl Read, empty: &Receiver<Buffer>, full: &SyncSender<Filled>) {
+    while let Ok(mut b) = empty.recv() {
+        let (n, err) = b.fill(&mut inner);
+        if n > 0 && full.send(Ok(b)).is_err() {
+            return;
+        }
+        if let Some(e) = err {
+            let _ = full.send(Err(e));
+            return;
+        }
+        if n == 0 {
+            // The end: an empty buffer says so.
+            let _ = full.send(Ok(Buffer::new(0)));
+            return;
+        }
+    }
+}
+
+impl Read for ReadAhead {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        let avail = self.fill_buf()?;
+        let n = avail.len().min(out.len());
+        out[..n].copy_from_slice(&avail[..n]);
+        self.consume(n);
+        Ok(n)
+    }
+}
+
+impl BufRead for ReadAhead {
+    fn fill_buf(&mut self) -> io::Result<&[u8]> {
+        if self.failed {
+            return Err(io::Error::other("the replay input failed earlier"));
+        }
+        let used_up = self.current.as_ref().is_none_or(|b| self.pos == b.len);
+        if used_up && !self.done {
+            if let Some(b) = self.current.take() {
+                // The thread may have stopped already (end of input): then the buffer is freed.
+                let _ = self.empty.send(b);
+            }
+            self.pos = 0;
+            match self.full.recv() {
+                Ok(Ok(b)) => {
+                    self.done = b.len == 0;
+                    self.current = Some(b);
+                }
+                Ok(Err(e)) => {
+                    (self.done, self.failed) = (true, true);
+                    return Err(e);
+                }
+                Err(_) => {
+                    (self.done, self.failed) = (true, true);
+                    return Err(io::Error::other("the replay reader thread stopped"));
+                }
+            }
+        }
+        Ok(self
+            .current
+            .as_ref()
+            .map_or(&[][..], |b| &b.filled()[self.pos..]))
+    }
+
+    fn consume(&mut self, amt: usize) {
+        let len = self.current.as_ref().map_or(0, |b| b.len);
+        self.pos = (self.pos + amt).min(len);
+    }
+}
+
+#[cfg(test)]
+mod tests;
