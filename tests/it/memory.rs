@@ -18,7 +18,7 @@ use crate::hostile::crafted;
 
 const MIB: u64 = 1 << 20;
 /// The formula's constant: the process's own footprint (debug build: code, runtime threads,
-/// metrics, the 1 MiB replay reader) and allocator slack, as measured and documented in
+/// metrics, the replay's three 1 MiB read-ahead buffers) and allocator slack, as measured and documented in
 /// docs/reliability.md section 1.2.
 const CONSTANT: u64 = 64 * MIB;
 const BUDGET: u64 = 64 * MIB;
