@@ -274,13 +274,15 @@ pub(crate) struct Tally {
     /// Positions where the broker's delivery report and its topic disagree and the letters
     /// follow the delivery report (excused, see [`tally`]).
     pub(crate) served_otherwise: usize,
+    /// Positions the delivery reports gave to more than one log (a broker fault, reported).
+    pub(crate) given_twice: usize,
 }
 
 /// What the broker acknowledged: the hashes of the well-formed logs, and what each delivery
 /// report said a position holds.
 pub(crate) struct Acknowledged<'a> {
     pub(crate) valid: &'a HashSet<u64>,
-    pub(crate) at: &'a HashMap<(i32, i64), crate::load::Acked>,
+    pub(crate) at: &'a HashMap<(i32, i64), Vec<crate::load::Acked>>,
 }
 
 /// The verdict's counts. A letter is expected at every position of `malformed` (the topic's
@@ -332,18 +334,21 @@ pub(crate) fn tally(
         .collect();
     rejected.sort();
     t.rejected_valid = rejected.into_iter().take(10).collect();
-    let placed = |k: &(i32, i64), bad: bool| {
-        acknowledged
-            .at
-            .get(k)
-            .filter(|a| a.malformed == bad)
-            .map(|a| a.hash)
+    t.given_twice = acknowledged.at.values().filter(|v| v.len() > 1).count();
+    // The hashes of the logs the delivery reports placed at `k`, malformed (`bad`) or not.
+    let placed = |k: &(i32, i64), bad: bool| -> Vec<u64> {
+        acknowledged.at.get(k).map_or_else(Vec::new, |v| {
+            v.iter()
+                .filter(|a| a.malformed == bad)
+                .map(|a| a.hash)
+                .collect()
+        })
     };
     let mut missing: Vec<_> = malformed
         .iter()
         .filter(|k| !dead.messages.contains_key(k))
         .filter(|k| {
-            let excused = placed(k, false).is_some();
+            let excused = !placed(k, false).is_empty();
             t.served_otherwise += usize::from(excused);
             !excused
         })
@@ -355,8 +360,8 @@ pub(crate) fn tally(
         .filter(|k| !malformed.contains(k))
         .filter(|k| {
             let read = dead.hashes.get(k);
-            let excused = placed(k, true)
-                .is_some_and(|h| read.is_some_and(|hs| hs.len() == 1 && hs.contains(&h)));
+            let excused = read
+                .is_some_and(|hs| hs.len() == 1 && placed(k, true).iter().any(|h| hs.contains(h)));
             t.served_otherwise += usize::from(excused);
             !excused
         })
@@ -396,17 +401,18 @@ pub(crate) fn tally(
 
 /// What the delivery report and the letters say of position `k`, for the report.
 fn evidence(acknowledged: &Acknowledged<'_>, dead: &DeadLetters, k: &(i32, i64)) -> String {
-    let placed = match acknowledged.at.get(k) {
-        Some(a) if a.malformed => "acknowledged a malformed log there",
-        Some(_) => "acknowledged a well-formed log there",
-        None => "no delivery report names it",
-    };
+    let acks = acknowledged.at.get(k).map_or(&[][..], Vec::as_slice);
+    let bad = acks.iter().filter(|a| a.malformed).count();
+    let placed = format!(
+        "delivery reports: {bad} malformed and {} well-formed logs there",
+        acks.len() - bad
+    );
     let read = match dead.hashes.get(k) {
         None => "no letter value",
         Some(hs) if hs.iter().any(|h| acknowledged.valid.contains(h)) => {
             "a letter holds a well-formed log"
         }
-        Some(hs) if acknowledged.at.get(k).is_some_and(|a| hs.contains(&a.hash)) => {
+        Some(hs) if acks.iter().any(|a| hs.contains(&a.hash)) => {
             "a letter holds the acknowledged bytes"
         }
         Some(_) => "the letters hold other bytes",

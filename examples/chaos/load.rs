@@ -25,9 +25,10 @@ pub(crate) struct Ledger {
     /// The bytes of the malformed logs the broker acknowledged (to count those the topic does
     /// not hold byte for byte).
     pub(crate) malformed_payloads: HashSet<Vec<u8>>,
-    /// What the delivery reports said each position holds: the evidence the audit weighs when
-    /// the topic later serves other bytes at a position ([`crate::audit::tally`]).
-    pub(crate) at: HashMap<(i32, i64), Acked>,
+    /// What the delivery reports said each position holds (every report: a broker that gives
+    /// one position to two logs shows here): the evidence the audit weighs when the topic later
+    /// serves other bytes at a position ([`crate::audit::tally`]).
+    pub(crate) at: HashMap<(i32, i64), Vec<Acked>>,
     /// Next offset after the last acknowledged message, per partition.
     pub(crate) end: BTreeMap<i32, i64>,
     /// Deliveries that failed for good (the producer retries forever, so this stays 0).
@@ -76,7 +77,9 @@ impl ProducerContext for Recorder {
                     hash: sent.hash,
                     malformed: sent.malformed.is_some(),
                 };
-                l.at.insert((m.partition(), m.offset()), acked);
+                l.at.entry((m.partition(), m.offset()))
+                    .or_default()
+                    .push(acked);
                 match sent.malformed {
                     Some(bytes) => {
                         l.malformed.insert((m.partition(), m.offset()));

@@ -110,14 +110,16 @@ pub(crate) fn render(
             "{} at their positions in the topic (missing {}, unexpected {}, unreadable {}; \
              delivery reports naming another position: {}; acknowledged malformed logs the \
              topic does not hold byte for byte: {}; positions the topic serves otherwise than \
-             acknowledged, letters following the acknowledgement: {})",
+             acknowledged, letters following the acknowledgement: {}; positions acknowledged for \
+             two logs: {})",
             t.expected_dead_letters,
             t.missing_dead_letters,
             t.unexpected_dead_letters,
             dead.unreadable,
             run.misreported,
             run.malformed_altered,
-            t.served_otherwise
+            t.served_otherwise,
+            t.given_twice
         ),
     );
     row(
