@@ -40,20 +40,20 @@ impl Buffer {
         &self.bytes[self.start..self.start + self.len]
     }
 
-    /// Reads from `r` until the buffer is full or `r` is at its end. Bytes read before an
-    /// error are kept: the error is reported after them.
-    fn fill(&mut self, r: &mut impl Read) -> (usize, Option<io::Error>) {
+    /// One read from `r` into the buffer (as `BufReader` does: a pipe hands over what it has
+    /// at once, not when a whole buffer has arrived). `Ok(0)` at the end of the input.
+    fn fill(&mut self, r: &mut impl Read) -> io::Result<usize> {
         self.len = 0;
-        while self.len < self.cap {
-            let free = &mut self.bytes[self.start + self.len..self.start + self.cap];
-            match r.read(free) {
-                Ok(0) => break,
-                Ok(n) => self.len += n,
+        loop {
+            match r.read(&mut self.bytes[self.start..self.start + self.cap]) {
+                Ok(n) => {
+                    self.len = n;
+                    return Ok(n);
+                }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return (self.len, Some(e)),
+                Err(e) => return Err(e),
             }
         }
-        (self.len, None)
     }
 }
 
@@ -103,18 +103,21 @@ impl ReadAhead {
 /// input, an error, or when the consumer is gone.
 fn fill_loop(mut inner: impl Read, empty: &Receiver<Buffer>, full: &SyncSender<Filled>) {
     while let Ok(mut b) = empty.recv() {
-        let (n, err) = b.fill(&mut inner);
-        if n > 0 && full.send(Ok(b)).is_err() {
-            return;
-        }
-        if let Some(e) = err {
-            let _ = full.send(Err(e));
-            return;
-        }
-        if n == 0 {
+        match b.fill(&mut inner) {
             // The end: an empty buffer says so.
-            let _ = full.send(Ok(Buffer::new(0)));
-            return;
+            Ok(0) => {
+                let _ = full.send(Ok(b));
+                return;
+            }
+            Ok(_) => {
+                if full.send(Ok(b)).is_err() {
+                    return;
+                }
+            }
+            Err(e) => {
+                let _ = full.send(Err(e));
+                return;
+            }
         }
     }
 }
