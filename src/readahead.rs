@@ -8,36 +8,26 @@
 //! each one back when it has consumed it. Memory is the buffers, allocated up front: nothing
 //! grows with the file.
 
+use crate::readbuf::AlignedBuf;
 use std::io::{self, BufRead, Read};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 
-/// The alignment of each buffer's start: one cache line.
-const ALIGN: usize = 64;
-
-/// One buffer with an aligned part of `cap` bytes.
+/// One buffer and how much of it is filled.
 struct Buffer {
-    /// `ALIGN` bytes longer than the capacity, so that an aligned start always fits.
-    bytes: Vec<u8>,
-    start: usize,
-    cap: usize,
-    /// Filled bytes of the aligned part.
+    buf: AlignedBuf,
     len: usize,
 }
 
 impl Buffer {
     fn new(cap: usize) -> Self {
-        let bytes = vec![0u8; cap + ALIGN];
-        let start = (ALIGN - bytes.as_ptr().addr() % ALIGN) % ALIGN;
         Buffer {
-            bytes,
-            start,
-            cap,
+            buf: AlignedBuf::new(cap),
             len: 0,
         }
     }
 
     fn filled(&self) -> &[u8] {
-        &self.bytes[self.start..self.start + self.len]
+        &self.buf.get()[..self.len]
     }
 
     /// One read from `r` into the buffer (as `BufReader` does: a pipe hands over what it has
@@ -45,7 +35,7 @@ impl Buffer {
     fn fill(&mut self, r: &mut impl Read) -> io::Result<usize> {
         self.len = 0;
         loop {
-            match r.read(&mut self.bytes[self.start..self.start + self.cap]) {
+            match r.read(self.buf.get_mut()) {
                 Ok(n) => {
                     self.len = n;
                     return Ok(n);

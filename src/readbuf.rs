@@ -13,34 +13,51 @@
 use std::io::{self, BufRead, Read};
 
 /// The alignment of the buffer's start: one cache line.
-const ALIGN: usize = 64;
+pub(crate) const ALIGN: usize = 64;
+
+/// `cap` bytes (at least 1) whose first starts on a 64-byte boundary.
+pub(crate) struct AlignedBuf {
+    /// `ALIGN` bytes longer than the capacity, so that an aligned start always fits.
+    bytes: Vec<u8>,
+    start: usize,
+    cap: usize,
+}
+
+impl AlignedBuf {
+    pub(crate) fn new(cap: usize) -> Self {
+        let cap = cap.max(1);
+        let bytes = vec![0u8; cap + ALIGN];
+        let start = (ALIGN - bytes.as_ptr().addr() % ALIGN) % ALIGN;
+        AlignedBuf { bytes, start, cap }
+    }
+
+    /// The aligned bytes.
+    pub(crate) fn get(&self) -> &[u8] {
+        &self.bytes[self.start..self.start + self.cap]
+    }
+
+    pub(crate) fn get_mut(&mut self) -> &mut [u8] {
+        &mut self.bytes[self.start..self.start + self.cap]
+    }
+}
 
 /// A `BufRead` over `R` with a buffer of a fixed capacity that starts on a 64-byte boundary.
 /// Reads of at least the capacity into an empty buffer go straight to `R`, as `BufReader`'s do.
 pub struct AlignedReader<R> {
     inner: R,
-    /// `ALIGN` bytes longer than the capacity, so that an aligned start always fits.
-    buf: Vec<u8>,
-    /// Where the aligned part of `buf` starts.
-    start: usize,
-    cap: usize,
-    /// Consumed bytes of the aligned part.
+    buf: AlignedBuf,
+    /// Consumed bytes of the buffer.
     pos: usize,
-    /// Filled bytes of the aligned part.
+    /// Filled bytes of the buffer.
     filled: usize,
 }
 
 impl<R: Read> AlignedReader<R> {
     /// A reader of `inner` with a buffer of `cap` bytes (at least 1).
     pub fn with_capacity(cap: usize, inner: R) -> Self {
-        let cap = cap.max(1);
-        let buf = vec![0u8; cap + ALIGN];
-        let start = (ALIGN - buf.as_ptr().addr() % ALIGN) % ALIGN;
         AlignedReader {
             inner,
-            buf,
-            start,
-            cap,
+            buf: AlignedBuf::new(cap),
             pos: 0,
             filled: 0,
         }
@@ -49,7 +66,7 @@ impl<R: Read> AlignedReader<R> {
 
 impl<R: Read> Read for AlignedReader<R> {
     fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
-        if self.pos == self.filled && out.len() >= self.cap {
+        if self.pos == self.filled && out.len() >= self.buf.cap {
             return self.inner.read(out);
         }
         let avail = self.fill_buf()?;
@@ -63,13 +80,11 @@ impl<R: Read> Read for AlignedReader<R> {
 impl<R: Read> BufRead for AlignedReader<R> {
     fn fill_buf(&mut self) -> io::Result<&[u8]> {
         if self.pos == self.filled {
-            let n = self
-                .inner
-                .read(&mut self.buf[self.start..self.start + self.cap])?;
+            let n = self.inner.read(self.buf.get_mut())?;
             self.pos = 0;
             self.filled = n;
         }
-        Ok(&self.buf[self.start + self.pos..self.start + self.filled])
+        Ok(&self.buf.get()[self.pos..self.filled])
     }
 
     fn consume(&mut self, amt: usize) {
@@ -78,7 +93,7 @@ impl<R: Read> BufRead for AlignedReader<R> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use proptest::prelude::*;
 
@@ -120,6 +135,37 @@ mod tests {
         }
     }
 
+    /// Reads all of `r` (a source of `total` bytes) through a mix of calls: per `(op, n)`,
+    /// `read` into `n` bytes (op 0), `fill_buf` then `consume` of up to `n` (op 1), or
+    /// `read_exact` of up to `n` (else); then `read_to_end`. Shared by the property tests of
+    /// the readers built on [`AlignedBuf`].
+    pub(crate) fn read_mixed(r: &mut impl BufRead, total: usize, ops: &[(u8, usize)]) -> Vec<u8> {
+        let mut got = Vec::new();
+        for &(op, n) in ops {
+            match op {
+                0 => {
+                    let mut out = vec![0u8; n];
+                    let k = r.read(&mut out).unwrap();
+                    got.extend_from_slice(&out[..k]);
+                }
+                1 => {
+                    let b = r.fill_buf().unwrap();
+                    let k = n.min(b.len());
+                    got.extend_from_slice(&b[..k]);
+                    r.consume(k);
+                }
+                _ => {
+                    let left = total - got.len();
+                    let mut out = vec![0u8; n.min(left)];
+                    r.read_exact(&mut out).unwrap();
+                    got.extend_from_slice(&out);
+                }
+            }
+        }
+        r.read_to_end(&mut got).unwrap();
+        got
+    }
+
     proptest! {
         /// Any mix of `read`, `fill_buf` + partial `consume` and `read_exact` yields the
         /// source's bytes in order, exactly once.
@@ -131,29 +177,7 @@ mod tests {
             ops in proptest::collection::vec((0u8..3, 0usize..700), 1..200),
         ) {
             let mut r = AlignedReader::with_capacity(cap, Chunked { data: &data, chunk });
-            let mut got = Vec::new();
-            for (op, n) in ops {
-                match op {
-                    0 => {
-                        let mut out = vec![0u8; n];
-                        let k = r.read(&mut out).unwrap();
-                        got.extend_from_slice(&out[..k]);
-                    }
-                    1 => {
-                        let b = r.fill_buf().unwrap();
-                        let k = n.min(b.len());
-                        got.extend_from_slice(&b[..k]);
-                        r.consume(k);
-                    }
-                    _ => {
-                        let left = data.len() - got.len();
-                        let mut out = vec![0u8; n.min(left)];
-                        r.read_exact(&mut out).unwrap();
-                        got.extend_from_slice(&out);
-                    }
-                }
-            }
-            r.read_to_end(&mut got).unwrap();
+            let got = read_mixed(&mut r, data.len(), &ops);
             prop_assert_eq!(got, data);
         }
     }

@@ -55,7 +55,11 @@ fn every_buffer_starts_on_a_cache_line() {
             if b.is_empty() {
                 break;
             }
-            assert_eq!(b.as_ptr().addr() % ALIGN, 0, "capacity {cap}");
+            assert_eq!(
+                b.as_ptr().addr() % crate::readbuf::ALIGN,
+                0,
+                "capacity {cap}"
+            );
             let n = b.len();
             seen += n;
             r.consume(n);
@@ -156,29 +160,7 @@ proptest! {
         ops in proptest::collection::vec((0u8..3, 0usize..700), 1..100),
     ) {
         let mut r = ReadAhead::new(source(&data, chunk, false), cap, buffers).unwrap();
-        let mut got = Vec::new();
-        for (op, n) in ops {
-            match op {
-                0 => {
-                    let mut out = vec![0u8; n];
-                    let k = r.read(&mut out).unwrap();
-                    got.extend_from_slice(&out[..k]);
-                }
-                1 => {
-                    let b = r.fill_buf().unwrap();
-                    let k = n.min(b.len());
-                    got.extend_from_slice(&b[..k]);
-                    r.consume(k);
-                }
-                _ => {
-                    let left = data.len() - got.len();
-                    let mut out = vec![0u8; n.min(left)];
-                    r.read_exact(&mut out).unwrap();
-                    got.extend_from_slice(&out);
-                }
-            }
-        }
-        r.read_to_end(&mut got).unwrap();
+        let got = crate::readbuf::tests::read_mixed(&mut r, data.len(), &ops);
         prop_assert_eq!(got, data);
     }
 }
