@@ -57,10 +57,9 @@ type Filled = Result<Buffer, io::Error>;
 pub struct ReadAhead {
     full: Receiver<Filled>,
     empty: SyncSender<Buffer>,
+    /// The buffer being consumed; an empty one is the end of the input.
     current: Option<Buffer>,
     pos: usize,
-    /// The source ended, or failed.
-    done: bool,
     /// The source failed (the error was returned once; later calls say so again).
     failed: bool,
 }
@@ -83,7 +82,6 @@ impl ReadAhead {
             empty,
             current: None,
             pos: 0,
-            done: false,
             failed: false,
         })
     }
@@ -127,24 +125,25 @@ impl BufRead for ReadAhead {
         if self.failed {
             return Err(io::Error::other("the replay input failed earlier"));
         }
-        let used_up = self.current.as_ref().is_none_or(|b| self.pos == b.len);
-        if used_up && !self.done {
+        // Past the end stays at the end: the empty buffer that marks it is never replaced.
+        let used_up = self
+            .current
+            .as_ref()
+            .is_none_or(|b| b.len > 0 && self.pos == b.len);
+        if used_up {
             if let Some(b) = self.current.take() {
                 // The thread may have stopped already (end of input): then the buffer is freed.
                 let _ = self.empty.send(b);
             }
             self.pos = 0;
             match self.full.recv() {
-                Ok(Ok(b)) => {
-                    self.done = b.len == 0;
-                    self.current = Some(b);
-                }
+                Ok(Ok(b)) => self.current = Some(b),
                 Ok(Err(e)) => {
-                    (self.done, self.failed) = (true, true);
+                    self.failed = true;
                     return Err(e);
                 }
                 Err(_) => {
-                    (self.done, self.failed) = (true, true);
+                    self.failed = true;
                     return Err(io::Error::other("the replay reader thread stopped"));
                 }
             }
