@@ -17,11 +17,6 @@ use std::time::{Duration, Instant};
 pub(crate) struct Ledger {
     /// Session ids of well-formed logs the broker acknowledged.
     pub(crate) valid: HashSet<String>,
-    /// (partition, offset) of malformed logs, as the broker's delivery reports gave them.
-    pub(crate) malformed: HashSet<(i32, i64)>,
-    /// Hashes of the bytes of the well-formed logs the broker acknowledged: every message of
-    /// the topic that is none of these must be dead-lettered ([`crate::audit::positions_of`]).
-    pub(crate) valid_payloads: HashSet<u64>,
     /// The bytes of the malformed logs the broker acknowledged (to count those the topic does
     /// not hold byte for byte).
     pub(crate) malformed_payloads: HashSet<Vec<u8>>,
@@ -33,6 +28,31 @@ pub(crate) struct Ledger {
     pub(crate) end: BTreeMap<i32, i64>,
     /// Deliveries that failed for good (the producer retries forever, so this stays 0).
     pub(crate) failed: u64,
+}
+
+impl Ledger {
+    /// Hashes of the bytes of the well-formed logs the broker acknowledged: every message of
+    /// the topic that is none of these must be dead-lettered ([`crate::audit::positions_of`]).
+    pub(crate) fn valid_payloads(&self) -> HashSet<u64> {
+        self.acked()
+            .filter(|(_, a)| !a.malformed)
+            .map(|(_, a)| a.hash)
+            .collect()
+    }
+
+    /// (partition, offset) of malformed logs, as the broker's delivery reports gave them.
+    pub(crate) fn malformed_positions(&self) -> HashSet<(i32, i64)> {
+        self.acked()
+            .filter(|(_, a)| a.malformed)
+            .map(|(k, _)| *k)
+            .collect()
+    }
+
+    fn acked(&self) -> impl Iterator<Item = (&(i32, i64), &Acked)> {
+        self.at
+            .iter()
+            .flat_map(|(k, v)| v.iter().map(move |a| (k, a)))
+    }
 }
 
 /// A log the broker acknowledged at a position.
@@ -82,12 +102,10 @@ impl ProducerContext for Recorder {
                     .push(acked);
                 match sent.malformed {
                     Some(bytes) => {
-                        l.malformed.insert((m.partition(), m.offset()));
                         l.malformed_payloads.insert(bytes);
                     }
                     None => {
                         l.valid.insert(sent.session);
-                        l.valid_payloads.insert(sent.hash);
                     }
                 }
             }

@@ -373,7 +373,7 @@ async fn run(args: Args) -> Result<bool, String> {
     let (valid_payloads, malformed_payloads) = {
         let mut l = ledger.lock().map_err(|_| "ledger")?;
         (
-            Arc::new(std::mem::take(&mut l.valid_payloads)),
+            Arc::new(l.valid_payloads()),
             std::mem::take(&mut l.malformed_payloads),
         )
     };
@@ -391,7 +391,10 @@ async fn run(args: Args) -> Result<bool, String> {
         at: &l.at,
     };
     let t = audit::tally(&l.valid, &malformed, &landed, &dead, &acknowledged);
-    let misreported = l.malformed.symmetric_difference(&malformed).count();
+    let misreported = l
+        .malformed_positions()
+        .symmetric_difference(&malformed)
+        .count();
 
     let summary = report::Summary {
         delivery: &args.delivery,
