@@ -59,8 +59,17 @@ impl ErrorKind {
 }
 
 /// A rejected log. Input problems are never retryable: the same bytes fail the same way.
+///
+/// Boxed: the decoder's functions return `Result<_, DecodeError>` on every step of the hot
+/// path, and a one-pointer error keeps those results small enough to come back in registers
+/// (a kind and a `String` inline made every one of them a 32-byte value returned through
+/// memory). Read the fields through [`Deref`](std::ops::Deref): `e.kind`, `e.reason`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DecodeError {
+pub struct DecodeError(Box<DecodeErrorParts>);
+
+/// What a [`DecodeError`] says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DecodeErrorParts {
     /// Classification.
     pub kind: ErrorKind,
     /// Which field, and why.
@@ -68,11 +77,25 @@ pub struct DecodeError {
 }
 
 impl DecodeError {
+    #[cold]
     pub(crate) fn new(kind: ErrorKind, reason: impl Into<String>) -> Self {
-        DecodeError {
+        DecodeError(Box::new(DecodeErrorParts {
             kind,
             reason: reason.into(),
-        }
+        }))
+    }
+
+    /// The reason, taken out.
+    pub fn into_reason(self) -> String {
+        self.0.reason
+    }
+}
+
+impl std::ops::Deref for DecodeError {
+    type Target = DecodeErrorParts;
+
+    fn deref(&self) -> &DecodeErrorParts {
+        &self.0
     }
 }
 

@@ -76,7 +76,7 @@ mod sizes;
 mod walk;
 mod wire;
 
-pub use error::{DecodeError, ErrorKind};
+pub use error::{DecodeError, DecodeErrorParts, ErrorKind};
 
 use crate::table::{Derived, TableLayout, FIRST_FEATURE};
 use arrow_array::RecordBatch;

@@ -231,7 +231,7 @@ impl State {
                     payload: payload.to_vec(),
                     kind: deadletter::Kind::Decode,
                     code,
-                    message: failure.error.reason,
+                    message: failure.error.into_reason(),
                     claim_check: false,
                 };
                 letter.epoch = self
