@@ -139,6 +139,32 @@ proptest! {
         }
     }
 
+    /// The timestamp read from its usual encoding is what the general loop reads, on any
+    /// bytes (cut, repeated and unknown fields, long varints included), and every encoding of
+    /// a seconds and nanos pair prost writes whose varints fit in 8 bytes takes the shortcut.
+    #[test]
+    fn timestamps_fast_path_agrees_with_the_general_path(
+        b in prop_oneof![
+            prop::collection::vec(any::<u8>(), 0..24),
+            (any::<i64>(), any::<i32>(), 0usize..3).prop_map(|(seconds, nanos, cut)| {
+                let b = Timestamp { seconds, nanos }.encode_to_vec();
+                b[..b.len().saturating_sub(cut)].to_vec()
+            }),
+            (0i64..1 << 56, 0i32..1 << 28, prop::collection::vec(any::<u8>(), 0..4))
+                .prop_map(|(seconds, nanos, tail)| [Timestamp { seconds, nanos }.encode_to_vec(), tail].concat()),
+        ],
+    ) {
+        let general = walk::walk_timestamp_general(&b).map_err(|e| e.to_string());
+        prop_assert_eq!(walk::walk_timestamp(&b).map_err(|e| e.to_string()), general.clone());
+        if let Ok((seconds, nanos)) = general {
+            if (0..1 << 56).contains(&seconds) && (0..1 << 28).contains(&nanos)
+                && b == (Timestamp { seconds, nanos }.encode_to_vec())
+            {
+                prop_assert_eq!(walk::timestamp_usual(&b), Some((seconds, nanos)));
+            }
+        }
+    }
+
     /// Validity and boolean values packed eight bytes at a time match bit-by-bit packing.
     #[test]
     fn bits_pack_like_arrow(v in prop::collection::vec(any::<bool>(), 0..200)) {

@@ -138,6 +138,18 @@ impl<'a> Reader<'a> {
         ))
     }
 
+    /// Consumes the one-byte key `tag` if it comes next.
+    #[inline(always)]
+    pub(crate) fn eat(&mut self, tag: u8) -> bool {
+        match self.rest {
+            [t, rest @ ..] if *t == tag => {
+                self.rest = rest;
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// Reads a base-128 varint (at most 10 bytes).
     #[inline(always)]
     pub(crate) fn varint(&mut self, what: &str) -> Result<u64, DecodeError> {
