@@ -34,6 +34,7 @@ impl<'a> TableParts<'a> {
 
 /// Reads a Struct in the split layout, keeping the encoded lists under `columns`, `data` and
 /// `row_ids` (map semantics: a repeated key's last entry wins; a null value counts as absent).
+#[inline(always)]
 pub(super) fn walk_table<'a>(b: &'a [u8], table: &str) -> Result<TableParts<'a>, DecodeError> {
     let mut r = Reader::new(b);
     let mut parts = TableParts::default();
@@ -261,6 +262,7 @@ pub(super) fn dup(what: &str) -> DecodeError {
 /// Reads ModelInput / ModelOutput: field 1 is the table Struct; `len_fields` are the other
 /// length-delimited fields (skipped after a wire-type check); anything else is a varint or
 /// unknown field.
+#[inline(always)]
 pub(super) fn walk_sub<'a>(
     b: &'a [u8],
     what: &str,
