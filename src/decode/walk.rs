@@ -4,6 +4,7 @@
 use super::*;
 
 /// The parts of a PredictionLog the publisher reads.
+#[derive(Debug, PartialEq)]
 pub(super) struct LogParts<'a> {
     pub(super) prediction_id: &'a [u8],
     pub(super) features: Option<&'a [u8]>,
@@ -178,7 +179,60 @@ fn len_body<'a>(
 }
 
 /// Reads the top level of a PredictionLog.
+#[inline(always)]
 pub(super) fn walk_log(b: &[u8]) -> Result<LogParts<'_>, DecodeError> {
+    match log_usual(b) {
+        Some(parts) => Ok(parts),
+        None => walk_log_general(b),
+    }
+}
+
+/// The usual PredictionLog, read in one pass without a dispatch per field: its fields in
+/// field-number order (as every encoder writes them), each at most once, the length-delimited
+/// ones with a one- or two-byte length, every sub-message read as [`walk_log_general`] reads it.
+/// `None` for anything else, including any error: nothing is decided here, and
+/// [`walk_log_general`] reads the log again and finds the error if there is one.
+#[inline(always)]
+pub(super) fn log_usual(b: &[u8]) -> Option<LogParts<'_>> {
+    let mut r = Reader::new(b);
+    let mut parts = LogParts {
+        prediction_id: b"",
+        features: None,
+        predictions: None,
+        timestamp: None,
+    };
+    if let Some(id) = r.short_len_field(0x0a) {
+        parts.prediction_id = id;
+    }
+    // target_name, project_name, model_name, model_version: checked, not kept.
+    for tag in [0x12, 0x1a, 0x22, 0x2a] {
+        if let Some(s) = r.short_len_field(tag) {
+            if !valid_utf8(s) {
+                return None;
+            }
+        }
+    }
+    if let Some(input) = r.short_len_field(0x52) {
+        parts.features = walk_sub(input, "input", &[2, 3, 4, 10]).ok()?;
+    }
+    if let Some(output) = r.short_len_field(0x5a) {
+        parts.predictions = walk_sub(output, "output", &[2, 10, 12]).ok()?;
+    }
+    // request_timestamp: field 20, length-delimited.
+    if r.eat2([0xa2, 0x01]) {
+        let t = r.short_len_body()?;
+        parts.timestamp = Some(walk_timestamp(t).ok()?);
+    }
+    // table_schema_version: field 100, a varint.
+    if r.eat2([0xa0, 0x06]) {
+        r.varint("table_schema_version").ok()?;
+    }
+    r.at_end().then_some(parts)
+}
+
+/// [`walk_log`] for any encoding.
+#[inline(never)]
+pub(super) fn walk_log_general(b: &[u8]) -> Result<LogParts<'_>, DecodeError> {
     const W: &str = "PredictionLog";
     let mut r = Reader::new(b);
     let mut parts = LogParts {

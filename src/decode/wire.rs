@@ -150,6 +150,18 @@ impl<'a> Reader<'a> {
         }
     }
 
+    /// Consumes the two-byte key `tag` (fields 16–2047) if it comes next; nothing otherwise.
+    #[inline(always)]
+    pub(crate) fn eat2(&mut self, tag: [u8; 2]) -> bool {
+        match self.rest {
+            [t0, t1, rest @ ..] if [*t0, *t1] == tag => {
+                self.rest = rest;
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// Reads a base-128 varint (at most 10 bytes).
     #[inline(always)]
     pub(crate) fn varint(&mut self, what: &str) -> Result<u64, DecodeError> {
@@ -178,6 +190,20 @@ impl<'a> Reader<'a> {
             [t, l0, l1, tail @ ..] if *t == tag && *l1 < 0x80 => {
                 (usize::from(*l0 & 0x7f) | usize::from(*l1) << 7, tail)
             }
+            _ => return None,
+        };
+        let (body, rest) = tail.split_at_checked(n)?;
+        self.rest = rest;
+        Some(body)
+    }
+
+    /// The payload of a length-delimited field whose key was read, when its length takes one or
+    /// two bytes and fits in the rest; `None` (nothing read) otherwise.
+    #[inline(always)]
+    pub(crate) fn short_len_body(&mut self) -> Option<&'a [u8]> {
+        let (n, tail) = match self.rest {
+            [l, tail @ ..] if *l < 0x80 => (usize::from(*l), tail),
+            [l0, l1, tail @ ..] if *l1 < 0x80 => (usize::from(*l0 & 0x7f) | usize::from(*l1) << 7, tail),
             _ => return None,
         };
         let (body, rest) = tail.split_at_checked(n)?;
