@@ -349,6 +349,7 @@ pub(super) fn walk_sub<'a>(
     Ok(table)
 }
 
+#[inline(always)]
 pub(super) fn walk_timestamp(b: &[u8]) -> Result<(i64, i32), DecodeError> {
     if let Some(t) = timestamp_usual(b) {
         return Ok(t);
@@ -356,18 +357,12 @@ pub(super) fn walk_timestamp(b: &[u8]) -> Result<(i64, i32), DecodeError> {
     walk_timestamp_general(b)
 }
 
-/// The usual `Timestamp` encoding (at most 16 bytes: `seconds` then `nanos`, each at most once,
-/// each a varint of at most 8 bytes), decoded from a zero-padded copy so that both varints are
-/// read as whole words ([`Reader::varint_word`]). `None` for anything else, or when a varint
-/// would end in the padding (a cut input): [`walk_timestamp_general`] decides.
+/// The usual `Timestamp` encoding (`seconds` then `nanos`, each at most once, each a varint of
+/// at most 8 bytes), both varints read by [`Reader::varint_word`]. `None` for anything else: the
+/// general loop decides.
 #[inline(always)]
 pub(super) fn timestamp_usual(b: &[u8]) -> Option<(i64, i32)> {
-    if b.len() > 16 {
-        return None;
-    }
-    let mut w = [0u8; 24];
-    w[..b.len()].copy_from_slice(b);
-    let mut r = Reader::new(&w);
+    let mut r = Reader::new(b);
     let (mut secs, mut nanos) = (0i64, 0i32);
     if r.eat(0x08) {
         secs = r.varint_word()? as i64;
@@ -375,7 +370,7 @@ pub(super) fn timestamp_usual(b: &[u8]) -> Option<(i64, i32)> {
     if r.eat(0x10) {
         nanos = r.varint_word()? as i32;
     }
-    (r.pos() == b.len()).then_some((secs, nanos))
+    r.at_end().then_some((secs, nanos))
 }
 
 /// [`walk_timestamp`] for any encoding.
