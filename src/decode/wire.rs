@@ -203,7 +203,9 @@ impl<'a> Reader<'a> {
     pub(crate) fn short_len_body(&mut self) -> Option<&'a [u8]> {
         let (n, tail) = match self.rest {
             [l, tail @ ..] if *l < 0x80 => (usize::from(*l), tail),
-            [l0, l1, tail @ ..] if *l1 < 0x80 => (usize::from(*l0 & 0x7f) | usize::from(*l1) << 7, tail),
+            [l0, l1, tail @ ..] if *l1 < 0x80 => {
+                (usize::from(*l0 & 0x7f) | usize::from(*l1) << 7, tail)
+            }
             _ => return None,
         };
         let (body, rest) = tail.split_at_checked(n)?;
