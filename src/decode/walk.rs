@@ -4,7 +4,7 @@
 use super::*;
 
 /// The parts of a PredictionLog the publisher reads.
-#[derive(Debug, PartialEq)]
+#[derive(Debug, Default, PartialEq)]
 pub(super) struct LogParts<'a> {
     pub(super) prediction_id: &'a [u8],
     pub(super) features: Option<&'a [u8]>,
@@ -178,6 +178,12 @@ fn len_body<'a>(
     }
 }
 
+/// ModelInput's length-delimited fields besides the table ([`walk_sub`]).
+const INPUT_LEN_FIELDS: &[u32] = &[2, 3, 4, 10];
+
+/// ModelOutput's length-delimited fields besides the table ([`walk_sub`]).
+const OUTPUT_LEN_FIELDS: &[u32] = &[2, 10, 12];
+
 /// Reads the top level of a PredictionLog.
 #[inline(always)]
 pub(super) fn walk_log(b: &[u8]) -> Result<LogParts<'_>, DecodeError> {
@@ -195,12 +201,7 @@ pub(super) fn walk_log(b: &[u8]) -> Result<LogParts<'_>, DecodeError> {
 #[inline(always)]
 pub(super) fn log_usual(b: &[u8]) -> Option<LogParts<'_>> {
     let mut r = Reader::new(b);
-    let mut parts = LogParts {
-        prediction_id: b"",
-        features: None,
-        predictions: None,
-        timestamp: None,
-    };
+    let mut parts = LogParts::default();
     if let Some(id) = r.short_len_field(0x0a) {
         parts.prediction_id = id;
     }
@@ -213,10 +214,10 @@ pub(super) fn log_usual(b: &[u8]) -> Option<LogParts<'_>> {
         }
     }
     if let Some(input) = r.short_len_field(0x52) {
-        parts.features = walk_sub(input, "input", &[2, 3, 4, 10]).ok()?;
+        parts.features = walk_sub(input, "input", INPUT_LEN_FIELDS).ok()?;
     }
     if let Some(output) = r.short_len_field(0x5a) {
-        parts.predictions = walk_sub(output, "output", &[2, 10, 12]).ok()?;
+        parts.predictions = walk_sub(output, "output", OUTPUT_LEN_FIELDS).ok()?;
     }
     // request_timestamp: field 20, length-delimited.
     if r.eat2([0xa2, 0x01]) {
@@ -235,12 +236,7 @@ pub(super) fn log_usual(b: &[u8]) -> Option<LogParts<'_>> {
 pub(super) fn walk_log_general(b: &[u8]) -> Result<LogParts<'_>, DecodeError> {
     const W: &str = "PredictionLog";
     let mut r = Reader::new(b);
-    let mut parts = LogParts {
-        prediction_id: b"",
-        features: None,
-        predictions: None,
-        timestamp: None,
-    };
+    let mut parts = LogParts::default();
     let mut seen_input = false;
     let mut seen_output = false;
     while !r.at_end() {
@@ -270,13 +266,13 @@ pub(super) fn walk_log_general(b: &[u8]) -> Result<LogParts<'_>, DecodeError> {
                 r.expect(wt, WireType::Len, "input")?;
                 once(&mut seen_input, "input")?;
                 let b = len_body(&mut r, wt, body, "input")?;
-                parts.features = walk_sub(b, "input", &[2, 3, 4, 10])?;
+                parts.features = walk_sub(b, "input", INPUT_LEN_FIELDS)?;
             }
             11 => {
                 r.expect(wt, WireType::Len, "output")?;
                 once(&mut seen_output, "output")?;
                 let b = len_body(&mut r, wt, body, "output")?;
-                parts.predictions = walk_sub(b, "output", &[2, 10, 12])?;
+                parts.predictions = walk_sub(b, "output", OUTPUT_LEN_FIELDS)?;
             }
             20 => {
                 r.expect(wt, WireType::Len, "request_timestamp")?;
