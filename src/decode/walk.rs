@@ -220,12 +220,12 @@ pub(super) fn log_usual(b: &[u8]) -> Option<LogParts<'_>> {
         parts.predictions = walk_sub(output, "output", OUTPUT_LEN_FIELDS).ok()?;
     }
     // request_timestamp: field 20, length-delimited.
-    if r.eat2([0xa2, 0x01]) {
+    if r.eat(&[0xa2, 0x01]) {
         let t = r.short_len_body()?;
         parts.timestamp = Some(walk_timestamp(t).ok()?);
     }
     // table_schema_version: field 100, a varint.
-    if r.eat2([0xa0, 0x06]) {
+    if r.eat(&[0xa0, 0x06]) {
         r.varint("table_schema_version").ok()?;
     }
     r.at_end().then_some(parts)
@@ -360,10 +360,10 @@ pub(super) fn walk_timestamp(b: &[u8]) -> Result<(i64, i32), DecodeError> {
 pub(super) fn timestamp_usual(b: &[u8]) -> Option<(i64, i32)> {
     let mut r = Reader::new(b);
     let (mut secs, mut nanos) = (0i64, 0i32);
-    if r.eat(0x08) {
+    if r.eat(&[0x08]) {
         secs = r.varint_word()? as i64;
     }
-    if r.eat(0x10) {
+    if r.eat(&[0x10]) {
         nanos = r.varint_word()? as i32;
     }
     r.at_end().then_some((secs, nanos))

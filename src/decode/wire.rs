@@ -138,27 +138,16 @@ impl<'a> Reader<'a> {
         ))
     }
 
-    /// Consumes the one-byte key `tag` if it comes next.
+    /// Consumes `key` (a field's encoded key, one or two bytes) if it comes next; nothing
+    /// otherwise.
     #[inline(always)]
-    pub(crate) fn eat(&mut self, tag: u8) -> bool {
-        match self.rest {
-            [t, rest @ ..] if *t == tag => {
+    pub(crate) fn eat(&mut self, key: &[u8]) -> bool {
+        match self.rest.strip_prefix(key) {
+            Some(rest) => {
                 self.rest = rest;
                 true
             }
-            _ => false,
-        }
-    }
-
-    /// Consumes the two-byte key `tag` (fields 16–2047) if it comes next; nothing otherwise.
-    #[inline(always)]
-    pub(crate) fn eat2(&mut self, tag: [u8; 2]) -> bool {
-        match self.rest {
-            [t0, t1, rest @ ..] if [*t0, *t1] == tag => {
-                self.rest = rest;
-                true
-            }
-            _ => false,
+            None => false,
         }
     }
 
