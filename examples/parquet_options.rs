@@ -8,57 +8,113 @@
 //!
 //! ```text
 //! cargo build --release --example parquet_options
-//! for v in none publisher snappy-chunk-stats snappy-no-stats snappy-stats-ts-only snappy-dict-all snappy-no-dict uncompressed zstd1; do
-//!   valgrind --tool=callgrind --callgrind-out-file=/tmp/cg.$v target/release/examples/parquet_options $v 200000
+//! for v in none publisher previous score-uncompressed version-no-dict int-ts-delta delta-uncompressed float-bss; do
+//!   valgrind --tool=callgrind --callgrind-out-file=/tmp/cg.$v target/release/examples/parquet_options $v 50000
 //! done
 //! ```
 //!
-//! Variants: `publisher` is [`parquet_properties`] (what the sinks write); the others change one
-//! choice of it at a time (`snappy-no-dict`: no dictionary on any column).
+//! With `PER_COLUMN=1` it also prints each column's compressed and uncompressed bytes (from
+//! the files' own metadata), to see where a codec pays.
+//!
+//! Variants: `publisher` is [`parquet_properties`] (what the sinks write). `previous` is what
+//! they wrote before the per-column encodings (Snappy and PLAIN everywhere, dictionary on
+//! every string column but the two ids, statistics on `request_timestamp` only); every other
+//! variant changes one choice of `previous` (`delta-uncompressed`: two, DELTA_BINARY_PACKED
+//! and no compression on integer and timestamp columns, which is what `publisher` adds), so
+//! the older tables of docs/performance.md stay reproducible (`snappy-no-dict`: no dictionary
+//! on any column).
 use arrow_array::RecordBatch;
+use arrow_schema::{DataType, Field, Schema};
 use observation_publisher::decode::Decoder;
 use observation_publisher::gen::{GenOptions, Generator};
 use observation_publisher::output::parquet_properties;
 use observation_publisher::table::TableLayout;
 use parquet::arrow::ArrowWriter;
-use parquet::basic::{Compression, ZstdLevel};
-use parquet::file::properties::{EnabledStatistics, WriterProperties};
+use parquet::basic::{Compression, Encoding, ZstdLevel};
+use parquet::file::properties::{EnabledStatistics, WriterProperties, WriterPropertiesBuilder};
+use parquet::schema::types::ColumnPath;
 use std::sync::Arc;
 
-fn properties(variant: &str, schema: &arrow_schema::Schema) -> Option<WriterProperties> {
-    let base = parquet_properties(schema);
-    let b = base.into_builder();
+fn properties(variant: &str, schema: &Schema) -> Option<WriterProperties> {
+    let b = previous(schema);
+    let is = |name: &'static str| move |f: &Field| f.name() == name;
+    let integer = |f: &Field| matches!(f.data_type(), DataType::Int64 | DataType::Timestamp(..));
     Some(match variant {
         "none" => return None,
         "publisher" => return Some(parquet_properties(schema)),
+        "previous" => b.build(),
         "snappy-chunk-stats" => b.set_statistics_enabled(EnabledStatistics::Chunk).build(),
         "snappy-no-stats" => b.set_statistics_enabled(EnabledStatistics::None).build(),
-        "snappy-stats-ts-only" => b
-            .set_statistics_enabled(EnabledStatistics::None)
-            .set_column_statistics_enabled(
-                parquet::schema::types::ColumnPath::from("request_timestamp"),
-                EnabledStatistics::Chunk,
-            )
-            .build(),
+        "snappy-stats-ts-only" => b.build(),
         "snappy-dict-all" => b.set_dictionary_enabled(true).build(),
         "uncompressed" => b.set_compression(Compression::UNCOMPRESSED).build(),
         "snappy-no-dict" => no_dict(),
         "zstd1" => b
             .set_compression(Compression::ZSTD(ZstdLevel::try_new(1).expect("level 1")))
             .build(),
+        "score-uncompressed" => per_column(b, schema, is("prediction_score"), |b, p| {
+            b.set_column_compression(p, Compression::UNCOMPRESSED)
+        }),
+        "version-no-dict" => per_column(b, schema, is("model_version"), |b, p| {
+            b.set_column_dictionary_enabled(p, false)
+        }),
+        "int-ts-delta" => per_column(b, schema, integer, |b, p| {
+            b.set_column_encoding(p, Encoding::DELTA_BINARY_PACKED)
+        }),
+        "delta-uncompressed" => per_column(b, schema, integer, |b, p| {
+            b.set_column_encoding(p.clone(), Encoding::DELTA_BINARY_PACKED)
+                .set_column_compression(p, Compression::UNCOMPRESSED)
+        }),
+        "float-bss" => per_column(
+            b,
+            schema,
+            |f| f.data_type() == &DataType::Float64,
+            |b, p| b.set_column_encoding(p, Encoding::BYTE_STREAM_SPLIT),
+        ),
         other => panic!("unknown variant {other}"),
     })
 }
 
-/// The publisher's properties without its per-column dictionaries (built afresh: a column's
-/// own setting overrides `set_dictionary_enabled`).
+/// The publisher's properties before the per-column encodings (commit 138490e).
+fn previous(schema: &Schema) -> WriterPropertiesBuilder {
+    let mut b = WriterProperties::builder()
+        .set_compression(Compression::SNAPPY)
+        .set_dictionary_enabled(false)
+        .set_statistics_enabled(EnabledStatistics::None)
+        .set_column_statistics_enabled(
+            ColumnPath::from("request_timestamp"),
+            EnabledStatistics::Chunk,
+        );
+    for (i, f) in schema.fields().iter().enumerate() {
+        if i >= 2 && f.data_type() == &DataType::Utf8 {
+            b = b.set_column_dictionary_enabled(ColumnPath::from(f.name().as_str()), true);
+        }
+    }
+    b
+}
+
+/// `b` with `set` applied to each column `which` picks.
+fn per_column(
+    mut b: WriterPropertiesBuilder,
+    schema: &Schema,
+    which: impl Fn(&Field) -> bool,
+    set: impl Fn(WriterPropertiesBuilder, ColumnPath) -> WriterPropertiesBuilder,
+) -> WriterProperties {
+    for f in schema.fields().iter().filter(|f| which(f)) {
+        b = set(b, ColumnPath::from(f.name().as_str()));
+    }
+    b.build()
+}
+
+/// `previous` without its per-column dictionaries (built afresh: a column's own setting
+/// overrides `set_dictionary_enabled`).
 fn no_dict() -> WriterProperties {
     WriterProperties::builder()
         .set_compression(Compression::SNAPPY)
         .set_dictionary_enabled(false)
         .set_statistics_enabled(EnabledStatistics::None)
         .set_column_statistics_enabled(
-            parquet::schema::types::ColumnPath::from("request_timestamp"),
+            ColumnPath::from("request_timestamp"),
             EnabledStatistics::Chunk,
         )
         .build()
@@ -84,6 +140,8 @@ fn main() {
     let props = properties(&variant, &layout.arrow);
     let mut d = Decoder::new(Arc::clone(&layout));
     let (mut bytes, mut files) = (0usize, 0usize);
+    // Per column: (name, compressed bytes, uncompressed bytes), summed over the files.
+    let mut per_column: Vec<(String, i64, i64)> = Vec::new();
     let mut write = |batch: RecordBatch| {
         let Some(p) = props.clone() else {
             std::hint::black_box(batch);
@@ -92,7 +150,16 @@ fn main() {
         let mut out = Vec::new();
         let mut w = ArrowWriter::try_new(&mut out, batch.schema(), Some(p)).expect("writer");
         w.write(&batch).expect("write");
-        w.close().expect("close");
+        let meta = w.close().expect("close");
+        for rg in meta.row_groups() {
+            for (i, c) in rg.columns().iter().enumerate() {
+                if per_column.len() <= i {
+                    per_column.push((c.column_path().string(), 0, 0));
+                }
+                per_column[i].1 += c.compressed_size();
+                per_column[i].2 += c.uncompressed_size();
+            }
+        }
         bytes += out.len();
         files += 1;
     };
@@ -106,4 +173,9 @@ fn main() {
         write(d.finish());
     }
     println!("{variant}: {n} rows, {files} files, {bytes} bytes");
+    if std::env::var_os("PER_COLUMN").is_some() {
+        for (name, compressed, uncompressed) in &per_column {
+            println!("  {name:<20} {compressed:>10} {uncompressed:>10}");
+        }
+    }
 }

@@ -16,6 +16,7 @@ mod image;
 mod maxcompute;
 mod memory;
 mod merlin;
+mod parquet_readers;
 mod probes;
 mod runtime;
 mod secrets;

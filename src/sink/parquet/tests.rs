@@ -129,6 +129,39 @@ fn only_request_timestamp_carries_statistics() {
     );
 }
 
+/// The per-column choices of `parquet_properties`, on a table with every column kind: delta
+/// encoding and no compression for integers and timestamps, Snappy for the rest, dictionaries
+/// only on string columns after `model_version`.
+#[test]
+fn encodings_and_codecs_follow_the_column_kind() {
+    use arrow_schema::DataType;
+    use parquet::basic::{Compression, Encoding};
+    use parquet::schema::types::ColumnPath;
+    let schema = crate::gen::benchmark_schema(8);
+    let layout = crate::table::TableLayout::new(&schema, "1");
+    let props = parquet_properties(&layout.arrow);
+    let mut kinds = std::collections::BTreeSet::new();
+    for (i, f) in layout.arrow.fields().iter().enumerate() {
+        let path = ColumnPath::from(f.name().as_str());
+        let integer = matches!(f.data_type(), DataType::Int64 | DataType::Timestamp(..));
+        let (encoding, codec) = if integer {
+            (
+                Some(Encoding::DELTA_BINARY_PACKED),
+                Compression::UNCOMPRESSED,
+            )
+        } else {
+            (None, Compression::SNAPPY)
+        };
+        let name = f.name();
+        assert_eq!(props.encoding(&path), encoding, "{name}");
+        assert_eq!(props.compression(&path), codec, "{name}");
+        let dictionary = f.data_type() == &DataType::Utf8 && i >= crate::table::FIRST_FEATURE;
+        assert_eq!(props.dictionary_enabled(&path), dictionary, "{name}");
+        kinds.insert(format!("{}", f.data_type()));
+    }
+    assert_eq!(kinds.len(), 5, "every column kind checked: {kinds:?}");
+}
+
 #[test]
 fn batches_are_split_by_day() {
     let dir = tempfile::tempdir().unwrap();
