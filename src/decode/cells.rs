@@ -55,28 +55,43 @@ pub(super) fn valid_utf8(b: &[u8]) -> bool {
     (b.len() <= 64 && b.is_ascii()) || std::str::from_utf8(b).is_ok()
 }
 
+/// Appends already-validated UTF-8 to a string column and adds its length to `added` (the
+/// decoder's running total of string bytes, [`Decoder::approx_bytes`]).
 #[inline(always)]
-pub(super) fn push_str(col: &mut Col, s: &[u8]) -> Result<(), DecodeError> {
+pub(super) fn push_str(col: &mut Col, s: &[u8], added: &mut usize) -> Result<(), DecodeError> {
     match col {
-        Col::Str(c) => c.push(s),
+        Col::Str(c) => {
+            c.push(s)?;
+            *added += s.len();
+            Ok(())
+        }
         _ => unreachable!("fixed string column"),
     }
 }
 
+/// Where a row is, for error messages: its table and its number in the log.
+#[derive(Clone, Copy)]
+pub(super) struct RowAt<'t> {
+    pub(super) table: &'t str,
+    pub(super) row: usize,
+}
+
 /// Walks one row (`Value`: a list, or a bare scalar meaning a one-element row), appending each
 /// mapped cell to its target column and NULL to targets the map does not feed. When `scores`
-/// is given, the appended float values are recorded there.
+/// is given, the appended float values are recorded there. String bytes appended are added to
+/// `added`.
 #[inline(always)]
 pub(super) fn walk_row<'c>(
     row: &[u8],
     map: &ColumnMap,
     cols: &mut [Col],
     mut scores: Option<&mut Vec<Option<f64>>>,
-    row_no: usize,
-    table: &str,
+    added: &mut usize,
+    at: RowAt<'_>,
     column: impl Fn(u32) -> &'c crate::table::Column,
 ) -> Result<(), DecodeError> {
     const WHAT: &str = "data";
+    let RowAt { table, row: row_no } = at;
     let n_cols = map.pos.len();
     let count = match parse_value(row, WHAT)? {
         V::List(items) => {
@@ -86,9 +101,9 @@ pub(super) fn walk_row<'c>(
                 if let Some(&t) = map.pos.get(pos) {
                     if t != DROP {
                         let col = &mut cols[t as usize];
-                        let pushed = match push_common(col, cell) {
+                        let pushed = match push_common(col, cell, added) {
                             Some(pushed) => pushed,
-                            None => match push_cell(col, parse_value(cell, WHAT)?) {
+                            None => match push_cell(col, parse_value(cell, WHAT)?, added) {
                                 Ok(pushed) => pushed,
                                 Err(e) => return Err(cell_error(e, table, row_no, pos, column(t))),
                             },
@@ -111,7 +126,7 @@ pub(super) fn walk_row<'c>(
         scalar => {
             if let Some(&t) = map.pos.first() {
                 if t != DROP {
-                    match push_cell(&mut cols[t as usize], scalar) {
+                    match push_cell(&mut cols[t as usize], scalar, added) {
                         Ok(Some(f)) => {
                             if let Some(s) = scores {
                                 s[t as usize] = Some(f);
@@ -191,7 +206,7 @@ pub(super) fn cell_error(
 /// [`parse_value`] and [`push_cell`] take it (and find any error). `Some` as [`push_cell`]'s
 /// `Ok`.
 #[inline(always)]
-pub(super) fn push_common(col: &mut Col, cell: &[u8]) -> Option<Option<f64>> {
+pub(super) fn push_common(col: &mut Col, cell: &[u8], added: &mut usize) -> Option<Option<f64>> {
     match col {
         Col::F64(c) => {
             let f = number(cell)?;
@@ -209,6 +224,7 @@ pub(super) fn push_common(col: &mut Col, cell: &[u8]) -> Option<Option<f64>> {
         Col::Str(c) => match cell {
             [0x1a, n, s @ ..] if *n < 0x80 && usize::from(*n) == s.len() && s.is_ascii() => {
                 c.push(s).ok()?;
+                *added += s.len();
                 Some(None)
             }
             _ => None,
@@ -234,9 +250,14 @@ fn number(cell: &[u8]) -> Option<f64> {
 }
 
 /// Appends one value to a column with the coercion rules of the module docs. Returns the float
-/// value appended to a float column (for derived columns).
+/// value appended to a float column (for derived columns). String bytes appended are added to
+/// `added`.
 #[inline(always)]
-pub(super) fn push_cell(col: &mut Col, v: V<'_>) -> Result<Option<f64>, CellError> {
+pub(super) fn push_cell(
+    col: &mut Col,
+    v: V<'_>,
+    added: &mut usize,
+) -> Result<Option<f64>, CellError> {
     match (col, v) {
         (c, V::Null) => {
             c.push_null();
@@ -279,6 +300,7 @@ pub(super) fn push_cell(col: &mut Col, v: V<'_>) -> Result<Option<f64>, CellErro
                 return Err(CellError::Utf8);
             }
             c.push(s).map_err(CellError::Column)?;
+            *added += s.len();
             Ok(None)
         }
         (_, v) => Err(CellError::Type(v.name())),

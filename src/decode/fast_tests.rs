@@ -368,6 +368,7 @@ proptest! {
                     expected.extend(rows);
                 }
                 // The running size is the one over every column.
+                prop_assert_eq!(d.str_bytes, d.str_bytes_counted());
                 prop_assert_eq!(d.approx_bytes(), d.sizes().0);
                 prop_assert_eq!(d.allocated_bytes(), d.sizes().1);
             }
@@ -400,6 +401,8 @@ proptest! {
                     let _ = d.decode(&bytes[usize::from(op) % bytes.len()]);
                 }
             }
+            // The running string bytes: through appends, rejected logs, rollbacks and batches.
+            prop_assert_eq!(d.str_bytes, d.str_bytes_counted());
             let (data, held) = d.sizes();
             prop_assert_eq!(data, d.approx_bytes());
             prop_assert_eq!(held, d.allocated_bytes());

@@ -81,7 +81,7 @@ pub use error::{DecodeError, DecodeErrorParts, ErrorKind};
 use crate::table::{Derived, TableLayout, FIRST_FEATURE};
 use arrow_array::RecordBatch;
 use bound::count_items;
-use cells::{parse_value, push_str, timestamp_micros, valid_utf8, walk_row, ListIter, V};
+use cells::{parse_value, push_str, timestamp_micros, valid_utf8, walk_row, ListIter, RowAt, V};
 use column_map::{refresh, ColumnMap, DROP};
 use columns::Col;
 use std::collections::HashMap;
@@ -153,9 +153,10 @@ pub struct Decoder {
     cols: Vec<Col>,
     rows: usize,
     fixed_row_bytes: usize,
-    /// The string columns (the only ones with variable-length bytes), for
-    /// [`Decoder::approx_bytes`] without a pass over every column.
-    str_cols: Vec<usize>,
+    /// String bytes in the builders: the only variable-length part of
+    /// [`Decoder::approx_bytes`], kept as they are appended (a sum over the string columns after
+    /// every log took 3% of the pipeline thread).
+    str_bytes: usize,
     /// Upper bound of the bytes one row costs apart from its session id, row id and feature
     /// strings: every column's fixed width and a NULL's row number, the model version, the longest
     /// derived label, ranking scratch.
@@ -202,13 +203,6 @@ impl Decoder {
                 _ => 8,
             })
             .sum();
-        let str_cols = layout
-            .columns
-            .iter()
-            .enumerate()
-            .filter(|(_, c)| c.ty == crate::table::ColumnType::String)
-            .map(|(i, _)| i)
-            .collect();
         let label_bytes = match &layout.derived {
             Derived::BinaryLabel {
                 positive, negative, ..
@@ -266,7 +260,7 @@ impl Decoder {
             cols,
             rows: 0,
             fixed_row_bytes,
-            str_cols,
+            str_bytes: 0,
             row_bound_bytes,
             feature_index,
             score_index,
@@ -310,12 +304,12 @@ impl Decoder {
     /// Approximate bytes of the decoded data (what the batch's data weighs in Arrow; what it
     /// holds is [`Decoder::allocated_bytes`]).
     pub fn approx_bytes(&self) -> usize {
-        self.rows * self.fixed_row_bytes
-            + self
-                .str_cols
-                .iter()
-                .map(|&i| self.cols[i].var_bytes())
-                .sum::<usize>()
+        self.rows * self.fixed_row_bytes + self.str_bytes
+    }
+
+    /// The string bytes in the builders, summed over the columns (what `str_bytes` keeps).
+    fn str_bytes_counted(&self) -> usize {
+        self.cols.iter().map(Col::var_bytes).sum()
     }
 
     /// Decodes one serialized PredictionLog and appends its rows. Returns the number of rows
@@ -388,6 +382,7 @@ impl Decoder {
                 c.truncate(rows);
             }
             self.rows = rows;
+            self.str_bytes = self.str_bytes_counted();
             self.recount();
         }
     }
@@ -402,6 +397,7 @@ impl Decoder {
         );
         let arrays = self.cols.iter_mut().map(Col::finish).collect();
         self.rows = 0;
+        self.str_bytes = 0;
         self.recount();
         RecordBatch::try_new(Arc::clone(&self.layout.arrow), arrays)
             .expect("columns match the layout")
@@ -546,6 +542,7 @@ impl Decoder {
             scores,
             rank_scratch,
             rank_out,
+            str_bytes,
             ..
         } = self;
         let fmap: &ColumnMap = ordered_features.as_ref().unwrap_or(feature_map);
@@ -560,6 +557,9 @@ impl Decoder {
         let (score_cols, derived_cols) = rest.split_at_mut(n_scores);
 
         rank_scratch.clear(); // a previous log may have been rejected half-way
+                              // String bytes this log appends; counted in `str_bytes` only once all of it is appended
+                              // (a rejected log's rows are truncated away).
+        let mut added = 0usize;
         let mut f_rows = ListIter::new(f_data);
         let mut p_rows = ListIter::new(p_data);
         let mut ids = ListIter::new(row_ids);
@@ -590,7 +590,7 @@ impl Decoder {
                             ),
                         ));
                     }
-                    push_str(&mut fixed[1], s)?;
+                    push_str(&mut fixed[1], s, &mut added)?;
                 }
                 other => {
                     return Err(DecodeError::new(
@@ -602,16 +602,25 @@ impl Decoder {
                     ))
                 }
             }
-            push_str(&mut fixed[0], session)?;
+            push_str(&mut fixed[0], session, &mut added)?;
             if let Col::Ts(c) = &mut fixed[2] {
                 c.push(micros);
             }
-            push_str(&mut fixed[3], layout.model_version.as_bytes())?;
+            push_str(&mut fixed[3], layout.model_version.as_bytes(), &mut added)?;
 
             // Features.
-            walk_row(f, fmap, feat_cols, None, n, "input.features_table", |t| {
-                &layout.columns[FIRST_FEATURE + t as usize]
-            })?;
+            walk_row(
+                f,
+                fmap,
+                feat_cols,
+                None,
+                &mut added,
+                RowAt {
+                    table: "input.features_table",
+                    row: n,
+                },
+                |t| &layout.columns[FIRST_FEATURE + t as usize],
+            )?;
             // Scores.
             scores.iter_mut().for_each(|s| *s = None);
             walk_row(
@@ -619,8 +628,11 @@ impl Decoder {
                 smap,
                 score_cols,
                 Some(scores),
-                n,
-                "output.prediction_results_table",
+                &mut added,
+                RowAt {
+                    table: "output.prediction_results_table",
+                    row: n,
+                },
                 |t| &layout.columns[first_score + t as usize],
             )?;
             // Derived label (per row); ranks are appended per log below.
@@ -636,6 +648,7 @@ impl Decoder {
                     Some(s) if !s.is_nan() => push_str(
                         col,
                         if s >= *threshold { positive } else { negative }.as_bytes(),
+                        &mut added,
                     )?,
                     _ => col.push_null(),
                 },
@@ -649,7 +662,7 @@ impl Decoder {
                         }
                     }
                     match best {
-                        Some((k, _)) => push_str(col, labels[k].as_bytes())?,
+                        Some((k, _)) => push_str(col, labels[k].as_bytes(), &mut added)?,
                         None => col.push_null(),
                     }
                 }
@@ -683,6 +696,7 @@ impl Decoder {
                 }
             }
         }
+        *str_bytes += added;
         Ok(n)
     }
 }
