@@ -48,7 +48,7 @@ fn properties(variant: &str, schema: &Schema) -> Option<WriterProperties> {
         "snappy-stats-ts-only" => b.build(),
         "snappy-dict-all" => b.set_dictionary_enabled(true).build(),
         "uncompressed" => b.set_compression(Compression::UNCOMPRESSED).build(),
-        "snappy-no-dict" => no_dict(),
+        "snappy-no-dict" => base().build(),
         "zstd1" => b
             .set_compression(Compression::ZSTD(ZstdLevel::try_new(1).expect("level 1")))
             .build(),
@@ -75,16 +75,24 @@ fn properties(variant: &str, schema: &Schema) -> Option<WriterProperties> {
     })
 }
 
-/// The publisher's properties before the per-column encodings (commit 138490e).
-fn previous(schema: &Schema) -> WriterPropertiesBuilder {
-    let mut b = WriterProperties::builder()
+/// Snappy everywhere, no dictionary, min/max only on `request_timestamp`: `previous` without
+/// its per-column dictionaries (`snappy-no-dict`; a column's own setting would override
+/// `set_dictionary_enabled`, so this is built without them, not from `previous`).
+fn base() -> WriterPropertiesBuilder {
+    WriterProperties::builder()
         .set_compression(Compression::SNAPPY)
         .set_dictionary_enabled(false)
         .set_statistics_enabled(EnabledStatistics::None)
         .set_column_statistics_enabled(
             ColumnPath::from("request_timestamp"),
             EnabledStatistics::Chunk,
-        );
+        )
+}
+
+/// The publisher's properties before the per-column encodings (commit 138490e): `base` with a
+/// dictionary on every string column but the two ids.
+fn previous(schema: &Schema) -> WriterPropertiesBuilder {
+    let mut b = base();
     for (i, f) in schema.fields().iter().enumerate() {
         if i >= 2 && f.data_type() == &DataType::Utf8 {
             b = b.set_column_dictionary_enabled(ColumnPath::from(f.name().as_str()), true);
@@ -104,20 +112,6 @@ fn per_column(
         b = set(b, ColumnPath::from(f.name().as_str()));
     }
     b.build()
-}
-
-/// `previous` without its per-column dictionaries (built afresh: a column's own setting
-/// overrides `set_dictionary_enabled`).
-fn no_dict() -> WriterProperties {
-    WriterProperties::builder()
-        .set_compression(Compression::SNAPPY)
-        .set_dictionary_enabled(false)
-        .set_statistics_enabled(EnabledStatistics::None)
-        .set_column_statistics_enabled(
-            ColumnPath::from("request_timestamp"),
-            EnabledStatistics::Chunk,
-        )
-        .build()
 }
 
 fn main() {
