@@ -77,6 +77,7 @@ fn read_with(python: &Path, file: &Path) -> Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
+/// A venv's Python under the test services' folder (`scripts/bigquery` creates `venv-bq`).
 fn venv_python(name: &str) -> PathBuf {
     let services = std::env::var_os("SERVICES_DIR")
         .map(PathBuf::from)
@@ -140,13 +141,8 @@ fn publisher_parquet_reads_back_identically_in_pyarrow_and_duckdb() {
         .count();
     assert_eq!(delta, 6, "request_timestamp and the five int64 features");
 
-    let setup = std::process::Command::new(root().join("scripts/arize-oracle"))
-        .arg("setup")
-        .status()
-        .unwrap();
-    assert!(setup.success(), "scripts/arize-oracle setup failed");
     let mut seen = Vec::new();
-    for python in [venv_python("venv-bq"), venv_python("venv-arize")] {
+    for python in [venv_python("venv-bq"), crate::arize::oracle_python()] {
         let got = read_with(&python, &dir.path().join("rows.parquet"));
         for (reader, r) in got.as_object().unwrap() {
             let who = format!("{reader} {}", r["version"]);

@@ -265,8 +265,8 @@ pub(crate) fn case(name: &str, model: Model, logs: &[TestLog], now: SystemTime) 
     })
 }
 
-/// Runs the oracle (creating its venv if needed) on `spec`; returns its JSON answer.
-pub(crate) fn oracle(dir: &Path, spec: &Json) -> Json {
+/// The Python of the oracle's venv (arize 7.10.2, Merlin's pins), created if needed.
+pub(crate) fn oracle_python() -> std::path::PathBuf {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     // Once per test run: tests run in parallel and must not build the venv twice at once.
     static SETUP: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
@@ -277,7 +277,13 @@ pub(crate) fn oracle(dir: &Path, spec: &Json) -> Json {
             .is_ok_and(|s| s.success())
     });
     assert!(ok, "scripts/arize-oracle setup failed");
-    let python = root.join("target/test-services/venv-arize/bin/python");
+    root.join("target/test-services/venv-arize/bin/python")
+}
+
+/// Runs the oracle (creating its venv if needed) on `spec`; returns its JSON answer.
+pub(crate) fn oracle(dir: &Path, spec: &Json) -> Json {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let python = oracle_python();
     let spec_path = dir.join("spec.json");
     std::fs::write(&spec_path, spec.to_string()).unwrap();
     let out = std::process::Command::new(python)
