@@ -44,8 +44,12 @@ fn properties(variant: &str, schema: &Schema) -> Option<WriterProperties> {
         "publisher" => return Some(parquet_properties(schema)),
         "previous" => b.build(),
         "snappy-chunk-stats" => b.set_statistics_enabled(EnabledStatistics::Chunk).build(),
-        "snappy-no-stats" => b.set_statistics_enabled(EnabledStatistics::None).build(),
-        "snappy-stats-ts-only" => b.build(),
+        "snappy-no-stats" => b
+            .set_column_statistics_enabled(
+                ColumnPath::from("request_timestamp"),
+                EnabledStatistics::None,
+            )
+            .build(),
         "snappy-dict-all" => b.set_dictionary_enabled(true).build(),
         "uncompressed" => b.set_compression(Compression::UNCOMPRESSED).build(),
         "snappy-no-dict" => base().build(),
