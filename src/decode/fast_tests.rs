@@ -210,6 +210,8 @@ fn arb_cell(ty: FeatureType) -> BoxedStrategy<Value> {
             .boxed(),
         FeatureType::String => prop_oneof![
             3 => "[a-z]{0,8}".prop_map(|x| s(&x)),
+            // Either side of the ASCII check's 16 bytes, with a non-ASCII one now and then.
+            2 => "[a-zé]{9,40}".prop_map(|x| s(&x)),
             1 => "[a-zé]{100,300}".prop_map(|x| s(&x)),
         ]
         .boxed(),
@@ -304,6 +306,24 @@ prop_compose! {
             ..Default::default()
         };
         (schema, vec![log])
+    }
+}
+
+proptest! {
+    /// The word-wise ASCII check is `is_ascii` at every length up to 16 (and refuses longer
+    /// slices), wherever the one non-ASCII byte is; `valid_utf8` built on it is `from_utf8`.
+    #[test]
+    fn ascii_short_is_is_ascii(
+        b in prop::collection::vec(0u8..0x80, 0..40),
+        high in prop::option::of((any::<prop::sample::Index>(), 0x80u8..=0xff)),
+    ) {
+        let mut b = b;
+        if let (Some((i, v)), false) = (high, b.is_empty()) {
+            let i = i.index(b.len());
+            b[i] = v;
+        }
+        prop_assert_eq!(cells::ascii_short(&b), b.len() <= 16 && b.is_ascii());
+        prop_assert_eq!(cells::valid_utf8(&b), std::str::from_utf8(&b).is_ok());
     }
 }
 
