@@ -11,6 +11,9 @@ use arrow_array::{Array, RecordBatch};
 use arrow_schema::{DataType, TimeUnit};
 use std::time::Duration;
 
+/// Why a row outside the [`PartitionWindow`] is refused (its dead letter's message).
+pub const OUTSIDE_MESSAGE: &str = "request_timestamp is outside the table's partition range (older than the partition expiration, or more than a year ahead)";
+
 /// The accepted range of the partitioning column.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PartitionWindow {
@@ -36,9 +39,15 @@ impl PartitionWindow {
     /// Indexes of the rows outside the window at `now_micros` (microseconds since the epoch).
     /// A batch without a microsecond timestamp column at `column` has none.
     pub fn outside(&self, batch: &RecordBatch, now_micros: i64) -> Vec<usize> {
-        let Some(col) = batch.columns().get(self.column) else {
-            return Vec::new();
-        };
+        match batch.columns().get(self.column) {
+            Some(col) => self.outside_of(col.as_ref(), now_micros),
+            None => Vec::new(),
+        }
+    }
+
+    /// [`PartitionWindow::outside`] of the partitioning column itself (`col`: that column, or
+    /// some of its rows); none unless it is a microsecond timestamp column.
+    pub fn outside_of(&self, col: &dyn Array, now_micros: i64) -> Vec<usize> {
         if !matches!(
             col.data_type(),
             DataType::Timestamp(TimeUnit::Microsecond, _)
@@ -55,6 +64,18 @@ impl PartitionWindow {
             .filter(|&i| ts.is_valid(i) && (ts.value(i) < oldest || ts.value(i) > newest))
             .collect()
     }
+}
+
+/// The rows of a batch of `rows` rows that are not in `outside` (ascending, as
+/// [`PartitionWindow::outside`] returns them), in order: one pass, whatever their number.
+pub fn kept(outside: &[usize], rows: usize) -> Vec<u32> {
+    let mut out = vec![false; rows];
+    for &i in outside {
+        if let Some(o) = out.get_mut(i) {
+            *o = true;
+        }
+    }
+    (0..rows).filter(|&i| !out[i]).map(|i| i as u32).collect()
 }
 
 fn micros(d: Duration) -> i64 {
@@ -100,6 +121,15 @@ mod tests {
             Some(now + 366 * DAY),
         ]);
         assert_eq!(w.outside(&b, now), [2, 5]);
+    }
+
+    #[test]
+    fn kept_is_every_row_not_outside_in_order() {
+        assert_eq!(kept(&[], 3), [0, 1, 2]);
+        assert_eq!(kept(&[0, 2, 5], 6), [1, 3, 4]);
+        assert_eq!(kept(&[0, 1], 2), [] as [u32; 0]);
+        // An index past the batch (none is ever given) is ignored, not a panic.
+        assert_eq!(kept(&[9], 2), [0, 1]);
     }
 
     #[test]

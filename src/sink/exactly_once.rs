@@ -15,13 +15,20 @@
 //!
 //! Batches hold several partitions; they are split per partition (in row order), and a
 //! partition's rows are appended in batch order (the sink task is sequential). Rows BigQuery
-//! would refuse are dead-lettered before sending (the writer's partition-range check); a refusal
-//! anyway, a gap or a fenced stream stops that partition without acknowledging (see
-//! `docs/bigquery.md` for the guarantee and its limits).
+//! would refuse (outside the table's partition range) are refused here, before the skip and
+//! before anything is sent, and dead-lettered by the pipeline: the stream holds only the rows
+//! kept, which is what a resume's skip counts. (The writer's own range check is off for these
+//! streams: rows it dropped after the skip would shift the stream's rows against the messages,
+//! and a batch it reported with refused rows, after the rest had landed, was retried and
+//! landed again.) A refusal anyway, a gap or a fenced stream stops that partition without
+//! acknowledging (see `docs/bigquery.md` for the guarantee and its limits).
 
-use super::{Sink, SinkError, SinkErrorKind, StreamCheckpoint, SubmitFuture, WriteReport};
+use super::{
+    RejectedRow, Sink, SinkError, SinkErrorKind, StreamCheckpoint, SubmitFuture, WriteReport,
+};
 use crate::batch::Batch;
 use crate::bigquery::exactly_once::{resume_partition, Checkpoint};
+use crate::bigquery::validate::{self, PartitionWindow};
 use crate::bigquery::{self, AppendWriter, StorageClient, TableRef, WriterOptions};
 use crate::commit::Partition;
 use crate::config::{BigQuerySink as BigQueryConfig, Config};
@@ -182,6 +189,8 @@ pub struct ExactlyOnceSink {
     /// `Some(schema)` with `kafka_columns`.
     kafka_schema: Option<SchemaRef>,
     opts: WriterOptions,
+    /// The table's partition range: rows outside it are refused before the skip.
+    window: Option<PartitionWindow>,
     starts: PartitionStarts,
     parts: HashMap<Partition, Part>,
     progress: Progress,
@@ -194,7 +203,7 @@ pub struct ExactlyOnceSink {
 #[derive(Default)]
 struct Progress {
     batch: std::sync::Weak<Batch>,
-    written: HashMap<Partition, StreamCheckpoint>,
+    written: HashMap<Partition, (StreamCheckpoint, Vec<RejectedRow>)>,
 }
 
 fn err(kind: SinkErrorKind, retryable: bool, e: impl std::fmt::Display) -> SinkError {
@@ -209,12 +218,15 @@ impl ExactlyOnceSink {
         starts: PartitionStarts,
     ) -> Result<Self, super::bigquery::StartError> {
         let p = super::bigquery::prepare(cfg, sink).await?;
+        let mut opts = bigquery::writer_options(sink);
+        let window = opts.partition_window.take();
         Ok(ExactlyOnceSink {
             client: p.client,
             table: p.spec.table.clone(),
             schema: p.schema,
             kafka_schema: p.kafka_schema,
-            opts: bigquery::writer_options(sink),
+            opts,
+            window,
             starts,
             parts: HashMap::new(),
             progress: Progress::default(),
@@ -314,25 +326,29 @@ impl ExactlyOnceSink {
     }
 
     /// Appends `p`'s rows of the batch (`rows` of `records`) to its stream and returns the
-    /// checkpoint that goes with the batch's last offset of `p`.
+    /// checkpoint that goes with the batch's last offset of `p`, and the rows refused (outside
+    /// the partition range: not sent, not counted in the stream).
     async fn write_partition(
         &mut self,
         p: Partition,
         records: &RecordBatch,
         rows: &[u32],
-    ) -> Result<Checkpoint, SinkError> {
+    ) -> Result<(Checkpoint, Vec<RejectedRow>), SinkError> {
         let ExactlyOnceSink {
             parts,
             client,
             schema,
             opts,
+            window,
             readiness,
             ..
         } = self;
         let part = parts
             .get_mut(&p)
             .ok_or_else(|| err(SinkErrorKind::Internal, false, "partition not started"))?;
-        let mut sub = take(records, rows)?;
+        let (rows, refused) =
+            refuse_outside(window.as_ref(), records, rows, validate::now_micros())?;
+        let mut sub = take(records, &rows)?;
         // Rows already written (by a previous owner); counted off only once this batch is
         // acknowledged, since a failed attempt is retried whole.
         let k = (part.skip as usize).min(sub.num_rows());
@@ -366,12 +382,49 @@ impl ExactlyOnceSink {
             }
         }
         part.skip -= k as u64;
-        Ok(Checkpoint {
-            stream: part.stream.clone(),
-            next_row: part.next_row,
-            carried: part.skip,
-        })
+        Ok((
+            Checkpoint {
+                stream: part.stream.clone(),
+                next_row: part.next_row,
+                carried: part.skip,
+            },
+            refused,
+        ))
     }
+}
+
+/// Splits `rows` (indices into `records`) into the rows to write and the rows outside `window`
+/// at `now_micros`, refused with the writer's reason (the pipeline dead-letters them).
+fn refuse_outside(
+    window: Option<&PartitionWindow>,
+    records: &RecordBatch,
+    rows: &[u32],
+    now_micros: i64,
+) -> Result<(Vec<u32>, Vec<RejectedRow>), SinkError> {
+    let outside = match window.and_then(|w| Some((w, records.columns().get(w.column)?))) {
+        Some((w, col)) => {
+            let ts = arrow_select::take::take(col, &UInt32Array::from(rows.to_vec()), None)
+                .map_err(|e| err(SinkErrorKind::Encode, false, e))?;
+            w.outside_of(ts.as_ref(), now_micros)
+        }
+        None => Vec::new(),
+    };
+    if outside.is_empty() {
+        return Ok((rows.to_vec(), Vec::new()));
+    }
+    let refused = outside
+        .iter()
+        .map(|&i| RejectedRow {
+            row: rows[i] as usize,
+            code: bigquery::RejectReason::OutsidePartitionRange.as_str(),
+            message: validate::OUTSIDE_MESSAGE.into(),
+        })
+        .collect();
+    let kept = validate::kept(&outside, rows.len())
+        .into_iter()
+        .map(|i| rows[i as usize])
+        .collect();
+    Ok((kept, refused))
 }
 
 /// Splits a batch's rows by source partition: (partition, row indices, first offset, last offset).
@@ -416,8 +469,9 @@ impl ExactlyOnceSink {
         }
         let mut report = WriteReport::default();
         for (p, rows, first_offset, last_offset) in by_partition(&batch) {
-            if let Some(done) = self.progress.written.get(&p) {
+            if let Some((done, refused)) = self.progress.written.get(&p) {
                 report.commit_metadata.push(done.clone());
+                report.rejected.extend(refused.iter().cloned());
                 continue;
             }
             let epoch = batch.epochs.iter().find(|(q, _)| *q == p).map(|e| e.1);
@@ -428,17 +482,18 @@ impl ExactlyOnceSink {
                 );
                 continue;
             }
+            let (checkpoint, refused) = self.write_partition(p, &records, &rows).await?;
             let done = StreamCheckpoint {
                 partition: p,
                 first_offset,
                 last_offset,
-                metadata: self
-                    .write_partition(p, &records, &rows)
-                    .await?
-                    .to_metadata(),
+                metadata: checkpoint.to_metadata(),
             };
-            self.progress.written.insert(p, done.clone());
+            self.progress
+                .written
+                .insert(p, (done.clone(), refused.clone()));
             report.commit_metadata.push(done);
+            report.rejected.extend(refused);
         }
         self.progress = Progress::default();
         Ok(report)
@@ -464,9 +519,48 @@ impl Sink for ExactlyOnceSink {
 
 #[cfg(test)]
 mod tests {
-    use super::Readiness;
+    use super::{refuse_outside, PartitionWindow, Readiness};
+    use arrow_array::{ArrayRef, Int64Array, RecordBatch, TimestampMicrosecondArray};
+    use std::sync::Arc;
     use std::time::Duration;
     use tokio::sync::watch;
+
+    /// The rows of one partition (indices into the batch) are split into those to write and
+    /// those refused, each refused row named by its index in the batch, before anything else
+    /// (the skip of a resume counts only the rows written).
+    #[test]
+    fn rows_outside_the_partition_range_are_refused_by_their_batch_index() {
+        const DAY: i64 = 86_400_000_000;
+        let now = 20_000 * DAY;
+        let ts = TimestampMicrosecondArray::from(vec![
+            Some(now),
+            Some(now - 400 * DAY), // expired, but not this partition's row
+            Some(now - DAY),
+            Some(now - 30 * DAY),  // expired
+            None,                  // kept (BigQuery's __NULL__ partition)
+            Some(now + 400 * DAY), // too far ahead
+        ]);
+        let ids: ArrayRef = Arc::new(Int64Array::from((0..6).collect::<Vec<i64>>()));
+        let records = RecordBatch::try_from_iter([
+            ("a", Arc::clone(&ids)),
+            ("b", ids),
+            ("request_timestamp", Arc::new(ts) as ArrayRef),
+        ])
+        .unwrap();
+        let w = PartitionWindow::for_ttl_days(2, 14);
+        let (kept, refused) = refuse_outside(Some(&w), &records, &[0, 2, 3, 4, 5], now).unwrap();
+        assert_eq!(kept, [0, 2, 4]);
+        let refused: Vec<(usize, &str)> = refused.iter().map(|r| (r.row, r.code)).collect();
+        assert_eq!(
+            refused,
+            [
+                (3, "outside_partition_range"),
+                (5, "outside_partition_range")
+            ]
+        );
+        let (kept, refused) = refuse_outside(None, &records, &[1, 3], now).unwrap();
+        assert_eq!((kept, refused.len()), (vec![1, 3], 0));
+    }
 
     async fn settled(rx: &mut watch::Receiver<bool>, want: bool) -> bool {
         tokio::time::timeout(Duration::from_secs(5), rx.wait_for(|v| *v == want))

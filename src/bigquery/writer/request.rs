@@ -3,7 +3,7 @@
 
 use super::api::{AppendOutcome, RejectReason, RejectedRow};
 use crate::bigquery::encode::{batch_bytes, split_to_fit};
-use crate::bigquery::validate::PartitionWindow;
+use crate::bigquery::validate::{kept, PartitionWindow, OUTSIDE_MESSAGE};
 use arrow_array::{RecordBatch, UInt32Array};
 use arrow_schema::ArrowError;
 use bytes::Bytes;
@@ -153,13 +153,10 @@ pub(super) fn prepare(
             rejected.push(RejectedRow {
                 index,
                 reason: RejectReason::OutsidePartitionRange,
-                message: "request_timestamp is outside the table's partition range (older than the partition expiration, or more than a year ahead)".into(),
+                message: OUTSIDE_MESSAGE.into(),
             });
         }
-        let keep: Vec<u32> = (0..rows)
-            .filter(|i| !outside.contains(i))
-            .map(|i| i as u32)
-            .collect();
+        let keep = kept(&outside, rows);
         let work = arrow_select::take::take_record_batch(&batch, &UInt32Array::from(keep.clone()))?;
         (work, Some(keep.into()))
     };

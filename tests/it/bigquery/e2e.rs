@@ -294,6 +294,7 @@ impl ExactlyOnce {
         seed: u64,
         max_rows: usize,
         commit_interval: &str,
+        old: &[usize],
     ) -> ExactlyOnce {
         let dataset = fresh_name(name);
         manager()
@@ -304,7 +305,7 @@ impl ExactlyOnce {
         let topic = unique(name);
         cluster.create_topic(&topic, partitions, 1).expect("topic");
         let bootstrap = cluster.bootstrap_servers();
-        let all = logs(n, seed, &[], &[])
+        let all = logs(n, seed, &[], old)
             .into_iter()
             .map(|l| (l, false))
             .collect();
@@ -338,8 +339,16 @@ impl ExactlyOnce {
     }
 }
 
+/// Logs of the SIGKILL test dated a year back: outside the table's partition range, so refused
+/// before the stream and dead-lettered; on both sides of the kill.
+const OLD: [usize; 4] = [5, 333, 799, 1234];
+
 /// exactly_once on librdkafka's mock cluster (it keeps commit metadata; tansu drops it): a
-/// SIGKILL mid-stream and a restart leave every row exactly once.
+/// SIGKILL mid-stream and a restart leave every row exactly once, and the rows BigQuery would
+/// refuse are dead-lettered without stopping the partition or shifting the rows a resume skips.
+/// (Before the exactly-once sink refused them itself, the writer dropped them after the skip
+/// and the batch failed once the rest had landed: retried every 30 s, it landed again each
+/// time and no offset was committed.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exactly_once_survives_sigkill_without_duplicates() {
     let _serial = serial().await;
@@ -353,7 +362,7 @@ async fn exactly_once_survives_sigkill_without_duplicates() {
         all,
         run,
         _dir,
-    } = ExactlyOnce::new("eo", 2, 1500, 62, 40, "1s").await;
+    } = ExactlyOnce::new("eo", 2, 1500, 62, 40, "1s", &OLD).await;
     let child = run.start();
     // Produce in small steps so that rows keep arriving across commits.
     let producer = {
@@ -409,8 +418,28 @@ async fn exactly_once_survives_sigkill_without_duplicates() {
         .unwrap();
     assert_eq!(code, Some(0));
     let (count, distinct) = counts_in(&dataset).await;
-    assert_eq!(distinct, 1500, "every row landed");
-    assert_eq!(count, 1500, "and none twice, across the SIGKILL");
+    assert_eq!(
+        distinct,
+        1500 - OLD.len() as u64,
+        "every row in range landed"
+    );
+    assert_eq!(
+        count,
+        1500 - OLD.len() as u64,
+        "and none twice, across the SIGKILL"
+    );
+    let expired: std::collections::BTreeSet<(i64, i64)> = run
+        .dead_letter_reasons()
+        .iter()
+        .filter(|r| r["kind"] == "row" && r["code"] == "outside_partition_range")
+        .map(|r| {
+            (
+                r["partition"].as_i64().unwrap(),
+                r["offset"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(expired.len(), OLD.len(), "every expired row dead-lettered");
     drop(cluster);
 }
 
@@ -439,7 +468,7 @@ async fn exactly_once_owners_killed_before_their_first_commit_leave_no_duplicate
         all,
         run,
         _dir,
-    } = ExactlyOnce::new("eo_first", 1, 900, 64, 100, "1h").await;
+    } = ExactlyOnce::new("eo_first", 1, 900, 64, 100, "1h", &[]).await;
     // With the source-position columns: exactly_once writes them too.
     let cfg = std::fs::read_to_string(&run.config).unwrap().replace(
         "emulator_compat: true\n",
@@ -547,7 +576,7 @@ async fn exactly_once_is_unready_while_bigquery_is_unreachable() {
         all,
         run,
         _dir,
-    } = ExactlyOnce::new("eo_ready", 1, 400, 77, 50, "200ms").await;
+    } = ExactlyOnce::new("eo_ready", 1, 400, 77, 50, "200ms", &[]).await;
     let mut link = Link::start().await;
     let cfg = std::fs::read_to_string(&run.config)
         .unwrap()

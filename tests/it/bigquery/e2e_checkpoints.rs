@@ -16,7 +16,7 @@ async fn exactly_once_holds_a_partition_whose_checkpoint_cannot_be_read() {
         all,
         run,
         _dir,
-    } = ExactlyOnce::new("eo_unread", 1, 300, 66, 50, "1s").await;
+    } = ExactlyOnce::new("eo_unread", 1, 300, 66, 50, "1s", &[]).await;
     tokio::task::block_in_place(|| crate::runtime::produce_at(&bootstrap, &topic, &all));
     // Every OffsetFetch fails while the stack lasts (librdkafka retries "loading" itself, so
     // each read of ours consumes several).
