@@ -456,6 +456,9 @@ pub(crate) fn run(
             let (over, under, deadline, batch_bytes, letter_bytes) = {
                 let mut st = lock(&state);
                 st.drain_events(None);
+                if st.sink_gone() {
+                    break;
+                }
                 register(&mut st, &consumer);
                 st.retry_dead_letters(now);
                 st.poll_linger(now);

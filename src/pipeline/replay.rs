@@ -64,13 +64,17 @@ pub(crate) fn run(
             }
             now = Instant::now();
             st.drain_events(None);
+            if st.sink_gone() {
+                ok = false;
+                break;
+            }
             st.retry_dead_letters(now);
             st.poll_linger(now);
             // Backpressure: wait for acknowledgements rather than read ahead without bound.
             // The open batch counts too: it still ships by linger while intake waits.
             if st.over_budget() {
                 intake(&st, 1);
-                while st.over_budget() && !shutdown.is_cancelled() {
+                while st.over_budget() && !shutdown.is_cancelled() && !st.sink_gone() {
                     st.drain_events(Some(Duration::from_millis(20)));
                     st.poll_linger(Instant::now());
                 }
@@ -95,6 +99,10 @@ pub(crate) fn run(
     // A replay waits for its sinks as long as it takes, unless asked to stop.
     let mut deadline = None;
     while !st.settle(Instant::now() + Duration::from_millis(200), None) {
+        if st.sink_gone() {
+            ok = false;
+            break;
+        }
         if shutdown.is_cancelled() {
             let d = *deadline.get_or_insert_with(|| Instant::now() + drain_timeout);
             if Instant::now() >= d {

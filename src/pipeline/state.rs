@@ -293,14 +293,29 @@ impl State {
                 }
                 Err(TrySendError::Full(_)) => break,
                 Err(TrySendError::Closed(_)) => {
-                    if !self.sink_closed {
-                        tracing::error!("sink task stopped; batches stay unacknowledged");
-                        self.sink_closed = true;
-                    }
+                    self.sink_gone();
                     break;
                 }
             }
         }
+    }
+
+    /// Whether the sink task has stopped while the pipeline runs (it stops on its own only when
+    /// a sink broke its contract, e.g. failed a batch after staging it once no sink held it):
+    /// no batch can be acknowledged any more, so the intake loops stop and the process exits
+    /// non-zero. The first time, it is recorded as a crash (`/healthz` fails, so a restart
+    /// reads the unacknowledged offsets again) and the publisher turns unready.
+    pub(crate) fn sink_gone(&mut self) -> bool {
+        if !self.sink_tx.is_closed() {
+            return false;
+        }
+        if !self.sink_closed {
+            self.sink_closed = true;
+            tracing::error!("sink task stopped; batches stay unacknowledged; stopping");
+            self.health.sinks_ok.store(false, Ordering::Relaxed);
+            self.health.crash("the sink task stopped".into());
+        }
+        true
     }
 
     /// Applies every event that has arrived; with `wait`, first blocks up to that long for one.

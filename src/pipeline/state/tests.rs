@@ -28,7 +28,9 @@ impl Recorder {
 /// A state with a `budget`, partition 0 assigned; returns the events sender and the target.
 fn state(budget: usize) -> (State, mpsc::Sender<Event>, Recorder) {
     let (tx, rx) = mpsc::channel();
-    let (sink_tx, _sink_rx) = tokio::sync::mpsc::channel(2);
+    let (sink_tx, sink_rx) = tokio::sync::mpsc::channel(2);
+    // The sink task's end of the channel stays open, as while a publisher runs.
+    std::mem::forget(sink_rx);
     let target = Recorder::default();
     let mut st = State::new(
         "t".into(),
@@ -144,4 +146,33 @@ fn pending_letter_bytes_count_against_the_budget_and_a_revoked_partitions_letter
     st.drain_events(None);
     st.retry_dead_letters(Instant::now() + Duration::from_secs(60));
     assert!(target.take().is_empty());
+}
+
+#[test]
+fn a_sink_task_that_stopped_is_a_crash_and_stops_the_intake() {
+    let (tx, rx) = mpsc::channel::<Event>();
+    drop(tx);
+    let (sink_tx, sink_rx) = tokio::sync::mpsc::channel(2);
+    let mut st = State::new(
+        "t".into(),
+        1,
+        Batcher::new(layout(), Batching::default()),
+        Health::new(),
+        rx,
+        sink_tx,
+        Box::new(Recorder::default()),
+        1 << 20,
+        None,
+    );
+    assert!(!st.sink_gone(), "the sink task runs");
+    assert!(st.health.crashes().is_empty());
+    drop(sink_rx);
+    assert!(st.sink_gone());
+    assert!(st.sink_gone(), "and stays gone");
+    assert_eq!(
+        st.health.crashes(),
+        ["the sink task stopped"],
+        "recorded once"
+    );
+    assert!(!st.health.sinks_ok.load(Ordering::Relaxed));
 }
