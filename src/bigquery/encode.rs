@@ -149,6 +149,38 @@ pub fn split_to_fit(batch: &RecordBatch, budget: usize) -> Result<Split, ArrowEr
     Ok(out)
 }
 
+/// The rows of `batch` that [`split_to_fit`] would find alone over `budget` (and a writer would
+/// refuse), without encoding anything when an upper bound of the whole batch's encoding fits:
+/// a row's own encoding is never larger than its batch's (every buffer of it is a part of the
+/// batch's, padded the same way, under the same header). Otherwise the batch is split as the
+/// writer splits it.
+pub fn oversized_rows(batch: &RecordBatch, budget: usize) -> Result<Vec<usize>, ArrowError> {
+    if encoded_upper_bound(batch) <= budget {
+        return Ok(Vec::new());
+    }
+    Ok(split_to_fit(batch, budget)?.oversized)
+}
+
+/// At least the length of [`batch_bytes`] of `batch`: every buffer of its rows (nulls included)
+/// padded to the IPC writer's 64-byte alignment, at most three buffers per column, and the
+/// message header (a field node and three buffer entries of 16 bytes each per column, and the
+/// fixed part) with room to spare.
+fn encoded_upper_bound(batch: &RecordBatch) -> usize {
+    const ALIGN: usize = 64;
+    let columns = batch.num_columns();
+    let body: usize = batch
+        .columns()
+        .iter()
+        .map(|a| {
+            a.to_data()
+                .get_slice_memory_size()
+                .unwrap_or(usize::MAX / (2 * columns.max(1)))
+                .saturating_add(3 * ALIGN)
+        })
+        .fold(0usize, usize::saturating_add);
+    body.saturating_add(2048 + 128 * columns)
+}
+
 fn fit(
     batch: &RecordBatch,
     start: usize,
@@ -177,7 +209,7 @@ fn fit(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use arrow_array::{Int64Array, StringArray};
+    use arrow_array::{ArrayRef, Int64Array, StringArray};
     use arrow_schema::{DataType, Field};
     use std::sync::Arc;
 
@@ -267,6 +299,35 @@ mod tests {
             assert!(hint >= len, "hint {hint} < message {len}");
             assert!(hint <= len + 8_192, "hint {hint} far above message {len}");
         }
+    }
+
+    #[test]
+    fn the_upper_bound_is_never_below_the_message() {
+        for rows in [8, 64, 5_000] {
+            for piece in pieces(rows) {
+                let len = batch_bytes(&piece).unwrap().len();
+                let bound = encoded_upper_bound(&piece);
+                assert!(bound >= len, "bound {bound} < message {len} ({rows} rows)");
+            }
+        }
+    }
+
+    /// What the exactly-once sink refuses before writing is exactly what the writer's split
+    /// finds alone over the budget, whether the bound lets it skip the encoding or not.
+    #[test]
+    fn oversized_rows_are_the_splits_oversized_rows() {
+        // Rows of 20, 20, 6,000, 20 and 9,000 characters.
+        let s = StringArray::from_iter_values([20, 20, 6_000, 20, 9_000].map(|n| "x".repeat(n)));
+        let b = RecordBatch::try_from_iter([("s", Arc::new(s) as ArrayRef)]).unwrap();
+        for budget in [1_000, 5_000, 8_000, 20_000, 1 << 20] {
+            assert_eq!(
+                oversized_rows(&b, budget).unwrap(),
+                split_to_fit(&b, budget).unwrap().oversized,
+                "budget {budget}"
+            );
+        }
+        assert_eq!(oversized_rows(&b, 8_000).unwrap(), [4]);
+        assert!(oversized_rows(&b, 1 << 20).unwrap().is_empty());
     }
 
     #[test]

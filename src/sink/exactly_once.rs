@@ -15,9 +15,9 @@
 //!
 //! Batches hold several partitions; they are split per partition (in row order), and a
 //! partition's rows are appended in batch order (the sink task is sequential). Rows BigQuery
-//! would refuse (outside the table's partition range) are refused here, before the skip and
-//! before anything is sent, and dead-lettered by the pipeline: the stream holds only the rows
-//! kept, which is what a resume's skip counts. (The writer's own range check is off for these
+//! would refuse (outside the table's partition range) and rows alone over a request's size are
+//! refused here, before the skip and before anything is sent, and dead-lettered by the
+//! pipeline: the stream holds only the rows kept, which is what a resume's skip counts. (The writer's own range check is off for these
 //! streams: rows it dropped after the skip would shift the stream's rows against the messages,
 //! and a batch it reported with refused rows, after the rest had landed, was retried and
 //! landed again.) A refusal anyway, a gap or a fenced stream stops that partition without
@@ -327,7 +327,8 @@ impl ExactlyOnceSink {
 
     /// Appends `p`'s rows of the batch (`rows` of `records`) to its stream and returns the
     /// checkpoint that goes with the batch's last offset of `p`, and the rows refused (outside
-    /// the partition range: not sent, not counted in the stream).
+    /// the partition range, or alone over a request's size: not sent, not counted in the
+    /// stream).
     async fn write_partition(
         &mut self,
         p: Partition,
@@ -346,9 +347,25 @@ impl ExactlyOnceSink {
         let part = parts
             .get_mut(&p)
             .ok_or_else(|| err(SinkErrorKind::Internal, false, "partition not started"))?;
-        let (rows, refused) =
+        let (rows, mut refused) =
             refuse_outside(window.as_ref(), records, rows, validate::now_micros())?;
         let mut sub = take(records, &rows)?;
+        // A row alone over a request's size is refused here too, for the same reason: the
+        // writer of a COMMITTED stream fails the whole batch on it, every 30 s for good.
+        let budget = part.writer.payload_budget();
+        let too_large = bigquery::encode::oversized_rows(&sub, budget)
+            .map_err(|e| err(SinkErrorKind::Encode, false, e))?;
+        if !too_large.is_empty() {
+            refused.extend(too_large.iter().map(|&i| RejectedRow {
+                row: rows[i] as usize,
+                code: bigquery::RejectReason::TooLarge.as_str(),
+                message: format!(
+                    "the row alone exceeds max_request_bytes ({budget} payload bytes)"
+                ),
+            }));
+            let keep = validate::kept(&too_large, sub.num_rows());
+            sub = take(&sub, &keep)?;
+        }
         // Rows already written (by a previous owner); counted off only once this batch is
         // acknowledged, since a failed attempt is retried whole.
         let k = (part.skip as usize).min(sub.num_rows());

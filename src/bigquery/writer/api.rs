@@ -305,6 +305,12 @@ impl AppendWriter {
         &self.stats
     }
 
+    /// The most bytes of rows one request of this writer carries ([`Self::append`] splits a
+    /// batch into requests of at most this; a row alone over it is refused).
+    pub fn payload_budget(&self) -> usize {
+        self.payload_budget
+    }
+
     /// True while BigQuery is reachable with the needed permissions (see [`Self::health`]).
     pub fn is_healthy(&self) -> bool {
         *self.health.borrow()

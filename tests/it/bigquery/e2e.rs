@@ -343,12 +343,17 @@ impl ExactlyOnce {
 /// before the stream and dead-lettered; on both sides of the kill.
 const OLD: [usize; 4] = [5, 333, 799, 1234];
 
+/// Logs of the SIGKILL test whose row alone is over `max_request_bytes` (64 KiB there): a
+/// session id of 100,000 bytes.
+const LARGE: [usize; 2] = [444, 1111];
+
 /// exactly_once on librdkafka's mock cluster (it keeps commit metadata; tansu drops it): a
 /// SIGKILL mid-stream and a restart leave every row exactly once, and the rows BigQuery would
-/// refuse are dead-lettered without stopping the partition or shifting the rows a resume skips.
-/// (Before the exactly-once sink refused them itself, the writer dropped them after the skip
-/// and the batch failed once the rest had landed: retried every 30 s, it landed again each
-/// time and no offset was committed.)
+/// refuse, or that no request can carry, are dead-lettered without stopping the partition or
+/// shifting the rows a resume skips. (Before the exactly-once sink refused them itself, the
+/// writer dropped expired rows after the skip and the batch failed once the rest had landed:
+/// retried every 30 s, it landed again each time and no offset was committed; a row over the
+/// request size failed its batch every 30 s, for good.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exactly_once_survives_sigkill_without_duplicates() {
     let _serial = serial().await;
@@ -363,6 +368,18 @@ async fn exactly_once_survives_sigkill_without_duplicates() {
         run,
         _dir,
     } = ExactlyOnce::new("eo", 2, 1500, 62, 40, "1s", &OLD).await;
+    let mut all = all;
+    for i in LARGE {
+        let mut log =
+            observation_publisher::proto::PredictionLog::decode(all[i].0.as_slice()).unwrap();
+        log.prediction_id = "s".repeat(100_000);
+        all[i].0 = log.encode_to_vec();
+    }
+    let cfg = std::fs::read_to_string(&run.config).unwrap().replace(
+        "emulator_compat: true\n",
+        "emulator_compat: true\n    max_request_bytes: 65536\n",
+    );
+    std::fs::write(&run.config, cfg).unwrap();
     let child = run.start();
     // Produce in small steps so that rows keep arriving across commits.
     let producer = {
@@ -418,28 +435,32 @@ async fn exactly_once_survives_sigkill_without_duplicates() {
         .unwrap();
     assert_eq!(code, Some(0));
     let (count, distinct) = counts_in(&dataset).await;
+    let landing = (1500 - OLD.len() - LARGE.len()) as u64;
+    assert_eq!(distinct, landing, "every row in range and in size landed");
+    assert_eq!(count, landing, "and none twice, across the SIGKILL");
+    let reasons = run.dead_letter_reasons();
+    let refused = |code: &str| -> std::collections::BTreeSet<(i64, i64)> {
+        reasons
+            .iter()
+            .filter(|r| r["kind"] == "row" && r["code"] == code)
+            .map(|r| {
+                (
+                    r["partition"].as_i64().unwrap(),
+                    r["offset"].as_i64().unwrap(),
+                )
+            })
+            .collect()
+    };
     assert_eq!(
-        distinct,
-        1500 - OLD.len() as u64,
-        "every row in range landed"
+        refused("outside_partition_range").len(),
+        OLD.len(),
+        "every expired row dead-lettered"
     );
     assert_eq!(
-        count,
-        1500 - OLD.len() as u64,
-        "and none twice, across the SIGKILL"
+        refused("too_large").len(),
+        LARGE.len(),
+        "every row over the request size dead-lettered"
     );
-    let expired: std::collections::BTreeSet<(i64, i64)> = run
-        .dead_letter_reasons()
-        .iter()
-        .filter(|r| r["kind"] == "row" && r["code"] == "outside_partition_range")
-        .map(|r| {
-            (
-                r["partition"].as_i64().unwrap(),
-                r["offset"].as_i64().unwrap(),
-            )
-        })
-        .collect();
-    assert_eq!(expired.len(), OLD.len(), "every expired row dead-lettered");
     drop(cluster);
 }
 
