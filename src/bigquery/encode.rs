@@ -37,28 +37,28 @@ pub fn schema_bytes(schema: &Schema) -> Result<Bytes, ArrowError> {
 pub fn batch_bytes(batch: &RecordBatch) -> Result<Bytes, ArrowError> {
     let mut w = StreamWriter::try_new(Vec::new(), batch.schema_ref())?;
     let schema_len = w.get_ref().len();
-    w.get_mut().reserve(message_size_hint(batch));
+    w.get_mut().reserve(message_bound(batch).unwrap_or(0));
     w.write(batch)?;
     let out = std::mem::take(w.get_mut());
     Ok(Bytes::from(out).slice(schema_len..))
 }
 
-/// Room for a batch's record-batch message: every buffer of its rows (`get_slice_memory_size`:
-/// a slice counts its own rows only), each padded to the writer's 64-byte alignment, and the
-/// message header (a fixed part plus per-column field and buffer entries). An estimate; a short
-/// one only costs the buffer a regrowth.
-fn message_size_hint(batch: &RecordBatch) -> usize {
+/// At least the length of a batch's record-batch message ([`batch_bytes`]) when its columns are
+/// flat (every table here): every buffer of its rows (`get_slice_memory_size`: a slice counts
+/// its own rows only, NULLs included), each padded to the writer's 64-byte alignment, and the
+/// message header (a fixed part, and per column a field node and its buffer entries, 16 bytes
+/// each). `None` when a column's size cannot be read. Used to size the buffer and to skip
+/// looking for oversized rows ([`oversized_rows`]).
+fn message_bound(batch: &RecordBatch) -> Option<usize> {
     const ALIGN: usize = 64;
-    let columns = batch.num_columns();
-    let body: usize = batch
-        .columns()
-        .iter()
-        .map(|a| {
-            let d = a.to_data();
-            d.get_slice_memory_size().unwrap_or(0) + ALIGN * (d.buffers().len() + 1)
-        })
-        .sum();
-    body + 1024 + 64 * columns
+    let mut body = 0usize;
+    for a in batch.columns() {
+        let d = a.to_data();
+        body = body
+            .checked_add(d.get_slice_memory_size().ok()?)?
+            .checked_add(ALIGN * (d.buffers().len() + 1))?;
+    }
+    body.checked_add(1024 + 64 * batch.num_columns())
 }
 
 /// One AppendRows request. `schema` is set on the first request of a connection.
@@ -155,30 +155,10 @@ pub fn split_to_fit(batch: &RecordBatch, budget: usize) -> Result<Split, ArrowEr
 /// batch's, padded the same way, under the same header). Otherwise the batch is split as the
 /// writer splits it.
 pub fn oversized_rows(batch: &RecordBatch, budget: usize) -> Result<Vec<usize>, ArrowError> {
-    if encoded_upper_bound(batch) <= budget {
+    if message_bound(batch).is_some_and(|b| b <= budget) {
         return Ok(Vec::new());
     }
     Ok(split_to_fit(batch, budget)?.oversized)
-}
-
-/// At least the length of [`batch_bytes`] of `batch`: every buffer of its rows (nulls included)
-/// padded to the IPC writer's 64-byte alignment, at most three buffers per column, and the
-/// message header (a field node and three buffer entries of 16 bytes each per column, and the
-/// fixed part) with room to spare.
-fn encoded_upper_bound(batch: &RecordBatch) -> usize {
-    const ALIGN: usize = 64;
-    let columns = batch.num_columns();
-    let body: usize = batch
-        .columns()
-        .iter()
-        .map(|a| {
-            a.to_data()
-                .get_slice_memory_size()
-                .unwrap_or(usize::MAX / (2 * columns.max(1)))
-                .saturating_add(3 * ALIGN)
-        })
-        .fold(0usize, usize::saturating_add);
-    body.saturating_add(2048 + 128 * columns)
 }
 
 fn fit(
@@ -292,22 +272,16 @@ mod tests {
     }
 
     #[test]
-    fn the_size_hint_covers_the_message() {
-        for piece in pieces(5_000) {
-            let len = batch_bytes(&piece).unwrap().len();
-            let hint = message_size_hint(&piece);
-            assert!(hint >= len, "hint {hint} < message {len}");
-            assert!(hint <= len + 8_192, "hint {hint} far above message {len}");
-        }
-    }
-
-    #[test]
-    fn the_upper_bound_is_never_below_the_message() {
+    fn the_bound_covers_the_message() {
         for rows in [8, 64, 5_000] {
             for piece in pieces(rows) {
                 let len = batch_bytes(&piece).unwrap().len();
-                let bound = encoded_upper_bound(&piece);
+                let bound = message_bound(&piece).unwrap();
                 assert!(bound >= len, "bound {bound} < message {len} ({rows} rows)");
+                assert!(
+                    bound <= len + 8_192,
+                    "bound {bound} far above message {len}"
+                );
             }
         }
     }

@@ -32,19 +32,29 @@ fn state(budget: usize) -> (State, mpsc::Sender<Event>, Recorder) {
     // The sink task's end of the channel stays open, as while a publisher runs.
     std::mem::forget(sink_rx);
     let target = Recorder::default();
-    let mut st = State::new(
+    let mut st = state_on(budget, rx, sink_tx, &target);
+    st.assigned_with(&[0], &HashMap::new());
+    (st, tx, target)
+}
+
+/// A state over these channels and dead-letter target.
+fn state_on(
+    budget: usize,
+    events: mpsc::Receiver<Event>,
+    sink_tx: tokio::sync::mpsc::Sender<SinkJob>,
+    target: &Recorder,
+) -> State {
+    State::new(
         "t".into(),
         1,
         Batcher::new(layout(), Batching::default()),
         Health::new(),
-        rx,
+        events,
         sink_tx,
         Box::new(target.clone()),
         budget,
         None,
-    );
-    st.assigned_with(&[0], &HashMap::new());
-    (st, tx, target)
+    )
 }
 
 fn failed(tx: &mpsc::Sender<Event>, letter: DeadLetter, failure: Failure) {
@@ -153,17 +163,7 @@ fn a_sink_task_that_stopped_is_a_crash_and_stops_the_intake() {
     let (tx, rx) = mpsc::channel::<Event>();
     drop(tx);
     let (sink_tx, sink_rx) = tokio::sync::mpsc::channel(2);
-    let mut st = State::new(
-        "t".into(),
-        1,
-        Batcher::new(layout(), Batching::default()),
-        Health::new(),
-        rx,
-        sink_tx,
-        Box::new(Recorder::default()),
-        1 << 20,
-        None,
-    );
+    let mut st = state_on(1 << 20, rx, sink_tx, &Recorder::default());
     assert!(!st.sink_gone(), "the sink task runs");
     assert!(st.health.crashes().is_empty());
     drop(sink_rx);
