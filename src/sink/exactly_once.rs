@@ -17,11 +17,12 @@
 //! partition's rows are appended in batch order (the sink task is sequential). Rows BigQuery
 //! would refuse (outside the table's partition range) and rows alone over a request's size are
 //! refused here, before the skip and before anything is sent, and dead-lettered by the
-//! pipeline: the stream holds only the rows kept, which is what a resume's skip counts. (The writer's own range check is off for these
-//! streams: rows it dropped after the skip would shift the stream's rows against the messages,
-//! and a batch it reported with refused rows, after the rest had landed, was retried and
-//! landed again.) A refusal anyway, a gap or a fenced stream stops that partition without
-//! acknowledging (see `docs/bigquery.md` for the guarantee and its limits).
+//! pipeline: the stream holds only the rows kept, which is what a resume's skip counts. (The
+//! writer's own range check is off for these streams: rows it dropped after the skip would
+//! shift the stream's rows against the messages, and a batch it reported with refused rows,
+//! after the rest had landed, was retried and landed again.) A refusal anyway, a gap or a
+//! fenced stream stops that partition without acknowledging (see `docs/bigquery.md` for the
+//! guarantee and its limits).
 
 use super::{
     RejectedRow, Sink, SinkError, SinkErrorKind, StreamCheckpoint, SubmitFuture, WriteReport,
