@@ -161,6 +161,11 @@ pub fn oversized_rows(batch: &RecordBatch, budget: usize) -> Result<Vec<usize>, 
     Ok(split_to_fit(batch, budget)?.oversized)
 }
 
+/// Why a row alone over a request's `budget` is refused (its dead letter's message).
+pub fn oversized_message(budget: usize) -> String {
+    format!("the row alone exceeds max_request_bytes ({budget} payload bytes)")
+}
+
 fn fit(
     batch: &RecordBatch,
     start: usize,

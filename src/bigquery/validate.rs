@@ -39,15 +39,9 @@ impl PartitionWindow {
     /// Indexes of the rows outside the window at `now_micros` (microseconds since the epoch).
     /// A batch without a microsecond timestamp column at `column` has none.
     pub fn outside(&self, batch: &RecordBatch, now_micros: i64) -> Vec<usize> {
-        match batch.columns().get(self.column) {
-            Some(col) => self.outside_of(col.as_ref(), now_micros),
-            None => Vec::new(),
-        }
-    }
-
-    /// [`PartitionWindow::outside`] of the partitioning column itself (`col`: that column, or
-    /// some of its rows); none unless it is a microsecond timestamp column.
-    pub fn outside_of(&self, col: &dyn Array, now_micros: i64) -> Vec<usize> {
+        let Some(col) = batch.columns().get(self.column) else {
+            return Vec::new();
+        };
         if !matches!(
             col.data_type(),
             DataType::Timestamp(TimeUnit::Microsecond, _)

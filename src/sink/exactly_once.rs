@@ -348,25 +348,32 @@ impl ExactlyOnceSink {
         let part = parts
             .get_mut(&p)
             .ok_or_else(|| err(SinkErrorKind::Internal, false, "partition not started"))?;
-        let (rows, mut refused) =
-            refuse_outside(window.as_ref(), records, rows, validate::now_micros())?;
-        let mut sub = take(records, &rows)?;
-        // A row alone over a request's size is refused here too, for the same reason: the
-        // writer of a COMMITTED stream fails the whole batch on it, every 30 s for good.
-        let budget = part.writer.payload_budget();
-        let too_large = bigquery::encode::oversized_rows(&sub, budget)
-            .map_err(|e| err(SinkErrorKind::Encode, false, e))?;
-        if !too_large.is_empty() {
-            refused.extend(too_large.iter().map(|&i| RejectedRow {
-                row: rows[i] as usize,
-                code: bigquery::RejectReason::TooLarge.as_str(),
-                message: format!(
-                    "the row alone exceeds max_request_bytes ({budget} payload bytes)"
-                ),
-            }));
-            let keep = validate::kept(&too_large, sub.num_rows());
-            sub = take(&sub, &keep)?;
+        // Rows BigQuery would refuse are taken out before the skip: the stream holds only the
+        // rows kept, and a resume's skip counts those.
+        let mut sub = Refusing::new(take(records, rows)?, rows);
+        if let Some(w) = window {
+            let outside = w.outside(&sub.rows, validate::now_micros());
+            sub.refuse(
+                &outside,
+                bigquery::RejectReason::OutsidePartitionRange,
+                validate::OUTSIDE_MESSAGE,
+            )?;
         }
+        // A row alone over a request's size too: the writer of a COMMITTED stream fails the
+        // whole batch on it, every 30 s for good.
+        let budget = part.writer.payload_budget();
+        let too_large = bigquery::encode::oversized_rows(&sub.rows, budget)
+            .map_err(|e| err(SinkErrorKind::Encode, false, e))?;
+        sub.refuse(
+            &too_large,
+            bigquery::RejectReason::TooLarge,
+            &bigquery::encode::oversized_message(budget),
+        )?;
+        let Refusing {
+            rows: mut sub,
+            refused,
+            ..
+        } = sub;
         // Rows already written (by a previous owner); counted off only once this batch is
         // acknowledged, since a failed attempt is retried whole.
         let k = (part.skip as usize).min(sub.num_rows());
@@ -411,38 +418,43 @@ impl ExactlyOnceSink {
     }
 }
 
-/// Splits `rows` (indices into `records`) into the rows to write and the rows outside `window`
-/// at `now_micros`, refused with the writer's reason (the pipeline dead-letters them).
-fn refuse_outside(
-    window: Option<&PartitionWindow>,
-    records: &RecordBatch,
-    rows: &[u32],
-    now_micros: i64,
-) -> Result<(Vec<u32>, Vec<RejectedRow>), SinkError> {
-    let outside = match window.and_then(|w| Some((w, records.columns().get(w.column)?))) {
-        Some((w, col)) => {
-            let ts = arrow_select::take::take(col, &UInt32Array::from(rows.to_vec()), None)
-                .map_err(|e| err(SinkErrorKind::Encode, false, e))?;
-            w.outside_of(ts.as_ref(), now_micros)
+/// A partition's rows of a batch while rows BigQuery would refuse are taken out of them (before
+/// the skip): what is left, each row's index in the batch, and the rows refused so far.
+struct Refusing {
+    rows: RecordBatch,
+    index: Vec<u32>,
+    refused: Vec<RejectedRow>,
+}
+
+impl Refusing {
+    fn new(rows: RecordBatch, index: &[u32]) -> Self {
+        Refusing {
+            rows,
+            index: index.to_vec(),
+            refused: Vec::new(),
         }
-        None => Vec::new(),
-    };
-    if outside.is_empty() {
-        return Ok((rows.to_vec(), Vec::new()));
     }
-    let refused = outside
-        .iter()
-        .map(|&i| RejectedRow {
-            row: rows[i] as usize,
-            code: bigquery::RejectReason::OutsidePartitionRange.as_str(),
-            message: validate::OUTSIDE_MESSAGE.into(),
-        })
-        .collect();
-    let kept = validate::kept(&outside, rows.len())
-        .into_iter()
-        .map(|i| rows[i as usize])
-        .collect();
-    Ok((kept, refused))
+
+    /// Refuses the rows at `drop` (ascending positions in what is left) for `reason`.
+    fn refuse(
+        &mut self,
+        drop: &[usize],
+        reason: bigquery::RejectReason,
+        message: &str,
+    ) -> Result<(), SinkError> {
+        if drop.is_empty() {
+            return Ok(());
+        }
+        self.refused.extend(drop.iter().map(|&i| RejectedRow {
+            row: self.index[i] as usize,
+            code: reason.as_str(),
+            message: message.into(),
+        }));
+        let keep = validate::kept(drop, self.index.len());
+        self.rows = take(&self.rows, &keep)?;
+        self.index = keep.iter().map(|&i| self.index[i as usize]).collect();
+        Ok(())
+    }
 }
 
 /// Splits a batch's rows by source partition: (partition, row indices, first offset, last offset).
@@ -537,7 +549,7 @@ impl Sink for ExactlyOnceSink {
 
 #[cfg(test)]
 mod tests {
-    use super::{refuse_outside, PartitionWindow, Readiness};
+    use super::{take, PartitionWindow, Readiness, Refusing};
     use arrow_array::{ArrayRef, Int64Array, RecordBatch, TimestampMicrosecondArray};
     use std::sync::Arc;
     use std::time::Duration;
@@ -566,18 +578,30 @@ mod tests {
         ])
         .unwrap();
         let w = PartitionWindow::for_ttl_days(2, 14);
-        let (kept, refused) = refuse_outside(Some(&w), &records, &[0, 2, 3, 4, 5], now).unwrap();
-        assert_eq!(kept, [0, 2, 4]);
-        let refused: Vec<(usize, &str)> = refused.iter().map(|r| (r.row, r.code)).collect();
+        let rows = [0, 2, 3, 4, 5];
+        let mut sub = Refusing::new(take(&records, &rows).unwrap(), &rows);
+        let outside = w.outside(&sub.rows, now);
+        sub.refuse(
+            &outside,
+            crate::bigquery::RejectReason::OutsidePartitionRange,
+            "m",
+        )
+        .unwrap();
+        assert_eq!(sub.index, [0, 2, 4]);
+        assert_eq!(sub.rows.num_rows(), 3);
+        // A second refusal counts positions in what is left, and names batch rows.
+        sub.refuse(&[1], crate::bigquery::RejectReason::TooLarge, "m")
+            .unwrap();
+        assert_eq!(sub.index, [0, 4]);
+        let refused: Vec<(usize, &str)> = sub.refused.iter().map(|r| (r.row, r.code)).collect();
         assert_eq!(
             refused,
             [
                 (3, "outside_partition_range"),
-                (5, "outside_partition_range")
+                (5, "outside_partition_range"),
+                (2, "too_large")
             ]
         );
-        let (kept, refused) = refuse_outside(None, &records, &[1, 3], now).unwrap();
-        assert_eq!((kept, refused.len()), (vec![1, 3], 0));
     }
 
     async fn settled(rx: &mut watch::Receiver<bool>, want: bool) -> bool {

@@ -2,7 +2,7 @@
 //! request the driver does when BigQuery refuses part of it.
 
 use super::api::{AppendOutcome, RejectReason, RejectedRow};
-use crate::bigquery::encode::{batch_bytes, split_to_fit};
+use crate::bigquery::encode::{batch_bytes, oversized_message, split_to_fit};
 use crate::bigquery::validate::{kept, PartitionWindow, OUTSIDE_MESSAGE};
 use arrow_array::{RecordBatch, UInt32Array};
 use arrow_schema::ArrowError;
@@ -168,9 +168,7 @@ pub(super) fn prepare(
     rejected.extend(split.oversized.iter().map(|&i| RejectedRow {
         index: original(i),
         reason: RejectReason::TooLarge,
-        message: format!(
-            "the row alone exceeds max_request_bytes ({payload_budget} payload bytes)"
-        ),
+        message: oversized_message(payload_budget),
     }));
     let reqs = split
         .pieces
