@@ -264,6 +264,27 @@ impl Ledger {
         true
     }
 
+    /// Sink `sink` holds staged batch `id` again: what it staged failed to become durable and
+    /// the batch is submitted to it again, from the bytes another sink still holds. The bytes
+    /// count again if no other sink held them. Returns whether anything changed.
+    pub(crate) fn unstaged(&mut self, id: BatchId, sink: SinkIndex) -> bool {
+        let Some(flight) = self.flights.get_mut(&id) else {
+            return false;
+        };
+        let was_holding = flight.holds_bytes();
+        let Some(held) = flight.sinks.get_mut(sink) else {
+            return false;
+        };
+        if *held != Held::Staged {
+            return false;
+        }
+        *held = Held::Holding;
+        if !was_holding {
+            self.inflight_bytes += flight.bytes;
+        }
+        true
+    }
+
     /// Sink `sink` acknowledged batch `id`, in any order relative to other sinks and batches.
     /// `refused` names the source offset of each row it refused and the bytes of its letter
     /// (one entry per dead letter that will be sent for it); `checkpoints` are the exactly-once

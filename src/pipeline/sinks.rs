@@ -313,12 +313,23 @@ impl Task {
         };
         match a.result {
             Err(e) => {
+                let mut unstaged = false;
                 if let Some(t) = self.taken.get_mut(&a.id) {
-                    // Submitted again, the sink holds the batch again (if it still exists).
+                    // Submitted again, the sink holds the batch again: if it had staged it and
+                    // another sink still holds it, the ledger counts this sink's hold again (or
+                    // the batch's bytes would leave the count when the other sink lets go).
+                    unstaged = t.released[a.sink] && t.batch.is_some();
                     t.released[a.sink] = false;
                 }
                 self.failed(a.id, a.sink, a.attempt, &e);
-                true
+                !unstaged
+                    || self
+                        .events
+                        .send(Event::Unstaged {
+                            id: a.id,
+                            sink: a.sink,
+                        })
+                        .is_ok()
             }
             Ok(Progress::Staged(next)) => {
                 if let Some(t) = self.taken.get_mut(&a.id) {

@@ -46,6 +46,9 @@ pub(crate) enum Event {
     /// Sink `sink` staged the batch: it no longer holds its bytes, but has not made its rows
     /// durable yet (its acknowledgement follows).
     Staged { id: BatchId, sink: SinkIndex },
+    /// What sink `sink` staged failed to become durable: it is given the batch again, and holds
+    /// its bytes again.
+    Unstaged { id: BatchId, sink: SinkIndex },
     /// A dead-letter write finished.
     DeadLetter(Outcome),
     /// Exactly-once: the sink opened a new stream and waits for it to be recorded in the
@@ -366,6 +369,11 @@ impl State {
             }
             Event::Staged { id, sink } => {
                 if self.ledger.staged(id, sink) {
+                    events::InflightBytes(self.inflight_bytes()).emit();
+                }
+            }
+            Event::Unstaged { id, sink } => {
+                if self.ledger.unstaged(id, sink) {
                     events::InflightBytes(self.inflight_bytes()).emit();
                 }
             }

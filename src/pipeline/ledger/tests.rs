@@ -42,6 +42,12 @@ enum Op {
         pick: usize,
         sink: usize,
     },
+    /// What sink `sink` staged fails to become durable: it holds the batch again (the sink
+    /// task submits it again).
+    Unstage {
+        pick: usize,
+        sink: usize,
+    },
     /// Write a pending dead letter.
     Letter(usize),
     Commit,
@@ -57,6 +63,7 @@ fn op() -> impl Strategy<Value = Op> {
         4 => (any::<usize>(), any::<usize>(), any::<u8>())
             .prop_map(|(pick, sink, refuse)| Op::Ack { pick, sink, refuse }),
         2 => (any::<usize>(), any::<usize>()).prop_map(|(pick, sink)| Op::Stage { pick, sink }),
+        1 => (any::<usize>(), any::<usize>()).prop_map(|(pick, sink)| Op::Unstage { pick, sink }),
         3 => any::<usize>().prop_map(Op::Letter),
         3 => Just(Op::Commit),
         1 => (0..PARTITIONS).prop_map(Op::Revoke),
@@ -195,6 +202,19 @@ impl World {
                 let f = &mut self.flights[candidates[pick % candidates.len()]];
                 f.sinks[sink] = 1;
                 assert!(self.ledger.staged(f.id, sink));
+            }
+            Op::Unstage { pick, sink } => {
+                let sink = sink % self.sinks;
+                let candidates: Vec<usize> = (0..self.flights.len())
+                    .filter(|&i| self.flights[i].sinks[sink] == 1)
+                    .collect();
+                if candidates.is_empty() {
+                    return;
+                }
+                let f = &mut self.flights[candidates[pick % candidates.len()]];
+                f.sinks[sink] = 0;
+                assert!(self.ledger.unstaged(f.id, sink));
+                assert!(!self.ledger.unstaged(f.id, sink), "only a staged sink");
             }
             Op::Letter(pick) => {
                 if self.letters.is_empty() {

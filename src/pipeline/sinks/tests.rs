@@ -183,6 +183,9 @@ impl Rig {
                 Event::Staged { id, sink } => {
                     self.ledger.staged(id, sink);
                 }
+                Event::Unstaged { id, sink } => {
+                    self.ledger.unstaged(id, sink);
+                }
                 _ => unreachable!(),
             }
         }
@@ -267,6 +270,49 @@ async fn acknowledgements_arrive_per_sink_in_any_order_and_failures_are_resubmit
     assert_eq!(r.commit(), Some(4));
     assert!(r.ledger.settled());
     assert_eq!(r.ledger.inflight_bytes(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_staged_batch_that_fails_is_held_again_and_its_bytes_count_until_it_is_written() {
+    let mut r = Rig::start();
+    r.send(0).await;
+    r.settle().await;
+    r.a.stage(0);
+    r.settle().await;
+    assert_eq!(
+        r.ledger.inflight_bytes(),
+        1000,
+        "sink b still holds batch 0"
+    );
+    // What sink a staged does not become durable: batch 0 goes to sink a again, from the
+    // bytes sink b still holds.
+    r.a.answer(
+        0,
+        Err(SinkError::new(
+            SinkErrorKind::Unavailable,
+            true,
+            "the staged rows were lost",
+        )),
+    );
+    r.settle().await;
+    assert_eq!(r.a.submitted(), [0, 0]);
+    r.b.answer(0, written());
+    r.settle().await;
+    assert!(
+        r.sent[&0].upgrade().is_some(),
+        "the task keeps batch 0 for sink a"
+    );
+    assert_eq!(
+        r.ledger.inflight_bytes(),
+        1000,
+        "sink a holds batch 0 again: its bytes still count"
+    );
+    assert_eq!(r.commit(), None);
+    r.a.answer(0, written());
+    r.settle().await;
+    assert_eq!(r.commit(), Some(1));
+    assert_eq!(r.ledger.inflight_bytes(), 0);
+    assert!(r.sent[&0].upgrade().is_none());
 }
 
 #[tokio::test(start_paused = true)]
