@@ -1,7 +1,7 @@
 //! Shared helpers for the integration tests.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output};
 
 /// The built `observation-publisher` binary.
 pub(crate) fn bin() -> Command {
@@ -34,4 +34,30 @@ pub(crate) fn local_config() -> observation_publisher::config::Config {
 /// stderr as text.
 pub(crate) fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// A child process that is killed and reaped when dropped, so a test that fails (panics)
+/// while its publisher runs does not leave the publisher running after it. Derefs to the
+/// [`Child`]; signalling, waiting and killing it first work as on the child itself.
+pub(crate) struct Reaped(pub(crate) Child);
+
+impl std::ops::Deref for Reaped {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Reaped {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        // Both fail harmlessly for a child that has already exited or been reaped.
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }

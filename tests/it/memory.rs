@@ -98,21 +98,23 @@ fn a_stalled_sink_pauses_intake_within_the_memory_formula() {
     let port = crate::runtime::free_port();
     let log = std::fs::File::create(dir.path().join("stderr.log")).unwrap();
     let cfg = repo_config("local.yaml");
-    let mut child = bin()
-        .args(["run", "-c", cfg.to_str().unwrap(), "--replay"])
-        .arg(&replay)
-        .args(["--set", &format!("local_sink.path={}", rows.display())])
-        .args([
-            "--set",
-            &format!("dead_letter.path={}", dir.path().join("dead.bin").display()),
-        ])
-        .args(["--set", &format!("server.listen=127.0.0.1:{port}")])
-        .args(["--set", "logging.format=json"])
-        .env_remove("OBS_PUBLISHER_CONFIG")
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .expect("binary starts");
+    let mut child = crate::common::Reaped(
+        bin()
+            .args(["run", "-c", cfg.to_str().unwrap(), "--replay"])
+            .arg(&replay)
+            .args(["--set", &format!("local_sink.path={}", rows.display())])
+            .args([
+                "--set",
+                &format!("dead_letter.path={}", dir.path().join("dead.bin").display()),
+            ])
+            .args(["--set", &format!("server.listen=127.0.0.1:{port}")])
+            .args(["--set", "logging.format=json"])
+            .env_remove("OBS_PUBLISHER_CONFIG")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("binary starts"),
+    );
     let pid = child.id();
     let limit = BUDGET + MAX_BYTES + MAX_LOG_BYTES + CONSTANT;
     let give_up = Instant::now() + Duration::from_secs(300);

@@ -140,21 +140,23 @@ fn merlins_command_runs_the_daemon_on_the_mounted_config_with_overrides() {
     produce(&topic, &produced);
 
     let port = free_port();
-    let child = Command::new(&py)
-        .args([
-            "-m",
-            "publisher",
-            "+environment=config",
-            &format!("environment.prometheus_port={port}"),
-            "+environment.batching.linger=200ms",
-            "++environment.consumer.start_from=earliest",
-            "+environment.consumer.session_timeout=6s",
-        ])
-        .env("OBS_PUBLISHER_MERLIN_CONF_DIR", &conf)
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(dir.path().join("stderr")).unwrap())
-        .spawn()
-        .unwrap();
+    let child = crate::common::Reaped(
+        Command::new(&py)
+            .args([
+                "-m",
+                "publisher",
+                "+environment=config",
+                &format!("environment.prometheus_port={port}"),
+                "+environment.batching.linger=200ms",
+                "++environment.consumer.start_from=earliest",
+                "+environment.consumer.session_timeout=6s",
+            ])
+            .env("OBS_PUBLISHER_MERLIN_CONF_DIR", &conf)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.path().join("stderr")).unwrap())
+            .spawn()
+            .unwrap(),
+    );
     let want: BTreeSet<(String, String)> = expected_rows(&produced, 11);
     let landed = wait_for(Duration::from_secs(60), || {
         parquet_rows(&out).into_iter().collect::<BTreeSet<_>>() == want

@@ -1,11 +1,12 @@
 //! The whole daemon into the emulator: real Kafka (tansu) → `run` → Storage Write → a query.
 
 use super::*;
+use crate::common::Reaped;
 use crate::runtime::{
     committed_total, create_topic, free_port, http_get, signal, stop, unique, wait_for,
 };
 use prost::Message;
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 
 const LIMIT: Duration = Duration::from_secs(120);
 
@@ -107,13 +108,17 @@ impl Run {
         }
     }
 
-    fn start(&self) -> Child {
-        crate::common::bin()
-            .args(["run", "-c", self.config.to_str().unwrap()])
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(self.dir.join(format!("{}.log", unique("run")))).unwrap())
-            .spawn()
-            .unwrap()
+    fn start(&self) -> Reaped {
+        Reaped(
+            crate::common::bin()
+                .args(["run", "-c", self.config.to_str().unwrap()])
+                .stdout(Stdio::null())
+                .stderr(
+                    std::fs::File::create(self.dir.join(format!("{}.log", unique("run")))).unwrap(),
+                )
+                .spawn()
+                .unwrap(),
+        )
     }
 
     /// Every publisher log of this run (for failure messages).

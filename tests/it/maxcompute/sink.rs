@@ -51,7 +51,7 @@ struct Running(Option<Child>);
 impl Running {
     /// SIGTERM, and the exit code.
     fn stop(mut self) -> Option<i32> {
-        stop(self.0.take().expect("running"))
+        stop(crate::common::Reaped(self.0.take().expect("running")))
     }
 
     /// SIGKILL (a crash), waited for.

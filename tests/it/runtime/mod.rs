@@ -5,7 +5,7 @@
 mod cases;
 mod dlq;
 
-use crate::common::bin;
+use crate::common::{bin, Reaped};
 use observation_publisher::framing::FrameReader;
 use observation_publisher::gen::{GenOptions, Generator};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
@@ -171,15 +171,18 @@ impl Setup {
         }
     }
 
-    pub(crate) fn start(&self) -> Child {
-        bin()
-            .args(["run", "-c", self.config.to_str().unwrap()])
-            .stdout(Stdio::null())
-            .stderr(
-                std::fs::File::create(self.dir.join(format!("log-{}.txt", unique("run")))).unwrap(),
-            )
-            .spawn()
-            .unwrap()
+    pub(crate) fn start(&self) -> Reaped {
+        Reaped(
+            bin()
+                .args(["run", "-c", self.config.to_str().unwrap()])
+                .stdout(Stdio::null())
+                .stderr(
+                    std::fs::File::create(self.dir.join(format!("log-{}.txt", unique("run"))))
+                        .unwrap(),
+                )
+                .spawn()
+                .unwrap(),
+        )
     }
 
     /// How many times `needle` appears in the publisher logs of this setup, all runs together.
@@ -354,7 +357,7 @@ pub(crate) fn signal(child: &Child, sig: &str) {
 }
 
 /// SIGTERMs the child and returns its exit code.
-pub(crate) fn stop(mut child: Child) -> Option<i32> {
+pub(crate) fn stop(mut child: Reaped) -> Option<i32> {
     signal(&child, "-TERM");
     let end = Instant::now() + Duration::from_secs(60);
     loop {
