@@ -70,3 +70,56 @@ fn each_read_outcome_is_a_distinct_start_and_a_failed_read_is_retried() {
         "only the unparseable partition stays held"
     );
 }
+
+/// A partition paused (for the in-flight budget, or held for its checkpoint) when it is revoked
+/// delivers again once assigned back. librdkafka keeps the application's pause across unassign
+/// and assign; without the revoke handler clearing it, intake stopped for good after any
+/// rebalance during a pause (found by review: a whole-group rebalance is what every model's
+/// rollout causes).
+#[test]
+fn a_partition_paused_when_revoked_delivers_when_assigned_again() {
+    use rdkafka::consumer::ConsumerContext;
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    let cluster = MockCluster::new(1).expect("mock cluster");
+    let topic = "paused";
+    cluster.create_topic(topic, 1, 1).expect("topic");
+    let p: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", cluster.bootstrap_servers())
+        .create()
+        .expect("producer");
+    for i in 0..5 {
+        p.send(
+            BaseRecord::<(), _>::to(topic)
+                .partition(0)
+                .payload(&format!("m{i}")),
+        )
+        .map_err(|(e, _)| e)
+        .expect("send");
+    }
+    p.flush(Duration::from_secs(10)).expect("flush");
+    let from_start = || {
+        let mut t = TopicPartitionList::new();
+        t.add_partition_offset(topic, 0, Offset::Beginning).unwrap();
+        t
+    };
+    let c = consumer(&cluster.bootstrap_servers(), topic);
+    c.assign(&from_start()).unwrap();
+    // The loop's pause for the budget, then an eager revoke through the context's handler.
+    c.pause(&c.assignment().unwrap()).unwrap();
+    let mut revoked = c.assignment().unwrap();
+    c.context().rebalance(
+        &c,
+        RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS,
+        &mut revoked,
+    );
+    assert_eq!(c.assignment().unwrap().count(), 0, "unassigned");
+    c.assign(&from_start()).unwrap();
+    let end = Instant::now() + Duration::from_secs(15);
+    let mut delivered = 0;
+    while Instant::now() < end && delivered < 5 {
+        if let Some(Ok(_)) = c.poll(Duration::from_millis(100)) {
+            delivered += 1;
+        }
+    }
+    assert_eq!(delivered, 5, "the partition came back paused");
+}

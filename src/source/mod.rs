@@ -194,6 +194,7 @@ impl ConsumerContext for SourceContext {
                 if let Some(l) = self.listener.get() {
                     l.revoking(consumer, &parts);
                 }
+                resume_given_up(consumer, tpl);
                 let r = if cooperative {
                     consumer.incremental_unassign(tpl)
                 } else {
@@ -208,8 +209,25 @@ impl ConsumerContext for SourceContext {
                 if let Some(l) = self.listener.get() {
                     l.revoking(consumer, &self.partitions(tpl));
                 }
+                if let Ok(all) = consumer.assignment() {
+                    resume_given_up(consumer, &all);
+                }
                 let _ = consumer.unassign();
             }
+        }
+    }
+}
+
+/// Clears the application's pause of partitions about to be unassigned. librdkafka keeps it
+/// across unassign and assign: a partition paused for the in-flight budget (or held for its
+/// exactly-once checkpoint) when it was revoked would come back paused, and nothing would
+/// resume it (the loop resumes only what it paused, and the checkpoint path only what it held
+/// in this assignment): intake would stop for good, with no error. Whoever gets them back
+/// pauses them again if it must.
+fn resume_given_up(consumer: &BaseConsumer<SourceContext>, tpl: &TopicPartitionList) {
+    if tpl.count() > 0 {
+        if let Err(e) = consumer.resume(tpl) {
+            tracing::warn!(error = %e, "cannot clear the pause of revoked partitions");
         }
     }
 }
