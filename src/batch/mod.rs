@@ -206,7 +206,9 @@ impl Batcher {
     /// (`max_log_bytes`: a larger log is rejected as `too_large`; `max_inflight_bytes` is the
     /// runtime's business and ignored here). `max_rows` is capped at `u32::MAX`.
     pub fn new(layout: Arc<TableLayout>, cfg: Batching) -> Self {
-        let mut decoder = Decoder::new(layout).with_max_log_bytes(cfg.max_log_bytes);
+        let mut decoder = Decoder::new(layout)
+            .with_max_log_bytes(cfg.max_log_bytes)
+            .with_reserve_limit(cfg.batch_bytes());
         let (data_bytes, held_bytes) = decoder.sizes();
         Batcher {
             decoder,

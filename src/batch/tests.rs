@@ -418,3 +418,27 @@ proptest! {
         prop_assert_eq!(batches.iter().map(Batch::rows).sum::<usize>(), total_rows);
     }
 }
+
+/// A batch made of one log over `max_bytes` is not reserved again by the small batch after it
+/// (found in review: a 1-row batch after it weighed the large log's capacity).
+#[test]
+fn a_small_log_after_an_oversized_one_does_not_reserve_its_batch_again() {
+    let t0 = Instant::now();
+    let mut b = Batcher::new(layout(), cfg(10_000, 1 << 20, 1000));
+    let mut ready = Vec::new();
+    assert_eq!(b.push(1, 0, &large(0), t0, &mut ready), Ok(1_000));
+    assert_eq!(ready.len(), 1, "over max_bytes: a batch of its own");
+    let big = ready[0].held_bytes;
+    b.push(1, 1, &msg(1, 1, 1), t0, &mut ready).unwrap();
+    assert!(
+        b.held_bytes() < 256 << 10,
+        "a 1-row open batch holds {} bytes (the large batch held {big})",
+        b.held_bytes()
+    );
+    let small = b.flush().unwrap();
+    assert!(
+        small.held_bytes < 256 << 10,
+        "{} bytes held",
+        small.held_bytes
+    );
+}

@@ -759,3 +759,47 @@ fn a_shape_mismatch_is_rejected_before_any_row_is_appended() {
     assert!(e.reason.contains("1999 row ids"), "{e}");
     assert_eq!(d.allocated_bytes(), baseline, "nothing was appended");
 }
+
+fn rank_log(n: usize) -> Vec<u8> {
+    let ids = (0..n).map(|i| st(&format!("r{i}"))).collect();
+    let p = table(vec![
+        ("columns", cols(&["rank_score"])),
+        ("data", lst(vec![num(0.5); n])),
+        ("row_ids", lst(ids)),
+    ]);
+    log(Some(ftable(vec![frow(); n])), Some(p), Some((1, 0))).encode_to_vec()
+}
+
+/// The ranking scratch of a large log is given back after it, whether the log was rejected
+/// (here by a number as its last row id) or accepted: it used to stay allocated for good,
+/// counted in every later open batch (found in review).
+#[test]
+fn a_large_ranking_log_leaves_no_rank_scratch_behind() {
+    let layout = Arc::new(TableLayout::new(&schema(ranking()), "7"));
+    let mut d = Decoder::new(layout);
+    d.decode(&rank_log(3)).unwrap();
+    let before = d.allocated_bytes();
+    let bad = crate::batch::testing::numeric_last_row_id(&rank_log(200_000));
+    let e = d.decode(&bad).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::TypeMismatch, "{e}");
+    assert_eq!(d.rows(), 3);
+    assert!(
+        d.allocated_bytes() <= before + (64 << 10),
+        "{} bytes allocated after the rollback (was {before})",
+        d.allocated_bytes()
+    );
+    d.finish();
+    d.decode(&rank_log(3)).unwrap();
+    let small = d.allocated_bytes();
+    d.finish();
+    d.decode(&rank_log(200_000)).unwrap();
+    d.finish();
+    d.decode(&rank_log(3)).unwrap();
+    d.finish();
+    d.decode(&rank_log(3)).unwrap();
+    assert!(
+        d.allocated_bytes() <= small + (64 << 10),
+        "{} bytes held by a 3-row batch (was {small})",
+        d.allocated_bytes()
+    );
+}
