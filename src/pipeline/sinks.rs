@@ -381,7 +381,16 @@ impl Task {
         if let Some(batch) = taken.batch.clone() {
             for r in report.rejected {
                 let Some((partition, offset)) = batch.source_of_row(r.row) else {
-                    continue;
+                    // A sink that breaks its contract: the row cannot be dead-lettered, and
+                    // acknowledging the batch would commit past it. Stop (a crash) instead.
+                    tracing::error!(
+                        sink = name,
+                        row = r.row,
+                        rows = taken.rows,
+                        "a sink refused a row the batch does not have: it cannot be \
+                         dead-lettered; the batch's offsets stay uncommitted"
+                    );
+                    return false;
                 };
                 events::RowRejected {
                     sink: name,

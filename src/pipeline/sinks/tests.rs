@@ -316,6 +316,31 @@ async fn a_staged_batch_that_fails_is_held_again_and_its_bytes_count_until_it_is
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_refused_row_the_batch_does_not_have_stops_the_task_without_acknowledging() {
+    let mut r = Rig::start();
+    r.send(0).await;
+    r.settle().await;
+    r.b.answer(0, written());
+    r.a.answer(
+        0,
+        Ok(Progress::Written(WriteReport {
+            rejected: vec![crate::sink::RejectedRow {
+                row: 7,
+                code: "invalid",
+                message: "a row of another batch".into(),
+            }],
+            commit_metadata: Vec::new(),
+        })),
+    );
+    r.settle().await;
+    assert!(
+        r.jobs.is_closed(),
+        "the sink task stopped (the pipeline records a crash)"
+    );
+    assert_eq!(r.commit(), None, "batch 0 is not acknowledged by sink a");
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_sink_that_needs_a_fix_is_retried_after_30_seconds_and_holds_its_later_batches() {
     let mut r = Rig::start();
     r.send(0).await;
