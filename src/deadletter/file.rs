@@ -48,6 +48,7 @@ impl FileTarget {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir)?;
         }
+        cut_torn_tails(path)?;
         drop(open_files(path)?);
         let (tx, rx) = mpsc::channel::<DeadLetter>();
         let pending = Arc::new(AtomicUsize::new(0));
@@ -62,6 +63,93 @@ impl FileTarget {
             worker: Some(worker),
         })
     }
+}
+
+/// Cuts off what a process killed part-way through a group left at the end of the files: a
+/// frame whose bytes do not all follow its length prefix, and a reasons line without its
+/// newline. Letters appended after such a tail could not be read back (`run --replay` and
+/// `convert` stop at the torn frame), though acknowledged. Those cut letters were never
+/// acknowledged (both files are synced first), so they are sent again. Errors of this process's
+/// own writes are rolled back where they happen; only a kill leaves a torn tail.
+fn cut_torn_tails(path: &Path) -> io::Result<()> {
+    for (p, whole) in [
+        (
+            path.to_path_buf(),
+            whole_frames_len as fn(&Path, u64) -> io::Result<u64>,
+        ),
+        (reasons_path(path), whole_lines_len),
+    ] {
+        let len = match std::fs::metadata(&p) {
+            Ok(m) => m.len(),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e),
+        };
+        let keep = whole(&p, len)?;
+        if keep < len {
+            tracing::warn!(
+                file = %p.display(),
+                bytes = len - keep,
+                "cutting a dead letter a killed process left half-written"
+            );
+            let f = OpenOptions::new().write(true).open(&p)?;
+            f.set_len(keep)?;
+            f.sync_all()?;
+        }
+    }
+    Ok(())
+}
+
+/// The length of the data file's whole frames: where the first frame that runs past the end
+/// of the file (or whose prefix does) starts, else `len`. A prefix no writer of frames writes
+/// (longer than 64 bits) is not a torn tail: nothing is cut.
+fn whole_frames_len(path: &Path, len: u64) -> io::Result<u64> {
+    use std::io::Read;
+    let mut r = io::BufReader::with_capacity(64 << 10, File::open(path)?);
+    let mut pos = 0u64;
+    while pos < len {
+        let (mut size, mut shift, mut prefix) = (0u64, 0u32, 0u64);
+        loop {
+            let mut b = [0u8; 1];
+            if r.read(&mut b)? == 0 {
+                return Ok(pos);
+            }
+            prefix += 1;
+            if shift > 63 {
+                return Ok(len);
+            }
+            size |= u64::from(b[0] & 0x7f) << shift;
+            if b[0] < 0x80 {
+                break;
+            }
+            shift += 7;
+        }
+        let end = pos.saturating_add(prefix).saturating_add(size);
+        if end > len {
+            return Ok(pos);
+        }
+        r.seek_relative(i64::try_from(size).unwrap_or(i64::MAX))?;
+        pos = end;
+    }
+    Ok(len)
+}
+
+/// The length of the reasons file up to and including its last newline.
+fn whole_lines_len(path: &Path, len: u64) -> io::Result<u64> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f = File::open(path)?;
+    let mut end = len;
+    let mut chunk = vec![0u8; 64 << 10];
+    while end > 0 {
+        let start = end.saturating_sub(chunk.len() as u64);
+        let n = (end - start) as usize;
+        f.seek(SeekFrom::Start(start))?;
+        f.read_exact(&mut chunk[..n])?;
+        if let Some(i) = chunk[..n].iter().rposition(|&b| b == b'\n') {
+            return Ok(start + i as u64 + 1);
+        }
+        end = start;
+    }
+    Ok(0)
 }
 
 /// Opens (creating) the data file and its sidecar for appending.
@@ -408,5 +496,73 @@ mod tests {
         }
         assert!(fr.next_into(&mut buf).unwrap().is_none());
         assert_eq!(String::from_utf8(reasons).unwrap().lines().count(), 400);
+    }
+
+    /// A previous run killed while writing: a frame cut part-way (in its payload, or in its
+    /// prefix) and a reasons line without its newline. The torn tails are cut at start-up, so
+    /// the letters written after them can be read back, one reasons line each.
+    #[test]
+    fn torn_tails_a_killed_run_left_are_cut_before_letters_are_appended() {
+        for cut in [1, 2, 11] {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("dead.bin");
+            let mut data = Vec::new();
+            write_frame(&mut data, &[1u8; 3]).unwrap();
+            let whole = data.len();
+            write_frame(&mut data, &[5u8; 200]).unwrap(); // a two-byte prefix
+            data.truncate(whole + cut);
+            std::fs::write(&path, &data).unwrap();
+            std::fs::write(reasons_path(&path), "{\"offset\":1}\n{\"offs").unwrap();
+            let acks = Arc::new(Mutex::new(Vec::new()));
+            let a2 = Arc::clone(&acks);
+            let mut t = FileTarget::new(
+                &path,
+                1 << 20,
+                Arc::new(move |o| a2.lock().unwrap().push(o)),
+            )
+            .unwrap();
+            t.send(letter(7, vec![7; 5]));
+            t.flush(Duration::from_secs(10));
+            assert!(matches!(acks.lock().unwrap()[0], Outcome::Written { .. }));
+            let mut r = FrameReader::new(std::io::BufReader::new(File::open(&path).unwrap()));
+            let mut buf = Vec::new();
+            let mut frames = Vec::new();
+            while r
+                .next_into(&mut buf)
+                .unwrap_or_else(|e| panic!("cut {cut}: the letters cannot be read back: {e}"))
+                .is_some()
+            {
+                frames.push(buf.clone());
+            }
+            assert_eq!(frames, [vec![1u8; 3], vec![7u8; 5]], "cut {cut}");
+            let reasons = std::fs::read_to_string(reasons_path(&path)).unwrap();
+            let lines: Vec<&str> = reasons.lines().collect();
+            assert_eq!(lines.len(), 2, "{reasons}");
+            assert_eq!(lines[0], "{\"offset\":1}");
+            assert!(lines[1].contains("\"offset\":7"), "{reasons}");
+        }
+    }
+
+    /// Whole files are left as they are (and a prefix no writer writes is not a torn tail).
+    #[test]
+    fn whole_files_are_not_cut() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("dead.bin");
+        let mut data = Vec::new();
+        for n in [0usize, 1, 127, 128, 70_000] {
+            write_frame(&mut data, &vec![3u8; n]).unwrap();
+        }
+        std::fs::write(&path, &data).unwrap();
+        std::fs::write(reasons_path(&path), "a\nb\n").unwrap();
+        cut_torn_tails(&path).unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), data);
+        assert_eq!(
+            std::fs::read_to_string(reasons_path(&path)).unwrap(),
+            "a\nb\n"
+        );
+        let odd = [data.clone(), vec![0xff; 11]].concat();
+        std::fs::write(&path, &odd).unwrap();
+        cut_torn_tails(&path).unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), odd);
     }
 }
