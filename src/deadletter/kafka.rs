@@ -17,7 +17,7 @@ use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, T
 use rdkafka::ClientContext;
 use sha2::{Digest, Sha256};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 /// Largest value of one header (`x-error-message` is cut to it, at a character boundary).
@@ -31,6 +31,8 @@ pub const FRAMING_ALLOWANCE: usize = 64 << 10;
 /// Producer context: turns delivery reports into [`Outcome`]s.
 pub struct DlqContext {
     on_outcome: OutcomeFn,
+    /// The target's readiness: a delivered letter proves the topic usable.
+    ready: Arc<AtomicBool>,
 }
 
 impl ClientContext for DlqContext {}
@@ -40,13 +42,16 @@ impl ProducerContext for DlqContext {
 
     fn delivery(&self, result: &DeliveryResult<'_>, letter: Box<DeadLetter>) {
         match result {
-            Ok(_) => (self.on_outcome)(Outcome::Written {
-                partition: letter.partition,
-                offset: letter.offset,
-                epoch: letter.epoch,
-                bytes: letter.held_bytes(),
-                claim_check: letter.claim_check.then_some(letter.payload.len()),
-            }),
+            Ok(_) => {
+                self.ready.store(true, Ordering::Relaxed);
+                (self.on_outcome)(Outcome::Written {
+                    partition: letter.partition,
+                    offset: letter.offset,
+                    epoch: letter.epoch,
+                    bytes: letter.held_bytes(),
+                    claim_check: letter.claim_check.then_some(letter.payload.len()),
+                })
+            }
             Err((e, _)) => (self.on_outcome)(Outcome::Failed {
                 failure: classify(e),
                 error: e.to_string(),
@@ -86,13 +91,30 @@ pub struct KafkaTarget {
     topic: String,
     max_message_bytes: usize,
     ready: Arc<AtomicBool>,
+    /// Dropped with the target: stops the thread that checks the topic again while the target
+    /// is not ready.
+    _recheck: Option<mpsc::Sender<()>>,
 }
+
+/// How often a target that is not ready checks its topic again.
+#[cfg(not(test))]
+const RECHECK_EVERY: Duration = Duration::from_secs(10);
+#[cfg(test)]
+const RECHECK_EVERY: Duration = Duration::from_millis(200);
+/// How long one metadata read or topic creation may take (each; the admin API's request and
+/// operation timeouts).
+#[cfg(not(test))]
+const ADMIN_TIMEOUT: Duration = Duration::from_secs(10);
+#[cfg(test)]
+const ADMIN_TIMEOUT: Duration = Duration::from_secs(1);
 
 impl KafkaTarget {
     /// Creates the producer (sharing the source's connection settings in `base`) and makes sure
     /// the topic exists, creating it if missing with `max.message.bytes` large enough for
-    /// `max_message_bytes`. A topic that cannot be created leaves the target not ready; sends
-    /// then fail and are retried by the caller.
+    /// `max_message_bytes`. A topic that cannot be seen or created leaves the target not ready;
+    /// sends then fail and are retried by the caller, and a thread checks the topic again every
+    /// 10 s until it is usable (or a letter is delivered): a broker or topic that was not there
+    /// at start-up no longer leaves `/readyz` at 503 for good (found in review).
     pub fn new(
         base: &ClientConfig,
         topic: String,
@@ -109,69 +131,102 @@ impl KafkaTarget {
                 "message.max.bytes",
                 (max_message_bytes + FRAMING_ALLOWANCE).to_string(),
             );
-        let producer: ThreadedProducer<DlqContext> =
-            cfg.create_with_context(DlqContext { on_outcome })?;
         let ready = Arc::new(AtomicBool::new(false));
-        let t = KafkaTarget {
+        let producer: ThreadedProducer<DlqContext> = cfg.create_with_context(DlqContext {
+            on_outcome,
+            ready: Arc::clone(&ready),
+        })?;
+        let usable = ensure_topic(base, &topic, max_message_bytes, true);
+        ready.store(usable, Ordering::Relaxed);
+        let recheck = (!usable).then(|| {
+            let (stop, stopped) = mpsc::channel::<()>();
+            let (base, topic, ready) = (base.clone(), topic.clone(), Arc::clone(&ready));
+            let spawned = std::thread::Builder::new()
+                .name("dead-letter-topic".into())
+                .spawn(move || {
+                    while let Err(mpsc::RecvTimeoutError::Timeout) =
+                        stopped.recv_timeout(RECHECK_EVERY)
+                    {
+                        if ready.load(Ordering::Relaxed)
+                            || ensure_topic(&base, &topic, max_message_bytes, false)
+                        {
+                            ready.store(true, Ordering::Relaxed);
+                            tracing::info!(topic = %topic, "the dead-letter topic is usable");
+                            return;
+                        }
+                    }
+                });
+            if let Err(e) = spawned {
+                tracing::error!(error = %e, "cannot start the dead-letter topic check");
+            }
+            stop
+        });
+        Ok(KafkaTarget {
             producer,
             topic,
             max_message_bytes,
             ready,
-        };
-        t.ensure_topic(base);
-        Ok(t)
-    }
-
-    fn ensure_topic(&self, base: &ClientConfig) {
-        let exists = self
-            .producer
-            .client()
-            .fetch_metadata(Some(&self.topic), Duration::from_secs(10))
-            .map(|m| {
-                m.topics().iter().any(|t| {
-                    t.name() == self.topic && t.error().is_none() && !t.partitions().is_empty()
-                })
-            })
-            .unwrap_or(false);
-        if exists {
-            self.ready.store(true, Ordering::Relaxed);
-            return;
-        }
-        let admin: Result<AdminClient<DefaultClientContext>, _> = base.create();
-        let limit = (self.max_message_bytes + FRAMING_ALLOWANCE).to_string();
-        let created = match admin {
-            Ok(admin) => {
-                let topic = NewTopic::new(&self.topic, 1, TopicReplication::Fixed(-1))
-                    .set("max.message.bytes", &limit);
-                let fut = admin.create_topics(
-                    [&topic],
-                    &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
-                );
-                match futures_executor(fut) {
-                    Ok(results) => results.iter().all(|r| match r {
-                        Ok(_) => true,
-                        Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => true,
-                        Err((t, e)) => {
-                            tracing::error!(topic = %t, error = %e, "cannot create the dead-letter topic");
-                            false
-                        }
-                    }),
-                    Err(e) => {
-                        tracing::error!(topic = %self.topic, error = %e, "cannot create the dead-letter topic");
-                        false
-                    }
-                }
-            }
-            Err(e) => {
-                tracing::error!(error = %e, "cannot create a Kafka admin client");
-                false
-            }
-        };
-        self.ready.store(created, Ordering::Relaxed);
+            _recheck: recheck,
+        })
     }
 }
 
-/// Runs a future to completion on the current thread (admin calls at start-up only).
+/// Whether `topic` exists with a partition, creating it if missing (with `max.message.bytes`
+/// large enough for `max_message_bytes`). Failures are logged as errors when `loud`, else at
+/// debug (the re-checks of a target that is not ready).
+fn ensure_topic(base: &ClientConfig, topic: &str, max_message_bytes: usize, loud: bool) -> bool {
+    let admin: AdminClient<DefaultClientContext> = match base.create() {
+        Ok(a) => a,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot create a Kafka admin client");
+            return false;
+        }
+    };
+    let exists = admin
+        .inner()
+        .fetch_metadata(Some(topic), ADMIN_TIMEOUT)
+        .map(|m| {
+            m.topics()
+                .iter()
+                .any(|t| t.name() == topic && t.error().is_none() && !t.partitions().is_empty())
+        })
+        .unwrap_or(false);
+    if exists {
+        return true;
+    }
+    let limit = (max_message_bytes + FRAMING_ALLOWANCE).to_string();
+    let new_topic =
+        NewTopic::new(topic, 1, TopicReplication::Fixed(-1)).set("max.message.bytes", &limit);
+    let fut = admin.create_topics(
+        [&new_topic],
+        &AdminOptions::new()
+            .operation_timeout(Some(ADMIN_TIMEOUT))
+            .request_timeout(Some(ADMIN_TIMEOUT)),
+    );
+    let fail = |t: &str, e: &dyn std::fmt::Display| {
+        if loud {
+            tracing::error!(topic = %t, error = %e, "cannot create the dead-letter topic");
+        } else {
+            tracing::debug!(topic = %t, error = %e, "cannot create the dead-letter topic");
+        }
+    };
+    match futures_executor(fut) {
+        Ok(results) => results.iter().all(|r| match r {
+            Ok(_) => true,
+            Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => true,
+            Err((t, e)) => {
+                fail(t, e);
+                false
+            }
+        }),
+        Err(e) => {
+            fail(topic, &e);
+            false
+        }
+    }
+}
+
+/// Runs a future to completion on the current thread (the admin calls of [`ensure_topic`]).
 fn futures_executor<F: std::future::Future>(f: F) -> F::Output {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -446,6 +446,14 @@ impl State {
                 self.dead_letters.send(l);
             }
         }
+        // With nothing pending, the target's own word decides: a Kafka target whose topic was
+        // not there at start-up becomes ready once it is, without waiting for a bad log.
+        if self.ledger.letter_bytes() == 0
+            && !self.health.dead_letter_ok.load(Ordering::Relaxed)
+            && self.dead_letters.is_ready()
+        {
+            self.health.dead_letter_ok.store(true, Ordering::Relaxed);
+        }
     }
 
     /// Waits, bounded by `deadline`, until nothing is in flight (or, with `partitions`, until

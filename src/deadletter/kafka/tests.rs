@@ -104,3 +104,39 @@ fn failures_are_classified_by_what_fixes_them() {
     assert_eq!(f(C::BrokerTransportFailure), Failure::Transient);
     assert_eq!(classify(&KafkaError::Canceled), Failure::Transient);
 }
+
+/// A target whose topic could not be seen or created at start-up becomes ready once the topic
+/// exists: by its own check again (every 200 ms in tests, 10 s in the daemon), without a letter
+/// (found in review: `/readyz` stayed 503 for good), and by a delivered letter.
+#[test]
+fn a_target_whose_topic_was_missing_at_start_becomes_ready_once_it_exists() {
+    use rdkafka::mocking::MockCluster;
+    use std::time::Instant;
+    let cluster = MockCluster::new(1).expect("mock cluster");
+    let mut base = ClientConfig::new();
+    base.set("bootstrap.servers", cluster.bootstrap_servers())
+        .set("allow.auto.create.topics", "false");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let tx = std::sync::Mutex::new(tx);
+    let on: crate::deadletter::OutcomeFn = Arc::new(move |o| {
+        let _ = tx.lock().unwrap().send(o);
+    });
+    let mut t = KafkaTarget::new(&base, "src-dlq".into(), 1 << 20, on).expect("producer");
+    assert!(!t.is_ready(), "the topic is missing and cannot be created");
+    std::thread::sleep(Duration::from_millis(600));
+    assert!(!t.is_ready(), "still missing");
+    cluster.create_topic("src-dlq", 1, 1).expect("topic");
+    let end = Instant::now() + Duration::from_secs(30);
+    while !t.is_ready() && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(t.is_ready(), "the topic exists: the target is usable");
+    t.send(letter(10, None, 5));
+    match rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("an outcome")
+    {
+        Outcome::Written { .. } => {}
+        Outcome::Failed { error, .. } => panic!("{error}"),
+    }
+}

@@ -98,6 +98,17 @@ fn a_letter_refused_as_too_large_is_sent_again_at_once_as_a_claim_check() {
     assert_eq!(st.ledger.commit_points(None)[0].offset, 1);
 }
 
+/// A target that was not usable at start-up (a Kafka topic not there yet) makes the publisher
+/// ready once it says it is usable, with nothing pending: it no longer waits for a letter to be
+/// written, which without bad input never comes (found in review).
+#[test]
+fn a_target_not_usable_at_start_turns_ready_when_it_is_with_nothing_pending() {
+    let (mut st, _tx, _target) = state(1 << 20);
+    st.health.dead_letter_ok.store(false, Ordering::Relaxed);
+    st.retry_dead_letters(Instant::now());
+    assert!(st.health.dead_letter_ok.load(Ordering::Relaxed));
+}
+
 #[test]
 fn a_target_only_an_operator_can_fix_is_retried_slowly_and_makes_the_publisher_unready() {
     let (mut st, tx, target) = state(1 << 20);
@@ -112,6 +123,10 @@ fn a_target_only_an_operator_can_fix_is_retried_slowly_and_makes_the_publisher_u
     let now = Instant::now();
     st.retry_dead_letters(now + Duration::from_secs(5));
     assert!(target.take().is_empty(), "not within 10 s");
+    assert!(
+        !st.health.dead_letter_ok.load(Ordering::Relaxed),
+        "a letter is pending: the target's own word does not count"
+    );
     st.retry_dead_letters(now + Duration::from_secs(11));
     let again = target.take().pop().expect("sent again after 10 s");
     written(&tx, &again);
