@@ -302,12 +302,15 @@ impl RebalanceListener for Listener {
         // Ship what is batched, wait (bounded) for the acknowledgements of these partitions,
         // commit what is acknowledged, forget the rest (the next owner re-reads it).
         st.flush(Instant::now());
-        let settled = settle(
-            &mut st,
-            consumer,
-            Instant::now() + self.revoke_timeout,
-            Some(partitions),
-        );
+        // After the final drain (the consumer's close revokes everything) the drain's deadline
+        // has passed already: waiting `revoke_timeout` again would outlast the pod's grace
+        // period (30 s + 15 s by default against Kubernetes' 30 s; found in review).
+        let wait = if st.drained {
+            Duration::ZERO
+        } else {
+            self.revoke_timeout
+        };
+        let settled = settle(&mut st, consumer, Instant::now() + wait, Some(partitions));
         if !settled {
             tracing::warn!(partitions = ?partitions, "revoke deadline passed with rows unacknowledged; they stay uncommitted");
         }
@@ -584,6 +587,7 @@ pub(crate) fn run(
         st.flush(Instant::now());
         let ok = settle(&mut st, &consumer, deadline, None);
         commit(&mut st, &consumer, None, CommitMode::Sync);
+        st.drained = true;
         let t = st.totals;
         tracing::info!(
             messages = t.messages,

@@ -123,3 +123,71 @@ fn a_partition_paused_when_revoked_delivers_when_assigned_again() {
     }
     assert_eq!(delivered, 5, "the partition came back paused");
 }
+
+/// After the final drain, the revoke of the consumer's close commits what is acknowledged and
+/// does not wait `revoke_timeout` again for a batch the drain gave up on (found in review: an
+/// unfinished drain took `drain_timeout` + `revoke_timeout`, past the pod's grace period). The
+/// revoke before the drain still waits (here: it is still waiting after 2 s of a 60 s timeout).
+#[test]
+fn the_revoke_after_the_drain_does_not_wait_again() {
+    use crate::batch::Batcher;
+    use crate::config::Batching;
+    use crate::pipeline::state::{Event, State};
+    struct Nowhere;
+    impl crate::deadletter::Target for Nowhere {
+        fn send(&mut self, _: crate::deadletter::DeadLetter) {}
+        fn is_ready(&self) -> bool {
+            true
+        }
+        fn flush(&mut self, _: Duration) {}
+    }
+    let cluster = MockCluster::new(1).expect("mock cluster");
+    let topic = "drained";
+    cluster.create_topic(topic, 1, 1).expect("topic");
+    let revoke = |drained: bool| {
+        let c = consumer(&cluster.bootstrap_servers(), topic);
+        let (_tx, rx) = std::sync::mpsc::channel::<Event>();
+        let (sink_tx, sink_rx) = tokio::sync::mpsc::channel(2);
+        // The sink task never answers: the batch stays unacknowledged.
+        std::mem::forget(sink_rx);
+        let mut st = State::new(
+            topic.into(),
+            1,
+            Batcher::new(crate::batch::testing::layout(), Batching::default()),
+            Health::new(),
+            rx,
+            sink_tx,
+            Box::new(Nowhere),
+            1 << 30,
+            None,
+        );
+        st.assigned_with(&[0], &std::collections::HashMap::new());
+        let log = crate::batch::testing::log("s", 1, 0, 1_700_000_000_000_000);
+        st.on_message(0, 0, None, Some(&log), Instant::now());
+        st.flush(Instant::now());
+        st.drained = drained;
+        let l = Listener {
+            state: Arc::new(Mutex::new(st)),
+            topic: topic.into(),
+            revoke_timeout: Duration::from_secs(60),
+            start_from: None,
+            other_group: None,
+            generation: Arc::new(AtomicU64::new(0)),
+            exactly_once: false,
+        };
+        let (done_tx, done) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            l.revoking(&c, &[0]);
+            let _ = done_tx.send(());
+        });
+        done
+    };
+    assert!(
+        revoke(true).recv_timeout(Duration::from_secs(30)).is_ok(),
+        "the revoke after the drain waited for the batch the drain gave up on"
+    );
+    assert!(
+        revoke(false).recv_timeout(Duration::from_secs(2)).is_err(),
+        "a revoke before the drain waits for the batch"
+    );
+}

@@ -108,6 +108,9 @@ pub(crate) struct State {
     dlq_log_limit: RateLimit,
     claim_log_limit: RateLimit,
     sink_closed: bool,
+    /// The final drain has run (settled as far as its deadline allowed): a revoke after it
+    /// (the consumer's close) commits what is acknowledged without waiting again.
+    pub(crate) drained: bool,
 }
 
 impl State {
@@ -149,6 +152,7 @@ impl State {
             dlq_log_limit: RateLimit::new(),
             claim_log_limit: RateLimit::new(),
             sink_closed: false,
+            drained: false,
         }
     }
 
