@@ -320,18 +320,24 @@ mod tests {
     use crate::framing::FrameReader;
     use std::sync::Mutex;
 
+    /// A target on `path` whose outcomes are recorded.
+    fn recording(path: &Path, max_frame: usize) -> (FileTarget, Arc<Mutex<Vec<Outcome>>>) {
+        let acks = Arc::new(Mutex::new(Vec::new()));
+        let a2 = Arc::clone(&acks);
+        let t = FileTarget::new(
+            path,
+            max_frame,
+            Arc::new(move |o| a2.lock().unwrap().push(o)),
+        )
+        .unwrap();
+        (t, acks)
+    }
+
     #[test]
     fn letters_are_written_replayable_and_acknowledged() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("dlq/dead.bin");
-        let acks = Arc::new(Mutex::new(Vec::new()));
-        let a2 = Arc::clone(&acks);
-        let mut t = FileTarget::new(
-            &path,
-            1 << 20,
-            Arc::new(move |o| a2.lock().unwrap().push(o)),
-        )
-        .unwrap();
+        let (mut t, acks) = recording(&path, 1 << 20);
         for i in 0..3 {
             t.send(DeadLetter {
                 topic: "t".into(),
@@ -394,15 +400,8 @@ mod tests {
     fn a_letter_over_the_frame_limit_is_claim_checked_so_every_frame_replays() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("dead.bin");
-        let acks = Arc::new(Mutex::new(Vec::new()));
-        let a2 = Arc::clone(&acks);
         let max_frame = 8 << 10;
-        let mut t = FileTarget::new(
-            &path,
-            max_frame,
-            Arc::new(move |o| a2.lock().unwrap().push(o)),
-        )
-        .unwrap();
+        let (mut t, acks) = recording(&path, max_frame);
         let big: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
         t.send(letter(1, vec![1; 10]));
         t.send(letter(2, big.clone()));
@@ -513,14 +512,7 @@ mod tests {
             data.truncate(whole + cut);
             std::fs::write(&path, &data).unwrap();
             std::fs::write(reasons_path(&path), "{\"offset\":1}\n{\"offs").unwrap();
-            let acks = Arc::new(Mutex::new(Vec::new()));
-            let a2 = Arc::clone(&acks);
-            let mut t = FileTarget::new(
-                &path,
-                1 << 20,
-                Arc::new(move |o| a2.lock().unwrap().push(o)),
-            )
-            .unwrap();
+            let (mut t, acks) = recording(&path, 1 << 20);
             t.send(letter(7, vec![7; 5]));
             t.flush(Duration::from_secs(10));
             assert!(matches!(acks.lock().unwrap()[0], Outcome::Written { .. }));
