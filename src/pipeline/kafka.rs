@@ -4,6 +4,7 @@
 
 use super::checkpoints::{self, Read, Start};
 use super::events::{self, RateLimit};
+use super::start_from;
 use super::state::State;
 use crate::commit::Partition;
 use crate::config::StartFrom;
@@ -27,6 +28,8 @@ pub(crate) struct KafkaLoop {
     /// [`Listener::other_group`]'s client: its event queue is served at the commit cadence, so
     /// what it queues between rebalances (broker errors) stays bounded.
     pub(crate) other_group: Option<Arc<BaseConsumer>>,
+    /// `consumer.start_from`: where partitions whose start could not be read start once it can.
+    pub(crate) start_from: Option<StartFrom>,
 }
 
 /// Messages taken per burst of the poll loop, between two clock readings and cancellation
@@ -172,66 +175,34 @@ impl Listener {
             .filter(|e| e.topic() == self.topic)
             .map(|e| e.partition())
             .collect();
-        let mut q = TopicPartitionList::new();
-        for p in &ours {
-            q.add_partition(&self.topic, *p);
-        }
-        let committed = match consumer.committed_offsets(q, Duration::from_secs(10)) {
-            Ok(c) => c,
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot read committed offsets; starting per auto.offset.reset");
-                return;
-            }
-        };
-        let fresh: Vec<i32> = committed
-            .elements()
-            .iter()
-            .filter(|e| !matches!(e.offset(), Offset::Offset(_)))
-            .map(|e| e.partition())
-            .collect();
-        if fresh.is_empty() {
-            return;
-        }
-        let found = match sf {
-            StartFrom::Timestamp(ms) => {
-                let mut q = TopicPartitionList::new();
-                for p in &fresh {
-                    let _ = q.add_partition_offset(&self.topic, *p, Offset::Offset(*ms));
-                }
-                consumer.offsets_for_times(q, Duration::from_secs(10))
-            }
-            StartFrom::Group(_) => {
-                let Some(other) = &self.other_group else {
-                    return; // it could not be made; `other_group_reader` said why
-                };
-                serve_events(other);
-                let mut q = TopicPartitionList::new();
-                for p in &fresh {
-                    q.add_partition(&self.topic, *p);
-                }
-                other.committed_offsets(q, Duration::from_secs(10))
-            }
-            StartFrom::Earliest | StartFrom::Latest => return,
-        };
-        match found {
-            Ok(list) => {
-                let mut st = lock(&self.state);
-                for e in list.elements() {
-                    let off = e.offset();
-                    if matches!(off, Offset::Offset(_) | Offset::End) {
-                        tracing::info!(partition = e.partition(), offset = ?off, "start position from start_from");
-                        let _ = tpl.set_partition_offset(&self.topic, e.partition(), off);
-                    }
-                    // Committed once the partition starts: a restart (or the other group's
-                    // deletion) cannot move an idle partition's start.
-                    if let Offset::Offset(o) = off {
-                        st.start_positions.insert(e.partition(), o);
+        let timeout = Duration::from_secs(10);
+        let read = start_from::read_committed(consumer, &self.topic, &ours, timeout);
+        let mut pending = read.failed;
+        if !read.fresh.is_empty() {
+            let other = self.other_group.as_deref();
+            match start_from::resolve(consumer, sf, other, &self.topic, &read.fresh, timeout) {
+                Ok(found) => {
+                    let mut st = lock(&self.state);
+                    for (p, at) in found {
+                        let Some(off) = at else { continue };
+                        tracing::info!(partition = p, offset = ?off, "start position from start_from");
+                        let _ = tpl.set_partition_offset(&self.topic, p, off);
+                        // Committed once the partition starts: a restart (or the other group's
+                        // deletion) cannot move an idle partition's start.
+                        if let Offset::Offset(o) = off {
+                            st.start_positions.insert(p, o);
+                        }
                     }
                 }
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot resolve start_from");
+                    pending.extend(read.fresh);
+                }
             }
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot resolve start_from; starting per auto.offset.reset")
-            }
+        }
+        if !pending.is_empty() {
+            tracing::warn!(partitions = ?pending, "where these partitions start cannot be read; they wait, paused, and are read again every second");
+            lock(&self.state).start_pending.extend(pending);
         }
     }
 }
@@ -260,7 +231,7 @@ pub(crate) fn other_group_reader(
 /// Serves what a client that is never subscribed has queued, without waiting: its events are
 /// errors (rdkafka returns them from `poll` rather than logging them), logged here at debug
 /// level since the consumer beside it reports the same brokers' troubles.
-fn serve_events(client: &BaseConsumer) {
+pub(super) fn serve_events(client: &BaseConsumer) {
     while let Some(event) = client.poll(Duration::ZERO) {
         if let Err(e) = event {
             tracing::debug!(error = %e, "start_from's group reader");
@@ -294,6 +265,14 @@ impl RebalanceListener for Listener {
         } else {
             st.assigned_with(partitions, &std::collections::HashMap::new());
         }
+        // Partitions whose start could not be read: paused before any of their messages
+        // reaches the pipeline ([`start_from`]).
+        let pending: Vec<Partition> = partitions
+            .iter()
+            .copied()
+            .filter(|p| st.start_pending.contains(p))
+            .collect();
+        pause(consumer, &self.topic, &pending);
         self.generation.fetch_add(1, Ordering::Relaxed);
     }
 
@@ -385,7 +364,7 @@ fn pause(consumer: &BaseConsumer<SourceContext>, topic: &str, partitions: &[Part
         tpl.add_partition(topic, *p);
     }
     if let Err(e) = consumer.pause(&tpl) {
-        tracing::error!(error = %e, partitions = ?partitions, "cannot pause partitions held for their checkpoint");
+        tracing::error!(error = %e, partitions = ?partitions, "cannot pause partitions held for their checkpoint or start");
     }
 }
 
@@ -404,7 +383,8 @@ fn retry_held(st: &mut State, consumer: &BaseConsumer<SourceContext>, topic: &st
         tracing::info!(partitions = ?start, "exactly-once: checkpoints read; partitions start");
         if !paused {
             let mut tpl = TopicPartitionList::new();
-            for p in &start {
+            // Not those still waiting for their start (`start_from`): `start_from::retry` does.
+            for p in start.iter().filter(|p| !st.start_pending.contains(p)) {
                 tpl.add_partition(topic, *p);
             }
             if let Err(e) = consumer.resume(&tpl) {
@@ -414,7 +394,7 @@ fn retry_held(st: &mut State, consumer: &BaseConsumer<SourceContext>, topic: &st
     }
 }
 
-/// The assignment minus the partitions held for their checkpoint.
+/// The assignment minus the partitions held for their checkpoint or their start.
 fn resumable(
     consumer: &BaseConsumer<SourceContext>,
     st: &State,
@@ -422,7 +402,7 @@ fn resumable(
     let a = consumer.assignment()?;
     let mut out = TopicPartitionList::new();
     for e in a.elements() {
-        if !st.held.is_held(e.partition()) {
+        if !st.held.is_held(e.partition()) && !st.start_pending.contains(&e.partition()) {
             out.add_partition(e.topic(), e.partition());
         }
     }
@@ -445,6 +425,7 @@ pub(crate) fn run(
     }
     let mut paused = false;
     let mut paused_gen = 0u64;
+    let mut next_start_read = Instant::now();
     let mut last_commit = Instant::now();
     let mut last_meta: Option<Instant> = None;
     let mut last_housekeeping = Instant::now();
@@ -466,6 +447,20 @@ pub(crate) fn run(
                 st.retry_dead_letters(now);
                 st.poll_linger(now);
                 retry_held(&mut st, &consumer, &cfg.topic, paused);
+                if !st.start_pending.is_empty() && now >= next_start_read {
+                    next_start_read = now + checkpoints::RETRY_EVERY;
+                    let other = cfg.other_group.as_deref();
+                    let sf = cfg.start_from.as_ref();
+                    start_from::retry(
+                        &mut st,
+                        &consumer,
+                        &cfg.topic,
+                        sf,
+                        other,
+                        paused,
+                        RETRY_READ_TIMEOUT,
+                    );
+                }
                 if now.duration_since(last_commit) >= cfg.commit_interval {
                     commit(&mut st, &consumer, None, CommitMode::Sync);
                     last_commit = now;

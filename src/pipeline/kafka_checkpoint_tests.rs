@@ -191,3 +191,142 @@ fn the_revoke_after_the_drain_does_not_wait_again() {
         "a revoke before the drain waits for the batch"
     );
 }
+
+/// `start_from: group:<old>` on a new group whose committed offsets cannot be read at its first
+/// assignment (the coordinator keeps loading): the partition is not started per
+/// `auto.offset.reset` (it used to be: the whole topic was published again). It waits, paused,
+/// and starts at the old group's offset once the read succeeds (found in review).
+#[test]
+fn a_start_that_cannot_be_read_waits_paused_then_starts_where_start_from_says() {
+    use super::start_from;
+    use crate::batch::Batcher;
+    use crate::config::Batching;
+    use crate::pipeline::state::{Event, State};
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    struct Nowhere;
+    impl crate::deadletter::Target for Nowhere {
+        fn send(&mut self, _: crate::deadletter::DeadLetter) {}
+        fn is_ready(&self) -> bool {
+            true
+        }
+        fn flush(&mut self, _: Duration) {}
+    }
+    let cluster = MockCluster::new(1).expect("mock cluster");
+    let bootstrap = cluster.bootstrap_servers();
+    let topic = "migrating";
+    cluster.create_topic(topic, 1, 1).expect("topic");
+    let p: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", &bootstrap)
+        .create()
+        .expect("producer");
+    for i in 0..20 {
+        p.send(
+            BaseRecord::<(), _>::to(topic)
+                .partition(0)
+                .payload(&format!("m{i}")),
+        )
+        .map_err(|(e, _)| e)
+        .expect("send");
+    }
+    p.flush(Duration::from_secs(10)).expect("flush");
+    // The old publisher's group committed 15.
+    let old: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &bootstrap)
+        .set("group.id", "old")
+        .create()
+        .expect("old group");
+    let mut at = TopicPartitionList::new();
+    at.add_partition_offset(topic, 0, Offset::Offset(15))
+        .unwrap();
+    old.commit(&at, CommitMode::Sync).expect("commit");
+
+    let sf = StartFrom::Group("old".into());
+    let mut conn = ClientConfig::new();
+    conn.set("bootstrap.servers", &bootstrap);
+    let other = other_group_reader(Some(&sf), &conn).map(Arc::new);
+    let mut cfg = ClientConfig::new();
+    cfg.set("bootstrap.servers", &bootstrap)
+        .set("group.id", "new")
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "earliest");
+    let c: BaseConsumer<SourceContext> = BaseConsumer::from_config_and_context(
+        &cfg,
+        SourceContext::new(topic.into(), Health::new(), Box::new(|_| {})),
+    )
+    .expect("consumer");
+    let (_tx, rx) = std::sync::mpsc::channel::<Event>();
+    let (sink_tx, sink_rx) = tokio::sync::mpsc::channel(2);
+    std::mem::forget(sink_rx);
+    let st = State::new(
+        topic.into(),
+        1,
+        Batcher::new(crate::batch::testing::layout(), Batching::default()),
+        Health::new(),
+        rx,
+        sink_tx,
+        Box::new(Nowhere),
+        1 << 30,
+        None,
+    );
+    let l = Listener {
+        state: Arc::new(Mutex::new(st)),
+        topic: topic.into(),
+        revoke_timeout: Duration::from_secs(1),
+        start_from: Some(sf.clone()),
+        other_group: other.clone(),
+        generation: Arc::new(AtomicU64::new(0)),
+        exactly_once: false,
+    };
+    // The coordinator keeps loading through the first assignment.
+    cluster.request_errors(
+        RDKafkaApiKey::OffsetFetch,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_COORDINATOR_LOAD_IN_PROGRESS; 500],
+    );
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition(topic, 0);
+    l.assigning(&c, &mut tpl);
+    c.assign(&tpl).unwrap();
+    l.assigned(&c, &[0]);
+    assert!(lock(&l.state).start_pending.contains(&0), "pending");
+    let first = |c: &BaseConsumer<SourceContext>, wait: Duration| {
+        let end = Instant::now() + wait;
+        while Instant::now() < end {
+            if let Some(Ok(m)) = c.poll(Duration::from_millis(100)) {
+                use rdkafka::Message;
+                return Some(m.offset());
+            }
+        }
+        None
+    };
+    assert_eq!(
+        first(&c, Duration::from_secs(2)),
+        None,
+        "nothing read meanwhile"
+    );
+    cluster.clear_request_errors(RDKafkaApiKey::OffsetFetch);
+    // As the poll loop does: read again every second (librdkafka positions the partition
+    // itself first; it cannot be moved before).
+    for _ in 0..30 {
+        let mut st = lock(&l.state);
+        start_from::retry(
+            &mut st,
+            &c,
+            topic,
+            Some(&sf),
+            other.as_deref(),
+            false,
+            Duration::from_secs(1),
+        );
+        if st.start_pending.is_empty() {
+            break;
+        }
+        drop(st);
+        let _ = c.poll(Duration::from_secs(1));
+    }
+    assert!(lock(&l.state).start_pending.is_empty(), "started");
+    assert_eq!(
+        first(&c, Duration::from_secs(15)),
+        Some(15),
+        "starts at the old group's offset"
+    );
+}

@@ -33,6 +33,7 @@ mod kafka;
 mod ledger;
 mod replay;
 mod sinks;
+mod start_from;
 mod state;
 
 use crate::batch::Batcher;
@@ -267,6 +268,7 @@ impl Publisher {
                     commit_interval: cfg.consumer.commit_interval,
                     drain_timeout: drain,
                     other_group,
+                    start_from: cfg.consumer.start_from.clone(),
                 };
                 let health = Arc::clone(&health);
                 thread.spawn(move || {

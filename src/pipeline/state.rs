@@ -100,6 +100,9 @@ pub(crate) struct State {
     /// until they start: that position is then committed, so the group owns it even if the
     /// partition stays idle.
     pub(crate) start_positions: HashMap<Partition, i64>,
+    /// `start_from`: assigned partitions whose start could not be read yet (paused; read
+    /// again by the poll loop, `pipeline::start_from`).
+    pub(crate) start_pending: std::collections::BTreeSet<Partition>,
     /// Exactly-once: assigned partitions held (paused) for their checkpoint.
     pub(crate) held: HeldPartitions,
     counts: Counts,
@@ -145,6 +148,7 @@ impl State {
             registrations: Vec::new(),
             checkpoints_read: Vec::new(),
             start_positions: HashMap::new(),
+            start_pending: std::collections::BTreeSet::new(),
             held: HeldPartitions::default(),
             counts: Counts::default(),
             totals: Totals::default(),
@@ -562,6 +566,7 @@ impl State {
     /// letters waiting for a retry are dropped: the next owner dead-letters those logs again.
     pub(crate) fn forget(&mut self, partitions: &[Partition]) {
         self.start_positions.retain(|p, _| !partitions.contains(p));
+        self.start_pending.retain(|p| !partitions.contains(p));
         self.held.revoked(partitions);
         self.publish_held();
         self.dlq_retry

@@ -1,0 +1,161 @@
+//! Where newly assigned partitions start under `consumer.start_from` (a time, or another
+//! group's committed offsets): only partitions the group has never committed start there; the
+//! others continue from their committed offset.
+//!
+//! Either answer needs a read from the coordinator (the group's committed offsets, then the
+//! offsets for a time or the other group's). When a read fails (a coordinator still loading
+//! during a broker roll, a timeout) nothing is guessed: the partitions it leaves open are
+//! **pending**, paused inside the rebalance callback right after the assignment, read again
+//! every second by the poll loop ([`retry`]), then positioned (`seek`) and resumed. Before,
+//! they started per `auto.offset.reset` (`earliest` whenever `start_from` is set): the whole
+//! retained topic was published again (found in review, 2026-12-03).
+
+use super::state::State;
+use crate::commit::Partition;
+use crate::config::StartFrom;
+use crate::source::SourceContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::{Offset, TopicPartitionList};
+use std::time::Duration;
+
+/// What a read of the group's committed offsets says about each partition.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(super) struct Committed {
+    /// Partitions with a committed offset (they continue from it).
+    pub(super) at: Vec<(Partition, i64)>,
+    /// Partitions the group never committed: `start_from` decides.
+    pub(super) fresh: Vec<Partition>,
+    /// Partitions the read did not answer for (the whole request, or their entry, failed).
+    pub(super) failed: Vec<Partition>,
+}
+
+/// Reads the group's committed offsets of `partitions` of `topic`.
+pub(super) fn read_committed(
+    consumer: &BaseConsumer<SourceContext>,
+    topic: &str,
+    partitions: &[Partition],
+    timeout: Duration,
+) -> Committed {
+    let mut q = TopicPartitionList::new();
+    for p in partitions {
+        q.add_partition(topic, *p);
+    }
+    let mut out = Committed::default();
+    match consumer.committed_offsets(q, timeout) {
+        Ok(list) => {
+            for e in list.elements().iter().filter(|e| e.topic() == topic) {
+                match (e.error(), e.offset()) {
+                    (Err(_), _) => out.failed.push(e.partition()),
+                    (Ok(()), Offset::Offset(o)) => out.at.push((e.partition(), o)),
+                    (Ok(()), _) => out.fresh.push(e.partition()),
+                }
+            }
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, partitions = ?partitions, "cannot read the group's committed offsets");
+            out.failed.extend_from_slice(partitions);
+        }
+    }
+    out
+}
+
+/// Where each of `fresh` starts per `start_from`: its offset, the end, or `None` (what the
+/// other group never committed, a time past the end: `auto.offset.reset`, which `start_from`
+/// sets to `earliest`). `Err` when the lookup failed (read again later).
+pub(super) fn resolve(
+    consumer: &BaseConsumer<SourceContext>,
+    start_from: &StartFrom,
+    other_group: Option<&BaseConsumer>,
+    topic: &str,
+    fresh: &[Partition],
+    timeout: Duration,
+) -> Result<Vec<(Partition, Option<Offset>)>, String> {
+    let found = match start_from {
+        StartFrom::Timestamp(ms) => {
+            let mut q = TopicPartitionList::new();
+            for p in fresh {
+                let _ = q.add_partition_offset(topic, *p, Offset::Offset(*ms));
+            }
+            consumer.offsets_for_times(q, timeout)
+        }
+        StartFrom::Group(_) => {
+            let Some(other) = other_group else {
+                // It could not be made; `other_group_reader` said why.
+                return Ok(fresh.iter().map(|p| (*p, None)).collect());
+            };
+            super::kafka::serve_events(other);
+            let mut q = TopicPartitionList::new();
+            for p in fresh {
+                q.add_partition(topic, *p);
+            }
+            other.committed_offsets(q, timeout)
+        }
+        StartFrom::Earliest | StartFrom::Latest => {
+            return Ok(fresh.iter().map(|p| (*p, None)).collect())
+        }
+    };
+    let list = found.map_err(|e| e.to_string())?;
+    let mut out = Vec::with_capacity(fresh.len());
+    for e in list.elements().iter().filter(|e| e.topic() == topic) {
+        e.error().map_err(|e| e.to_string())?;
+        let off = e.offset();
+        let at = matches!(off, Offset::Offset(_) | Offset::End).then_some(off);
+        out.push((e.partition(), at));
+    }
+    Ok(out)
+}
+
+/// Reads again where the pending partitions start (a short `timeout`: the loop waits), and
+/// positions and resumes those it can (not resumed while intake is `paused` for the budget,
+/// nor while held for an exactly-once checkpoint: the loop's resume takes them then).
+pub(super) fn retry(
+    st: &mut State,
+    consumer: &BaseConsumer<SourceContext>,
+    topic: &str,
+    start_from: Option<&StartFrom>,
+    other_group: Option<&BaseConsumer>,
+    paused: bool,
+    timeout: Duration,
+) {
+    let pending: Vec<Partition> = st.start_pending.iter().copied().collect();
+    if pending.is_empty() {
+        return;
+    }
+    let read = read_committed(consumer, topic, &pending, timeout);
+    let mut starts: Vec<(Partition, Offset)> = read
+        .at
+        .iter()
+        .map(|&(p, o)| (p, Offset::Offset(o)))
+        .collect();
+    if !read.fresh.is_empty() {
+        let Some(sf) = start_from else { return };
+        match resolve(consumer, sf, other_group, topic, &read.fresh, timeout) {
+            Ok(found) => starts.extend(
+                found
+                    .into_iter()
+                    .map(|(p, at)| (p, at.unwrap_or(Offset::Beginning))),
+            ),
+            Err(e) => tracing::debug!(error = %e, "start_from still cannot be resolved"),
+        }
+    }
+    let mut resume = TopicPartitionList::new();
+    for (p, off) in starts {
+        if let Err(e) = consumer.seek(topic, p, off, timeout) {
+            tracing::debug!(error = %e, partition = p, "cannot position a pending partition yet");
+            continue;
+        }
+        st.start_pending.remove(&p);
+        if let (Offset::Offset(o), true) = (off, read.fresh.contains(&p)) {
+            st.ledger.positioned(p, o);
+        }
+        tracing::info!(partition = p, offset = ?off, "start position read; the partition starts");
+        if !paused && !st.held.is_held(p) {
+            resume.add_partition(topic, p);
+        }
+    }
+    if resume.count() > 0 {
+        if let Err(e) = consumer.resume(&resume) {
+            tracing::error!(error = %e, "cannot resume partitions after reading their start");
+        }
+    }
+}
