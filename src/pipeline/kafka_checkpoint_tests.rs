@@ -21,6 +21,69 @@ fn consumer(bootstrap: &str, topic: &str) -> BaseConsumer<SourceContext> {
     .expect("consumer")
 }
 
+/// `n` messages (`m0`, `m1`, …) to partition 0 of `topic`.
+fn produce(bootstrap: &str, topic: &str, n: usize) {
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    let p: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()
+        .expect("producer");
+    for i in 0..n {
+        let payload = format!("m{i}");
+        let record = BaseRecord::<(), _>::to(topic)
+            .partition(0)
+            .payload(&payload);
+        p.send(record).map_err(|(e, _)| e).expect("send");
+    }
+    p.flush(Duration::from_secs(10)).expect("flush");
+}
+
+/// A dead-letter target that takes letters and never answers.
+struct Nowhere;
+
+impl crate::deadletter::Target for Nowhere {
+    fn send(&mut self, _: crate::deadletter::DeadLetter) {}
+    fn is_ready(&self) -> bool {
+        true
+    }
+    fn flush(&mut self, _: Duration) {}
+}
+
+/// An at-least-once listener of `topic` over a fresh state (`prepare`d), whose one sink never
+/// answers.
+fn listener(
+    topic: &str,
+    revoke_timeout: Duration,
+    start_from: Option<StartFrom>,
+    other_group: Option<Arc<BaseConsumer>>,
+    prepare: impl FnOnce(&mut State),
+) -> Listener {
+    let (_tx, rx) = std::sync::mpsc::channel();
+    let (sink_tx, sink_rx) = tokio::sync::mpsc::channel(2);
+    std::mem::forget(sink_rx);
+    let mut st = State::new(
+        topic.into(),
+        1,
+        crate::batch::Batcher::new(crate::batch::testing::layout(), Default::default()),
+        Health::new(),
+        rx,
+        sink_tx,
+        Box::new(Nowhere),
+        1 << 30,
+        None,
+    );
+    prepare(&mut st);
+    Listener {
+        state: Arc::new(Mutex::new(st)),
+        topic: topic.into(),
+        revoke_timeout,
+        start_from,
+        other_group,
+        generation: Arc::new(AtomicU64::new(0)),
+        exactly_once: false,
+    }
+}
+
 #[test]
 fn each_read_outcome_is_a_distinct_start_and_a_failed_read_is_retried() {
     let cluster = MockCluster::new(1).expect("mock cluster");
@@ -79,24 +142,10 @@ fn each_read_outcome_is_a_distinct_start_and_a_failed_read_is_retried() {
 #[test]
 fn a_partition_paused_when_revoked_delivers_when_assigned_again() {
     use rdkafka::consumer::ConsumerContext;
-    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
     let cluster = MockCluster::new(1).expect("mock cluster");
     let topic = "paused";
     cluster.create_topic(topic, 1, 1).expect("topic");
-    let p: BaseProducer = ClientConfig::new()
-        .set("bootstrap.servers", cluster.bootstrap_servers())
-        .create()
-        .expect("producer");
-    for i in 0..5 {
-        p.send(
-            BaseRecord::<(), _>::to(topic)
-                .partition(0)
-                .payload(&format!("m{i}")),
-        )
-        .map_err(|(e, _)| e)
-        .expect("send");
-    }
-    p.flush(Duration::from_secs(10)).expect("flush");
+    produce(&cluster.bootstrap_servers(), topic, 5);
     let from_start = || {
         let mut t = TopicPartitionList::new();
         t.add_partition_offset(topic, 0, Offset::Beginning).unwrap();
@@ -130,51 +179,19 @@ fn a_partition_paused_when_revoked_delivers_when_assigned_again() {
 /// revoke before the drain still waits (here: it is still waiting after 2 s of a 60 s timeout).
 #[test]
 fn the_revoke_after_the_drain_does_not_wait_again() {
-    use crate::batch::Batcher;
-    use crate::config::Batching;
-    use crate::pipeline::state::{Event, State};
-    struct Nowhere;
-    impl crate::deadletter::Target for Nowhere {
-        fn send(&mut self, _: crate::deadletter::DeadLetter) {}
-        fn is_ready(&self) -> bool {
-            true
-        }
-        fn flush(&mut self, _: Duration) {}
-    }
     let cluster = MockCluster::new(1).expect("mock cluster");
     let topic = "drained";
     cluster.create_topic(topic, 1, 1).expect("topic");
     let revoke = |drained: bool| {
         let c = consumer(&cluster.bootstrap_servers(), topic);
-        let (_tx, rx) = std::sync::mpsc::channel::<Event>();
-        let (sink_tx, sink_rx) = tokio::sync::mpsc::channel(2);
-        // The sink task never answers: the batch stays unacknowledged.
-        std::mem::forget(sink_rx);
-        let mut st = State::new(
-            topic.into(),
-            1,
-            Batcher::new(crate::batch::testing::layout(), Batching::default()),
-            Health::new(),
-            rx,
-            sink_tx,
-            Box::new(Nowhere),
-            1 << 30,
-            None,
-        );
-        st.assigned_with(&[0], &std::collections::HashMap::new());
-        let log = crate::batch::testing::log("s", 1, 0, 1_700_000_000_000_000);
-        st.on_message(0, 0, None, Some(&log), Instant::now());
-        st.flush(Instant::now());
-        st.drained = drained;
-        let l = Listener {
-            state: Arc::new(Mutex::new(st)),
-            topic: topic.into(),
-            revoke_timeout: Duration::from_secs(60),
-            start_from: None,
-            other_group: None,
-            generation: Arc::new(AtomicU64::new(0)),
-            exactly_once: false,
-        };
+        // The sink never answers: the batch stays unacknowledged.
+        let l = listener(topic, Duration::from_secs(60), None, None, |st| {
+            st.assigned_with(&[0], &std::collections::HashMap::new());
+            let log = crate::batch::testing::log("s", 1, 0, 1_700_000_000_000_000);
+            st.on_message(0, 0, None, Some(&log), Instant::now());
+            st.flush(Instant::now());
+            st.drained = drained;
+        });
         let (done_tx, done) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             l.revoking(&c, &[0]);
@@ -199,36 +216,11 @@ fn the_revoke_after_the_drain_does_not_wait_again() {
 #[test]
 fn a_start_that_cannot_be_read_waits_paused_then_starts_where_start_from_says() {
     use super::start_from;
-    use crate::batch::Batcher;
-    use crate::config::Batching;
-    use crate::pipeline::state::{Event, State};
-    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
-    struct Nowhere;
-    impl crate::deadletter::Target for Nowhere {
-        fn send(&mut self, _: crate::deadletter::DeadLetter) {}
-        fn is_ready(&self) -> bool {
-            true
-        }
-        fn flush(&mut self, _: Duration) {}
-    }
     let cluster = MockCluster::new(1).expect("mock cluster");
     let bootstrap = cluster.bootstrap_servers();
     let topic = "migrating";
     cluster.create_topic(topic, 1, 1).expect("topic");
-    let p: BaseProducer = ClientConfig::new()
-        .set("bootstrap.servers", &bootstrap)
-        .create()
-        .expect("producer");
-    for i in 0..20 {
-        p.send(
-            BaseRecord::<(), _>::to(topic)
-                .partition(0)
-                .payload(&format!("m{i}")),
-        )
-        .map_err(|(e, _)| e)
-        .expect("send");
-    }
-    p.flush(Duration::from_secs(10)).expect("flush");
+    produce(&bootstrap, topic, 20);
     // The old publisher's group committed 15.
     let old: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", &bootstrap)
@@ -254,29 +246,13 @@ fn a_start_that_cannot_be_read_waits_paused_then_starts_where_start_from_says() 
         SourceContext::new(topic.into(), Health::new(), Box::new(|_| {})),
     )
     .expect("consumer");
-    let (_tx, rx) = std::sync::mpsc::channel::<Event>();
-    let (sink_tx, sink_rx) = tokio::sync::mpsc::channel(2);
-    std::mem::forget(sink_rx);
-    let st = State::new(
-        topic.into(),
-        1,
-        Batcher::new(crate::batch::testing::layout(), Batching::default()),
-        Health::new(),
-        rx,
-        sink_tx,
-        Box::new(Nowhere),
-        1 << 30,
-        None,
+    let l = listener(
+        topic,
+        Duration::from_secs(1),
+        Some(sf.clone()),
+        other.clone(),
+        |_| {},
     );
-    let l = Listener {
-        state: Arc::new(Mutex::new(st)),
-        topic: topic.into(),
-        revoke_timeout: Duration::from_secs(1),
-        start_from: Some(sf.clone()),
-        other_group: other.clone(),
-        generation: Arc::new(AtomicU64::new(0)),
-        exactly_once: false,
-    };
     // The coordinator keeps loading through the first assignment.
     cluster.request_errors(
         RDKafkaApiKey::OffsetFetch,
