@@ -182,6 +182,8 @@ impl Listener {
             let other = self.other_group.as_deref();
             match start_from::resolve(consumer, sf, other, &self.topic, &read.fresh, timeout) {
                 Ok(found) => {
+                    let answered = |p: &i32| found.iter().any(|(q, _)| q == p);
+                    pending.extend(read.fresh.iter().copied().filter(|p| !answered(p)));
                     let mut st = lock(&self.state);
                     for (p, at) in found {
                         let Some(off) = at else { continue };
@@ -285,6 +287,8 @@ impl RebalanceListener for Listener {
         // has passed already: waiting `revoke_timeout` again would outlast the pod's grace
         // period (30 s + 15 s by default against Kubernetes' 30 s; found in review).
         let wait = if st.drained {
+            // Acknowledgements that arrived since the drain's commit still count.
+            st.drain_events(None);
             Duration::ZERO
         } else {
             self.revoke_timeout
@@ -448,7 +452,6 @@ pub(crate) fn run(
                 st.poll_linger(now);
                 retry_held(&mut st, &consumer, &cfg.topic, paused);
                 if !st.start_pending.is_empty() && now >= next_start_read {
-                    next_start_read = now + checkpoints::RETRY_EVERY;
                     let other = cfg.other_group.as_deref();
                     let sf = cfg.start_from.as_ref();
                     start_from::retry(
@@ -460,6 +463,9 @@ pub(crate) fn run(
                         paused,
                         RETRY_READ_TIMEOUT,
                     );
+                    // From the retry's end: a read that keeps timing out must not take the
+                    // loop's every housekeeping.
+                    next_start_read = Instant::now() + checkpoints::RETRY_EVERY;
                 }
                 if now.duration_since(last_commit) >= cfg.commit_interval {
                     commit(&mut st, &consumer, None, CommitMode::Sync);

@@ -3,6 +3,7 @@
 //! never "no checkpoint" (before issue 17 it was, and the partitions started fresh).
 
 use super::*;
+use crate::pipeline::state::Event;
 use rdkafka::config::FromClientConfigAndContext;
 use rdkafka::mocking::MockCluster;
 use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
@@ -49,16 +50,16 @@ impl crate::deadletter::Target for Nowhere {
     fn flush(&mut self, _: Duration) {}
 }
 
-/// An at-least-once listener of `topic` over a fresh state (`prepare`d), whose one sink never
-/// answers.
+/// An at-least-once listener of `topic` over a fresh state (`prepare`d, with the sender of its
+/// events), whose one sink never answers.
 fn listener(
     topic: &str,
     revoke_timeout: Duration,
     start_from: Option<StartFrom>,
     other_group: Option<Arc<BaseConsumer>>,
-    prepare: impl FnOnce(&mut State),
+    prepare: impl FnOnce(&mut State, &std::sync::mpsc::Sender<Event>),
 ) -> Listener {
-    let (_tx, rx) = std::sync::mpsc::channel();
+    let (tx, rx) = std::sync::mpsc::channel();
     let (sink_tx, sink_rx) = tokio::sync::mpsc::channel(2);
     std::mem::forget(sink_rx);
     let mut st = State::new(
@@ -72,7 +73,7 @@ fn listener(
         1 << 30,
         None,
     );
-    prepare(&mut st);
+    prepare(&mut st, &tx);
     Listener {
         state: Arc::new(Mutex::new(st)),
         topic: topic.into(),
@@ -173,8 +174,8 @@ fn a_partition_paused_when_revoked_delivers_when_assigned_again() {
     assert_eq!(delivered, 5, "the partition came back paused");
 }
 
-/// After the final drain, the revoke of the consumer's close commits what is acknowledged and
-/// does not wait `revoke_timeout` again for a batch the drain gave up on (found in review: an
+/// After the final drain, the revoke of the consumer's close commits what is acknowledged (also
+/// since the drain's own commit) and does not wait `revoke_timeout` again for a batch the drain gave up on (found in review: an
 /// unfinished drain took `drain_timeout` + `revoke_timeout`, past the pod's grace period). The
 /// revoke before the drain still waits (here: it is still waiting after 2 s of a 60 s timeout).
 #[test]
@@ -182,15 +183,26 @@ fn the_revoke_after_the_drain_does_not_wait_again() {
     let cluster = MockCluster::new(1).expect("mock cluster");
     let topic = "drained";
     cluster.create_topic(topic, 1, 1).expect("topic");
-    let revoke = |drained: bool| {
+    let revoke = |drained: bool, acked: bool| {
         let c = consumer(&cluster.bootstrap_servers(), topic);
-        // The sink never answers: the batch stays unacknowledged.
-        let l = listener(topic, Duration::from_secs(60), None, None, |st| {
+        // The sink never answers (the batch stays unacknowledged), or its acknowledgement
+        // arrives after the drain's last commit.
+        let l = listener(topic, Duration::from_secs(60), None, None, |st, events| {
             st.assigned_with(&[0], &std::collections::HashMap::new());
             let log = crate::batch::testing::log("s", 1, 0, 1_700_000_000_000_000);
             st.on_message(0, 0, None, Some(&log), Instant::now());
             st.flush(Instant::now());
             st.drained = drained;
+            if acked {
+                let (dead, checkpoints) = (Vec::new(), Vec::new());
+                let ack = Event::Acked {
+                    id: 0,
+                    sink: 0,
+                    dead,
+                    checkpoints,
+                };
+                events.send(ack).unwrap();
+            }
         });
         let (done_tx, done) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
@@ -200,13 +212,27 @@ fn the_revoke_after_the_drain_does_not_wait_again() {
         done
     };
     assert!(
-        revoke(true).recv_timeout(Duration::from_secs(30)).is_ok(),
+        revoke(true, false)
+            .recv_timeout(Duration::from_secs(30))
+            .is_ok(),
         "the revoke after the drain waited for the batch the drain gave up on"
     );
     assert!(
-        revoke(false).recv_timeout(Duration::from_secs(2)).is_err(),
+        revoke(false, false)
+            .recv_timeout(Duration::from_secs(2))
+            .is_err(),
         "a revoke before the drain waits for the batch"
     );
+    // What was acknowledged since the drain's commit is committed by the revoke.
+    assert!(revoke(true, true)
+        .recv_timeout(Duration::from_secs(30))
+        .is_ok());
+    let mut q = TopicPartitionList::new();
+    q.add_partition(topic, 0);
+    let committed = consumer(&cluster.bootstrap_servers(), topic)
+        .committed_offsets(q, Duration::from_secs(10))
+        .unwrap();
+    assert_eq!(committed.elements()[0].offset(), Offset::Offset(1));
 }
 
 /// `start_from: group:<old>` on a new group whose committed offsets cannot be read at its first
@@ -251,7 +277,7 @@ fn a_start_that_cannot_be_read_waits_paused_then_starts_where_start_from_says() 
         Duration::from_secs(1),
         Some(sf.clone()),
         other.clone(),
-        |_| {},
+        |_, _| {},
     );
     // The coordinator keeps loading through the first assignment.
     cluster.request_errors(

@@ -61,7 +61,8 @@ pub(super) fn read_committed(
 
 /// Where each of `fresh` starts per `start_from`: its offset, the end, or `None` (what the
 /// other group never committed, a time past the end: `auto.offset.reset`, which `start_from`
-/// sets to `earliest`). `Err` when the lookup failed (read again later).
+/// sets to `earliest`). Partitions whose entry of the answer failed are left out (read again
+/// later, the others start); `Err` when the whole lookup failed.
 pub(super) fn resolve(
     consumer: &BaseConsumer<SourceContext>,
     start_from: &StartFrom,
@@ -97,7 +98,10 @@ pub(super) fn resolve(
     let list = found.map_err(|e| e.to_string())?;
     let mut out = Vec::with_capacity(fresh.len());
     for e in list.elements().iter().filter(|e| e.topic() == topic) {
-        e.error().map_err(|e| e.to_string())?;
+        if let Err(err) = e.error() {
+            tracing::debug!(error = %err, partition = e.partition(), "start_from cannot be resolved yet");
+            continue;
+        }
         let off = e.offset();
         let at = matches!(off, Offset::Offset(_) | Offset::End).then_some(off);
         out.push((e.partition(), at));
