@@ -120,6 +120,37 @@ impl<R: BufRead> FrameReader<R> {
     #[inline(never)]
     fn next_slow(&mut self, buf: &mut Vec<u8>) -> Result<Option<u64>, FrameError> {
         let offset = self.pos;
+        let Some(len) = self.prefix()? else {
+            return Ok(None);
+        };
+        if len > self.max_frame {
+            return Err(FrameError::TooLarge {
+                offset,
+                len,
+                max: self.max_frame,
+            });
+        }
+        buf.clear();
+        let mut got: u64 = 0;
+        while got < len {
+            let want = (len - got).min(CHUNK as u64) as usize;
+            let avail = self.inner.fill_buf()?;
+            if avail.is_empty() {
+                return Err(FrameError::Truncated { offset, len, got });
+            }
+            let n = avail.len().min(want);
+            buf.extend_from_slice(&avail[..n]);
+            self.inner.consume(n);
+            got += n as u64;
+            self.pos += n as u64;
+        }
+        Ok(Some(offset))
+    }
+
+    /// Reads a length prefix byte by byte: the declared length, `None` at a clean end of input.
+    /// A prefix cut short by the end of input, or over 64 bits, is [`FrameError::BadPrefix`].
+    fn prefix(&mut self) -> Result<Option<u64>, FrameError> {
+        let offset = self.pos;
         let mut len: u64 = 0;
         let mut shift = 0u32;
         let mut first = true;
@@ -141,26 +172,29 @@ impl<R: BufRead> FrameReader<R> {
             len |= u64::from(byte & 0x7f) << shift;
             shift += 7;
             if byte < 0x80 {
-                break;
+                return Ok(Some(len));
             }
         }
-        if len > self.max_frame {
-            return Err(FrameError::TooLarge {
-                offset,
-                len,
-                max: self.max_frame,
-            });
-        }
-        buf.clear();
+    }
+
+    /// Steps over the next frame without keeping it (its bytes are consumed from the reader's
+    /// buffer as they come, whatever the frame limit): the byte offset of its length prefix,
+    /// `None` at a clean end of input; a frame the input ends inside is
+    /// [`FrameError::Truncated`].
+    pub fn skip(&mut self) -> Result<Option<u64>, FrameError> {
+        let offset = self.pos;
+        let Some(len) = self.prefix()? else {
+            return Ok(None);
+        };
         let mut got: u64 = 0;
         while got < len {
-            let want = (len - got).min(CHUNK as u64) as usize;
             let avail = self.inner.fill_buf()?;
             if avail.is_empty() {
                 return Err(FrameError::Truncated { offset, len, got });
             }
-            let n = avail.len().min(want);
-            buf.extend_from_slice(&avail[..n]);
+            let n = avail
+                .len()
+                .min(usize::try_from(len - got).unwrap_or(usize::MAX));
             self.inner.consume(n);
             got += n as u64;
             self.pos += n as u64;

@@ -17,7 +17,7 @@
 
 use super::kafka::CLAIM_CHECK_PREFIX_BYTES;
 use super::{DeadLetter, Failure, Outcome, OutcomeFn, Target};
-use crate::framing::write_frame;
+use crate::framing::{write_frame, FrameError, FrameReader};
 use sha2::{Digest, Sha256};
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
@@ -72,65 +72,51 @@ impl FileTarget {
 /// acknowledged (both files are synced first), so they are sent again. Errors of this process's
 /// own writes are rolled back where they happen; only a kill leaves a torn tail.
 fn cut_torn_tails(path: &Path) -> io::Result<()> {
-    for (p, whole) in [
-        (
-            path.to_path_buf(),
-            whole_frames_len as fn(&Path, u64) -> io::Result<u64>,
-        ),
-        (reasons_path(path), whole_lines_len),
-    ] {
-        let len = match std::fs::metadata(&p) {
-            Ok(m) => m.len(),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-            Err(e) => return Err(e),
-        };
-        let keep = whole(&p, len)?;
-        if keep < len {
-            tracing::warn!(
-                file = %p.display(),
-                bytes = len - keep,
-                "cutting a dead letter a killed process left half-written"
-            );
-            let f = OpenOptions::new().write(true).open(&p)?;
-            f.set_len(keep)?;
-            f.sync_all()?;
-        }
+    cut_to(path, whole_frames_len)?;
+    cut_to(&reasons_path(path), whole_lines_len)
+}
+
+/// Cuts the file at `path` (if it exists) to the length `whole` finds whole in it.
+fn cut_to(path: &Path, whole: fn(&Path, u64) -> io::Result<u64>) -> io::Result<()> {
+    let len = match std::fs::metadata(path) {
+        Ok(m) => m.len(),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    let keep = whole(path, len)?;
+    if keep < len {
+        tracing::warn!(
+            file = %path.display(),
+            bytes = len - keep,
+            "cutting a dead letter a killed process left half-written"
+        );
+        let f = OpenOptions::new().write(true).open(path)?;
+        f.set_len(keep)?;
+        f.sync_all()?;
     }
     Ok(())
 }
 
-/// The length of the data file's whole frames: where the first frame that runs past the end
-/// of the file (or whose prefix does) starts, else `len`. A prefix no writer of frames writes
-/// (longer than 64 bits) is not a torn tail: nothing is cut.
+/// The length of the data file's whole frames: where the frame the file ends inside starts
+/// (its payload or its length prefix cut short), else `len`. An invalid prefix with a whole
+/// prefix's worth of bytes after it is not a torn tail: nothing is cut.
 fn whole_frames_len(path: &Path, len: u64) -> io::Result<u64> {
-    use std::io::Read;
-    let mut r = io::BufReader::with_capacity(64 << 10, File::open(path)?);
-    let mut pos = 0u64;
-    while pos < len {
-        let (mut size, mut shift, mut prefix) = (0u64, 0u32, 0u64);
-        loop {
-            let mut b = [0u8; 1];
-            if r.read(&mut b)? == 0 {
-                return Ok(pos);
+    /// The longest length prefix: a varint of 64 bits.
+    const MAX_PREFIX: u64 = 10;
+    let file = io::BufReader::with_capacity(64 << 10, File::open(path)?);
+    let mut frames = FrameReader::new(file);
+    loop {
+        match frames.skip() {
+            Ok(Some(_)) => {}
+            Ok(None) => return Ok(len),
+            Err(FrameError::Truncated { offset, .. }) => return Ok(offset),
+            Err(FrameError::BadPrefix { offset }) if len - offset < MAX_PREFIX => {
+                return Ok(offset)
             }
-            prefix += 1;
-            if shift > 63 {
-                return Ok(len);
-            }
-            size |= u64::from(b[0] & 0x7f) << shift;
-            if b[0] < 0x80 {
-                break;
-            }
-            shift += 7;
+            Err(FrameError::BadPrefix { .. } | FrameError::TooLarge { .. }) => return Ok(len),
+            Err(FrameError::Io(e)) => return Err(e),
         }
-        let end = pos.saturating_add(prefix).saturating_add(size);
-        if end > len {
-            return Ok(pos);
-        }
-        r.seek_relative(i64::try_from(size).unwrap_or(i64::MAX))?;
-        pos = end;
     }
-    Ok(len)
 }
 
 /// The length of the reasons file up to and including its last newline.
