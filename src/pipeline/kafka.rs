@@ -175,36 +175,28 @@ impl Listener {
             .filter(|e| e.topic() == self.topic)
             .map(|e| e.partition())
             .collect();
-        let timeout = Duration::from_secs(10);
-        let read = start_from::read_committed(consumer, &self.topic, &ours, timeout);
-        let mut pending = read.failed;
-        if !read.fresh.is_empty() {
-            let other = self.other_group.as_deref();
-            match start_from::resolve(consumer, sf, other, &self.topic, &read.fresh, timeout) {
-                Ok(found) => {
-                    let answered = |p: &i32| found.iter().any(|(q, _)| q == p);
-                    pending.extend(read.fresh.iter().copied().filter(|p| !answered(p)));
-                    let mut st = lock(&self.state);
-                    for (p, at) in found {
-                        let Some(off) = at else { continue };
-                        tracing::info!(partition = p, offset = ?off, "start position from start_from");
-                        let _ = tpl.set_partition_offset(&self.topic, p, off);
-                        // Committed once the partition starts: a restart (or the other group's
-                        // deletion) cannot move an idle partition's start.
-                        if let Offset::Offset(o) = off {
-                            st.start_positions.insert(p, o);
-                        }
-                    }
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "cannot resolve start_from");
-                    pending.extend(read.fresh);
-                }
+        let other = self.other_group.as_deref();
+        let read = start_from::read(
+            consumer,
+            sf,
+            other,
+            &self.topic,
+            &ours,
+            Duration::from_secs(10),
+        );
+        let mut st = lock(&self.state);
+        for (p, off) in read.fresh.into_iter().filter_map(|(p, at)| Some((p, at?))) {
+            tracing::info!(partition = p, offset = ?off, "start position from start_from");
+            let _ = tpl.set_partition_offset(&self.topic, p, off);
+            // Committed once the partition starts: a restart (or the other group's deletion)
+            // cannot move an idle partition's start.
+            if let Offset::Offset(o) = off {
+                st.start_positions.insert(p, o);
             }
         }
-        if !pending.is_empty() {
-            tracing::warn!(partitions = ?pending, "where these partitions start cannot be read; they wait, paused, and are read again every second");
-            lock(&self.state).start_pending.extend(pending);
+        if !read.pending.is_empty() {
+            tracing::warn!(partitions = ?read.pending, "where these partitions start cannot be read; they wait, paused, and are read again every second");
+            st.start_pending.extend(read.pending);
         }
     }
 }
@@ -451,9 +443,12 @@ pub(crate) fn run(
                 st.retry_dead_letters(now);
                 st.poll_linger(now);
                 retry_held(&mut st, &consumer, &cfg.topic, paused);
-                if !st.start_pending.is_empty() && now >= next_start_read {
+                if let Some(sf) = cfg
+                    .start_from
+                    .as_ref()
+                    .filter(|_| !st.start_pending.is_empty() && now >= next_start_read)
+                {
                     let other = cfg.other_group.as_deref();
-                    let sf = cfg.start_from.as_ref();
                     start_from::retry(
                         &mut st,
                         &consumer,

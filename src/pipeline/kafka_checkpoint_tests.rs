@@ -314,7 +314,7 @@ fn a_start_that_cannot_be_read_waits_paused_then_starts_where_start_from_says() 
             &mut st,
             &c,
             topic,
-            Some(&sf),
+            &sf,
             other.as_deref(),
             false,
             Duration::from_secs(1),

@@ -20,17 +20,17 @@ use std::time::Duration;
 
 /// What a read of the group's committed offsets says about each partition.
 #[derive(Debug, Default, PartialEq, Eq)]
-pub(super) struct Committed {
+struct Committed {
     /// Partitions with a committed offset (they continue from it).
-    pub(super) at: Vec<(Partition, i64)>,
+    at: Vec<(Partition, i64)>,
     /// Partitions the group never committed: `start_from` decides.
-    pub(super) fresh: Vec<Partition>,
+    fresh: Vec<Partition>,
     /// Partitions the read did not answer for (the whole request, or their entry, failed).
-    pub(super) failed: Vec<Partition>,
+    failed: Vec<Partition>,
 }
 
 /// Reads the group's committed offsets of `partitions` of `topic`.
-pub(super) fn read_committed(
+fn read_committed(
     consumer: &BaseConsumer<SourceContext>,
     topic: &str,
     partitions: &[Partition],
@@ -63,7 +63,7 @@ pub(super) fn read_committed(
 /// other group never committed, a time past the end: `auto.offset.reset`, which `start_from`
 /// sets to `earliest`). Partitions whose entry of the answer failed are left out (read again
 /// later, the others start); `Err` when the whole lookup failed.
-pub(super) fn resolve(
+fn resolve(
     consumer: &BaseConsumer<SourceContext>,
     start_from: &StartFrom,
     other_group: Option<&BaseConsumer>,
@@ -109,6 +109,51 @@ pub(super) fn resolve(
     Ok(out)
 }
 
+/// What is known of where some partitions start.
+pub(super) struct Starts {
+    /// Partitions with a committed offset: they continue from it.
+    pub(super) committed: Vec<(Partition, i64)>,
+    /// Partitions the group never committed, with where `start_from` puts them (`None`:
+    /// `auto.offset.reset`).
+    pub(super) fresh: Vec<(Partition, Option<Offset>)>,
+    /// Partitions a read did not answer for: they wait (paused) and are read again.
+    pub(super) pending: Vec<Partition>,
+}
+
+/// Reads where `partitions` start under `start_from`: the group's committed offsets, then
+/// `start_from`'s lookup for those never committed.
+pub(super) fn read(
+    consumer: &BaseConsumer<SourceContext>,
+    start_from: &StartFrom,
+    other_group: Option<&BaseConsumer>,
+    topic: &str,
+    partitions: &[Partition],
+    timeout: Duration,
+) -> Starts {
+    let c = read_committed(consumer, topic, partitions, timeout);
+    let mut starts = Starts {
+        committed: c.at,
+        fresh: Vec::new(),
+        pending: c.failed,
+    };
+    if !c.fresh.is_empty() {
+        match resolve(consumer, start_from, other_group, topic, &c.fresh, timeout) {
+            Ok(found) => {
+                let answered = |p: &Partition| found.iter().any(|(q, _)| q == p);
+                starts
+                    .pending
+                    .extend(c.fresh.iter().copied().filter(|p| !answered(p)));
+                starts.fresh = found;
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "start_from cannot be resolved");
+                starts.pending.extend(c.fresh);
+            }
+        }
+    }
+    starts
+}
+
 /// Reads again where the pending partitions start (a short `timeout`: the loop waits), and
 /// positions and resumes those it can (not resumed while intake is `paused` for the budget,
 /// nor while held for an exactly-once checkpoint: the loop's resume takes them then).
@@ -116,7 +161,7 @@ pub(super) fn retry(
     st: &mut State,
     consumer: &BaseConsumer<SourceContext>,
     topic: &str,
-    start_from: Option<&StartFrom>,
+    start_from: &StartFrom,
     other_group: Option<&BaseConsumer>,
     paused: bool,
     timeout: Duration,
@@ -125,31 +170,20 @@ pub(super) fn retry(
     if pending.is_empty() {
         return;
     }
-    let read = read_committed(consumer, topic, &pending, timeout);
-    let mut starts: Vec<(Partition, Offset)> = read
-        .at
+    let read = read(consumer, start_from, other_group, topic, &pending, timeout);
+    let committed = read
+        .committed
         .iter()
-        .map(|&(p, o)| (p, Offset::Offset(o)))
-        .collect();
-    if !read.fresh.is_empty() {
-        let Some(sf) = start_from else { return };
-        match resolve(consumer, sf, other_group, topic, &read.fresh, timeout) {
-            Ok(found) => starts.extend(
-                found
-                    .into_iter()
-                    .map(|(p, at)| (p, at.unwrap_or(Offset::Beginning))),
-            ),
-            Err(e) => tracing::debug!(error = %e, "start_from still cannot be resolved"),
-        }
-    }
+        .map(|&(p, o)| (p, Offset::Offset(o), false));
+    let fresh = (read.fresh.iter()).map(|&(p, at)| (p, at.unwrap_or(Offset::Beginning), true));
     let mut resume = TopicPartitionList::new();
-    for (p, off) in starts {
+    for (p, off, fresh) in committed.chain(fresh) {
         if let Err(e) = consumer.seek(topic, p, off, timeout) {
             tracing::debug!(error = %e, partition = p, "cannot position a pending partition yet");
             continue;
         }
         st.start_pending.remove(&p);
-        if let (Offset::Offset(o), true) = (off, read.fresh.contains(&p)) {
+        if let (Offset::Offset(o), true) = (off, fresh) {
             st.ledger.positioned(p, o);
         }
         tracing::info!(partition = p, offset = ?off, "start position read; the partition starts");
