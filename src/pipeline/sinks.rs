@@ -313,23 +313,20 @@ impl Task {
         };
         match a.result {
             Err(e) => {
-                let mut unstaged = false;
-                if let Some(t) = self.taken.get_mut(&a.id) {
-                    // Submitted again, the sink holds the batch again: if it had staged it and
-                    // another sink still holds it, the ledger counts this sink's hold again (or
-                    // the batch's bytes would leave the count when the other sink lets go).
-                    unstaged = t.released[a.sink] && t.batch.is_some();
+                // Submitted again, the sink holds the batch again: if it had staged it and
+                // another sink still holds it, the ledger counts this sink's hold again (or the
+                // batch's bytes would leave the count when the other sink lets go).
+                let unstaged = self.taken.get_mut(&a.id).is_some_and(|t| {
+                    let staged = t.released[a.sink] && t.batch.is_some();
                     t.released[a.sink] = false;
-                }
+                    staged
+                });
                 self.failed(a.id, a.sink, a.attempt, &e);
-                !unstaged
-                    || self
-                        .events
-                        .send(Event::Unstaged {
-                            id: a.id,
-                            sink: a.sink,
-                        })
-                        .is_ok()
+                if unstaged {
+                    let (id, sink) = (a.id, a.sink);
+                    return self.events.send(Event::Unstaged { id, sink }).is_ok();
+                }
+                true
             }
             Ok(Progress::Staged(next)) => {
                 if let Some(t) = self.taken.get_mut(&a.id) {
