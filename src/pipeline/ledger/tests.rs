@@ -193,28 +193,22 @@ impl World {
                 if self.exactly_once && sink == 0 {
                     return;
                 }
-                let candidates: Vec<usize> = (0..self.flights.len())
-                    .filter(|&i| self.flights[i].sinks[sink] == 0)
-                    .collect();
-                if candidates.is_empty() {
+                let Some(f) = self.flight_where(pick, sink, 0) else {
                     return;
-                }
-                let f = &mut self.flights[candidates[pick % candidates.len()]];
+                };
                 f.sinks[sink] = 1;
-                assert!(self.ledger.staged(f.id, sink));
+                let id = f.id;
+                assert!(self.ledger.staged(id, sink));
             }
             Op::Unstage { pick, sink } => {
                 let sink = sink % self.sinks;
-                let candidates: Vec<usize> = (0..self.flights.len())
-                    .filter(|&i| self.flights[i].sinks[sink] == 1)
-                    .collect();
-                if candidates.is_empty() {
+                let Some(f) = self.flight_where(pick, sink, 1) else {
                     return;
-                }
-                let f = &mut self.flights[candidates[pick % candidates.len()]];
+                };
                 f.sinks[sink] = 0;
-                assert!(self.ledger.unstaged(f.id, sink));
-                assert!(!self.ledger.unstaged(f.id, sink), "only a staged sink");
+                let id = f.id;
+                assert!(self.ledger.unstaged(id, sink));
+                assert!(!self.ledger.unstaged(id, sink), "only a staged sink");
             }
             Op::Letter(pick) => {
                 if self.letters.is_empty() {
@@ -267,6 +261,18 @@ impl World {
                 self.streams.clear();
             }
         }
+    }
+
+    /// The `pick`-th (modulo) batch in flight where sink `sink` stands at `state` (0 holding,
+    /// 1 staged, 2 acknowledged).
+    fn flight_where(&mut self, pick: usize, sink: usize, state: u8) -> Option<&mut InFlight> {
+        let mut matching: Vec<&mut InFlight> = self
+            .flights
+            .iter_mut()
+            .filter(|f| f.sinks[sink] == state)
+            .collect();
+        let n = matching.len();
+        (n > 0).then(|| matching.swap_remove(pick % n))
     }
 
     fn flush(&mut self) {
