@@ -175,10 +175,17 @@ impl KafkaTarget {
 /// large enough for `max_message_bytes`). Failures are logged as errors when `loud`, else at
 /// debug (the re-checks of a target that is not ready).
 fn ensure_topic(base: &ClientConfig, topic: &str, max_message_bytes: usize, loud: bool) -> bool {
+    let fail = |what: &str, e: &dyn std::fmt::Display| {
+        if loud {
+            tracing::error!(topic, error = %e, "{what}");
+        } else {
+            tracing::debug!(topic, error = %e, "{what}");
+        }
+    };
     let admin: AdminClient<DefaultClientContext> = match base.create() {
         Ok(a) => a,
         Err(e) => {
-            tracing::error!(error = %e, "cannot create a Kafka admin client");
+            fail("cannot create a Kafka admin client", &e);
             return false;
         }
     };
@@ -203,24 +210,17 @@ fn ensure_topic(base: &ClientConfig, topic: &str, max_message_bytes: usize, loud
             .operation_timeout(Some(ADMIN_TIMEOUT))
             .request_timeout(Some(ADMIN_TIMEOUT)),
     );
-    let fail = |t: &str, e: &dyn std::fmt::Display| {
-        if loud {
-            tracing::error!(topic = %t, error = %e, "cannot create the dead-letter topic");
-        } else {
-            tracing::debug!(topic = %t, error = %e, "cannot create the dead-letter topic");
-        }
-    };
     match futures_executor(fut) {
         Ok(results) => results.iter().all(|r| match r {
             Ok(_) => true,
             Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => true,
-            Err((t, e)) => {
-                fail(t, e);
+            Err((_, e)) => {
+                fail("cannot create the dead-letter topic", e);
                 false
             }
         }),
         Err(e) => {
-            fail(topic, &e);
+            fail("cannot create the dead-letter topic", &e);
             false
         }
     }
