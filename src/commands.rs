@@ -8,13 +8,14 @@ use crate::config::{load_value, Config, Needs};
 use crate::decode::Decoder;
 use crate::framing::{write_frame, FrameReader};
 use crate::gen::{GenOptions, Generator};
+use crate::mapped::MappedReader;
 use crate::output::{ArrowStreamWriter, BatchWriter, JsonlWriter, ParquetFileWriter};
 use crate::readbuf::AlignedReader;
 use crate::stdout::Watched;
 use crate::table::{bigquery_table_resource, TableLayout};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::fs::File;
-use std::io::{BufWriter, IsTerminal, Read, Write};
+use std::io::{BufRead, BufWriter, IsTerminal, Read, Write};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -85,13 +86,13 @@ const BATCH_ROWS: usize = 8192;
 /// Arrow bytes per record batch in offline commands.
 const BATCH_BYTES: usize = 8 << 20;
 
-/// An offline command's input.
-type Input = AlignedReader<Box<dyn Read>>;
+/// An offline command's input read as a stream.
+type Stream = AlignedReader<Box<dyn Read>>;
 
 /// The input stream (`-` is stdin) and its length if it is a file. Only the source is behind
 /// a `dyn` (one call per 256 KiB read): the buffer's `fill_buf` and `consume`, called per log,
 /// stay static calls the frame reader can inline.
-fn open_input(path: &str) -> std::io::Result<(Input, Option<u64>)> {
+fn open_input(path: &str) -> std::io::Result<(Stream, Option<u64>)> {
     let (source, len): (Box<dyn Read>, _) = if path == "-" {
         (Box::new(std::io::stdin()), None)
     } else {
@@ -100,6 +101,25 @@ fn open_input(path: &str) -> std::io::Result<(Input, Option<u64>)> {
         (Box::new(f), len)
     };
     Ok((AlignedReader::with_capacity(1 << 18, source), len))
+}
+
+/// `convert`'s input: a regular file through a memory map, anything else as a stream.
+enum Input {
+    Mapped(MappedReader),
+    Stream(Stream),
+}
+
+/// [`open_input`], mapping a regular file ([`crate::mapped`]).
+fn open_mapped(path: &str) -> std::io::Result<(Input, Option<u64>)> {
+    if path != "-" {
+        let f = File::open(path)?;
+        let len = f.metadata().ok().map(|m| m.len());
+        if let Some(m) = MappedReader::open(f)? {
+            return Ok((Input::Mapped(m), len));
+        }
+    }
+    let (s, len) = open_input(path)?;
+    Ok((Input::Stream(s), len))
 }
 
 /// The output buffer's capacity. Writes at least this long go straight to the stream. A
@@ -150,7 +170,7 @@ pub fn convert(a: ConvertArgs) -> ExitCode {
         Err(code) => return code,
     };
     let layout = Arc::new(TableLayout::from_config(&cfg));
-    let (input, total) = match open_input(&a.input) {
+    let (input, total) = match open_mapped(&a.input) {
         Ok(i) => i,
         Err(e) => {
             eprintln!("convert: cannot open {}: {e}", a.input);
@@ -180,41 +200,27 @@ pub fn convert(a: ConvertArgs) -> ExitCode {
         }
     };
     let pb = progress(total, "converting");
-    let mut reader = FrameReader::new(input).with_max_frame(cfg.batching.max_frame_bytes);
-    let mut decoder =
-        Decoder::new(Arc::clone(&layout)).with_max_log_bytes(cfg.batching.max_log_bytes);
-    let mut buf = Vec::new();
-    let (mut logs, mut rows, mut bad) = (0u64, 0u64, 0u64);
-    let mut failure = None;
-    loop {
-        // Decoded in place from the reader's buffer (no copy) when the frame is all there.
-        match reader.next_with(&mut buf, |offset, log| (offset, decoder.decode(log))) {
-            Ok(None) => break,
-            Ok(Some((offset, decoded))) => {
-                match decoded {
-                    Ok(n) => rows += n as u64,
-                    Err(e) => {
-                        bad += 1;
-                        pb.suspend(|| eprintln!("log {logs} at byte {offset}: {e}"));
-                    }
-                }
-                logs += 1;
-                if decoder.rows() >= BATCH_ROWS || decoder.approx_bytes() >= BATCH_BYTES {
-                    let batch = decoder.finish();
-                    if let Err(e) = writer.write(&batch) {
-                        failure = Some(format!("write error: {e}"));
-                        break;
-                    }
-                    decoder.recycle(batch);
-                    pb.set_position(reader.position());
-                }
-            }
-            Err(e) => {
-                failure = Some(format!("unrecoverable input: {e}"));
-                break;
-            }
-        }
-    }
+    let decoder = Decoder::new(Arc::clone(&layout)).with_max_log_bytes(cfg.batching.max_log_bytes);
+    let max_frame = cfg.batching.max_frame_bytes;
+    let mut job = Converting {
+        decoder,
+        writer: writer.as_mut(),
+        pb: &pb,
+        logs: 0,
+        rows: 0,
+        bad: 0,
+    };
+    let mut failure = match input {
+        Input::Mapped(m) => job.run(FrameReader::new(m).with_max_frame(max_frame)),
+        Input::Stream(s) => job.run(FrameReader::new(s).with_max_frame(max_frame)),
+    };
+    let Converting {
+        mut decoder,
+        logs,
+        rows,
+        bad,
+        ..
+    } = job;
     pb.finish_and_clear();
     let result = if decoder.rows() > 0 {
         writer.write(&decoder.finish())
@@ -238,6 +244,54 @@ pub fn convert(a: ConvertArgs) -> ExitCode {
         return ExitCode::from(EXIT_FAILURE);
     }
     ExitCode::SUCCESS
+}
+
+/// `convert`'s loop: frames in, batches out, counts kept.
+struct Converting<'a> {
+    decoder: Decoder,
+    writer: &'a mut dyn BatchWriter,
+    pb: &'a ProgressBar,
+    logs: u64,
+    rows: u64,
+    bad: u64,
+}
+
+impl Converting<'_> {
+    /// Decodes every frame of `reader`, writing a batch every [`BATCH_ROWS`] rows or
+    /// [`BATCH_BYTES`] bytes (the last, partial batch is the caller's). Generic over the
+    /// reader so that the per-log `fill_buf` and `consume` are static calls. The failure that
+    /// stopped it, if any.
+    fn run<R: BufRead>(&mut self, mut reader: FrameReader<R>) -> Option<String> {
+        let mut buf = Vec::new();
+        let decoder = &mut self.decoder;
+        loop {
+            // Decoded in place from the reader's buffer (no copy) when the frame is all there.
+            match reader.next_with(&mut buf, |offset, log| (offset, decoder.decode(log))) {
+                Ok(None) => return None,
+                Ok(Some((offset, decoded))) => {
+                    match decoded {
+                        Ok(n) => self.rows += n as u64,
+                        Err(e) => {
+                            self.bad += 1;
+                            let logs = self.logs;
+                            self.pb
+                                .suspend(|| eprintln!("log {logs} at byte {offset}: {e}"));
+                        }
+                    }
+                    self.logs += 1;
+                    if decoder.rows() >= BATCH_ROWS || decoder.approx_bytes() >= BATCH_BYTES {
+                        let batch = decoder.finish();
+                        if let Err(e) = self.writer.write(&batch) {
+                            return Some(format!("write error: {e}"));
+                        }
+                        decoder.recycle(batch);
+                        self.pb.set_position(reader.position());
+                    }
+                }
+                Err(e) => return Some(format!("unrecoverable input: {e}")),
+            }
+        }
+    }
 }
 
 /// `gen`: synthetic logs for the configured schema, length-delimited.
