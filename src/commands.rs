@@ -86,6 +86,9 @@ const BATCH_ROWS: usize = 8192;
 /// Arrow bytes per record batch in offline commands.
 const BATCH_BYTES: usize = 8 << 20;
 
+/// The read buffer of an input read as a stream.
+const STREAM_BUFFER: usize = 1 << 18;
+
 /// An offline command's input read as a stream.
 type Stream = AlignedReader<Box<dyn Read>>;
 
@@ -100,7 +103,7 @@ fn open_input(path: &str) -> std::io::Result<(Stream, Option<u64>)> {
         let len = f.metadata().ok().map(|m| m.len());
         (Box::new(f), len)
     };
-    Ok((AlignedReader::with_capacity(1 << 18, source), len))
+    Ok((AlignedReader::with_capacity(STREAM_BUFFER, source), len))
 }
 
 /// `convert`'s input: a regular file through a memory map, anything else as a stream.
@@ -109,17 +112,22 @@ enum Input {
     Stream(Stream),
 }
 
-/// [`open_input`], mapping a regular file ([`crate::mapped`]).
+/// [`open_input`], mapping a regular file ([`crate::mapped`]); anything else is read as a
+/// stream from the same open file (a named pipe must not be opened twice).
 fn open_mapped(path: &str) -> std::io::Result<(Input, Option<u64>)> {
-    if path != "-" {
-        let f = File::open(path)?;
-        let len = f.metadata().ok().map(|m| m.len());
-        if let Some(m) = MappedReader::open(f)? {
-            return Ok((Input::Mapped(m), len));
-        }
+    if path == "-" {
+        let (s, len) = open_input(path)?;
+        return Ok((Input::Stream(s), len));
     }
-    let (s, len) = open_input(path)?;
-    Ok((Input::Stream(s), len))
+    let f = File::open(path)?;
+    let len = f.metadata().ok().map(|m| m.len());
+    Ok(match MappedReader::open(f) {
+        Ok(m) => (Input::Mapped(m), len),
+        Err(f) => (
+            Input::Stream(AlignedReader::with_capacity(STREAM_BUFFER, Box::new(f))),
+            len,
+        ),
+    })
 }
 
 /// The output buffer's capacity. Writes at least this long go straight to the stream. A

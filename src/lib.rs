@@ -16,7 +16,7 @@
 //!   segments.
 //! - [`table`]: the table layout (columns, Arrow schema, BigQuery table resource).
 //! - [`framing`]: length-delimited streams of logs (files, stdin, dead letters, replay).
-//! - [`mapped`]: `convert`'s input file through a memory map (the crate's one `unsafe` block).
+//! - `mapped`: `convert`'s input file through a memory map (the crate's one `unsafe` block).
 //! - [`output`]: writers for jsonl, Arrow IPC and Parquet.
 //! - [`stdout`]: standard output as standard tools treat it (a closed pipe ends quietly).
 //! - [`gen`]: synthetic logs for tests, benches and the demo.
@@ -45,7 +45,7 @@ pub mod deadletter;
 pub mod decode;
 pub mod framing;
 pub mod gen;
-pub mod mapped;
+pub(crate) mod mapped;
 pub mod maxcompute;
 pub mod merlin_entry;
 pub mod metrics;

@@ -2,46 +2,55 @@
 //!
 //! Why: reading the input with `read(2)` makes the kernel copy every byte from the page cache
 //! into the reader's buffer. For `convert -f arrow` of a million 1-row logs (658 MB, in the page
-//! cache) that copy was 0.06–0.07 s of system time in 0.37 s of CPU; through a map the decoder
-//! reads the page cache's own pages, and the process takes 0.33 s (docs/performance.md,
+//! cache) that copy was 0.05–0.07 s of system time in 0.37 s of CPU; through a map the decoder
+//! reads the page cache's own pages, and the process takes 8–9% less CPU (docs/performance.md,
 //! "Ninth pass"). It is the crate's one `unsafe` block.
 //!
 //! Why windows: a map of the whole file would leave every page read in the process's resident
 //! set (clean file pages the kernel can drop, but RSS is what operators watch). A window of
-//! [`WINDOW`] bytes is mapped at a time, and the next one is mapped from the first unread byte
-//! once fewer than a sixteenth of it are left, so a frame that fits in that sixteenth (1 MiB) is
-//! always whole in the window; a larger one is read across windows by the frame reader's
-//! general path, as across a read buffer.
+//! [`WINDOW`] bytes is mapped at a time; once fewer than a sixteenth of it (1 MiB) are left, the
+//! next one is mapped from the multiple of [`WINDOW_ALIGN`] at or before the first unread byte,
+//! so a frame up to 1 MiB is always whole in the window; a larger one is read across windows by
+//! the frame reader's general path, as across a read buffer.
 //!
-//! Only regular files are mapped; `-` (stdin), pipes and devices are read
-//! ([`MappedReader::open`] says which).
+//! Only regular files that can be mapped are; `-` (stdin), pipes, devices, files whose size
+//! reads 0 (procfs) and files the kernel refuses to map (some FUSE file systems) are read as a
+//! stream, from the same open file ([`MappedReader::open`] hands it back).
 //!
-//! # The caveat of every memory-mapped reader
-//! The bytes behind a map change if another process rewrites the file in place while it is
-//! read; Rust's rules assume the bytes behind a `&[u8]` do not (what `memmap2` marks its `map`
-//! `unsafe` for). `convert` reads files written before it runs, or still being appended to:
-//! appended bytes lie past the mapped length, and are mapped once the reader gets there (the
-//! file's size is looked up again at each window and at the end). A file truncated while a
-//! window of it is mapped raises `SIGBUS` when the reader touches a page past the new end: the
-//! process dies by that signal (status 135 from a shell), never with exit 0. `read(2)` would
-//! have ended the input early there instead.
+//! # What a map changes
+//! - **A file that shrinks while it is read.** The reader looks the file's size up again at
+//!   every window and at its end; a size below what it mapped is an error ("input shrank …"),
+//!   and `convert` exits 1 as it did for a truncated frame. Between two look-ups the map serves
+//!   what the kernel leaves: the rest of the page holding the new end reads as zeros (each zero
+//!   byte an empty frame, reported as a bad log), and a page wholly past the new end kills the
+//!   process with `SIGBUS` (status 135 from a shell). Either way the run does not exit 0.
+//! - **A read error of the device** (EIO, a network file system's failure) while a page is
+//!   brought in is `SIGBUS` too, where `read(2)` returned an error that `convert` reported
+//!   ("unrecoverable input: …", exit 1): the process dies without its summary line and its
+//!   output without its end (Arrow's end marker, Parquet's footer).
+//! - **Bytes rewritten in place** while they are read break what Rust assumes of a `&[u8]` (that
+//!   it does not change; the reason `memmap2` marks `map` `unsafe`): a string checked as UTF-8
+//!   when it was decoded may not be by the time Arrow checks it again at the batch's end, which
+//!   panics (exit 101). `convert` reads files written before it runs, or still being appended
+//!   to: appended bytes lie past the mapped length and are mapped once the reader gets there.
 
 use memmap2::{Advice, Mmap, MmapOptions};
 use std::fs::File;
 use std::io::{self, BufRead, Read};
 
 /// Bytes of the file mapped at a time.
-pub const WINDOW: usize = 16 << 20;
+pub(crate) const WINDOW: usize = 16 << 20;
 
 /// Windows start at file offsets that are multiples of this (the size of a huge page), so that
-/// the page cache's large folios can be mapped whole: windows at any page offset cost 0.36 s
-/// per million logs, aligned ones 0.33 s (docs/performance.md, "Ninth pass").
-pub const WINDOW_ALIGN: usize = 2 << 20;
+/// the page cache's large folios can be mapped whole: windows at any page offset lost half the
+/// gain; aligned ones cost what one map of the whole file does (docs/performance.md, "Ninth
+/// pass").
+pub(crate) const WINDOW_ALIGN: usize = 2 << 20;
 
 /// A `BufRead` over a regular file through a window of it mapped into memory.
-pub struct MappedReader {
+pub(crate) struct MappedReader {
     file: File,
-    /// The window (`None` when it is empty: a file of 0 bytes, or the end).
+    /// The window (`None` when it is empty: the end of the file).
     map: Option<Mmap>,
     /// The file offset of the window's first byte.
     start: u64,
@@ -60,64 +69,65 @@ pub struct MappedReader {
 }
 
 impl MappedReader {
-    /// A reader of `file` through windows of [`WINDOW`] bytes; `None` when `file` is not a
-    /// regular file (it is then read as a stream).
-    pub fn open(file: File) -> io::Result<Option<Self>> {
+    /// A reader of `file` through windows of [`WINDOW`] bytes; `Err(file)`, the same open file
+    /// back, when it is to be read as a stream instead (not a regular file, a size of 0, a map
+    /// the kernel refuses): a named pipe must not be opened twice.
+    pub(crate) fn open(file: File) -> Result<Self, File> {
         Self::with_window(file, WINDOW, WINDOW_ALIGN)
     }
 
     /// [`MappedReader::open`] with windows of `window` bytes (at least 2) that start at
     /// multiples of `align` (at most half a window: a window mapped for the next byte then
     /// has at least half of it ahead).
-    fn with_window(file: File, window: usize, align: usize) -> io::Result<Option<Self>> {
-        let meta = file.metadata()?;
-        if !meta.is_file() {
-            return Ok(None);
-        }
+    fn with_window(file: File, window: usize, align: usize) -> Result<Self, File> {
+        let size = match file.metadata() {
+            Ok(m) if m.is_file() && m.len() > 0 => m.len(),
+            _ => return Err(file),
+        };
         let window = window.max(2);
-        let align = align.clamp(1, window / 2) as u64;
         let mut r = MappedReader {
             file,
             map: None,
             start: 0,
             pos: 0,
-            size: meta.len(),
+            size,
             window,
-            align,
+            align: align.clamp(1, window / 2) as u64,
             ahead: (window / 16).max(1),
             at_end: false,
         };
-        r.map_at(0)?;
-        Ok(Some(r))
+        match r.map_at(0) {
+            Ok(()) => Ok(r),
+            Err(_) => Err(r.file),
+        }
     }
 
     /// Maps the window that holds file offset `at` (from the multiple of `align` at or before
-    /// it, up to the file's size as last looked up) and consumes up to `at`; unmaps the window
-    /// before.
+    /// it, up to the file's size as last looked up; `at` is within that size) and consumes up
+    /// to `at`; unmaps the window before. On an error the reader is as it was.
     fn map_at(&mut self, at: u64) -> io::Result<()> {
-        self.map = None;
         let start = at - at % self.align;
-        self.start = start;
-        self.pos = (at - start) as usize;
         let left = self.size.saturating_sub(start);
         let len = usize::try_from(left).unwrap_or(usize::MAX).min(self.window);
+        let map = if len == 0 {
+            None
+        } else {
+            #[allow(unsafe_code)] // The crate's one exception (Cargo.toml's `[lints]`).
+            // SAFETY: a read-only map of `len` bytes the file had when its size was last looked
+            // up, living only as long as this reader; the slices handed out borrow the reader,
+            // so none outlives its window. What no code here can rule out is another process
+            // changing the file meanwhile: a truncation, or a rewrite in place, whose effects the
+            // module docs state (zeros, SIGBUS, a panic; never exit 0). (A shared map: a private
+            // one measured 1% slower; a file system that refuses shared maps is read as a stream.)
+            let map = unsafe { MmapOptions::new().offset(start).len(len).map(&self.file)? };
+            // The decoder reads each byte once, front to back: read ahead, drop behind.
+            let _ = map.advise(Advice::Sequential);
+            Some(map)
+        };
+        self.map = map;
+        self.start = start;
+        self.pos = (at - start) as usize;
         self.at_end = len as u64 == left;
-        // A file cut below `at` since its size was looked up: nothing is left to consume.
-        self.pos = self.pos.min(len);
-        if len == 0 {
-            return Ok(());
-        }
-        #[allow(unsafe_code)] // The crate's one exception (Cargo.toml's `[lints]`).
-        // SAFETY: the map is read-only and private, over `len` bytes the file had when its size
-        // was last looked up, and lives only as long as this reader. What it cannot rule out is
-        // another process changing the file meanwhile: a truncation kills this process with
-        // SIGBUS when a page past the new end is read (an exit by signal, never 0); bytes
-        // rewritten in place would be seen changed. The module docs state both; `convert`'s
-        // inputs are files written before it runs or appended to, which neither touches.
-        let map = unsafe { MmapOptions::new().offset(start).len(len).map(&self.file)? };
-        // The decoder reads each byte once, front to back: read ahead, drop behind.
-        let _ = map.advise(Advice::Sequential);
-        self.map = Some(map);
         Ok(())
     }
 
@@ -130,11 +140,17 @@ impl BufRead for MappedReader {
     fn fill_buf(&mut self) -> io::Result<&[u8]> {
         let len = self.window().len();
         let rest = len - self.pos;
-        // Near the window's end: map the next one from here. At the file's end as last seen,
-        // look at its size again only once everything is consumed (a file still appended to).
+        // Near the window's end: map the next one. At the file's end as last seen, look at its
+        // size again only once everything is consumed (a file still appended to).
         if rest < self.ahead && (rest == 0 || !self.at_end) {
-            self.size = self.file.metadata()?.len();
             let end = self.start + len as u64;
+            self.size = self.file.metadata()?.len();
+            if self.size < end {
+                return Err(io::Error::other(format!(
+                    "input shrank to {} bytes while read (a window reached byte {end})",
+                    self.size
+                )));
+            }
             if self.size > end {
                 self.map_at(self.start + self.pos as u64)?;
             } else {
@@ -185,7 +201,6 @@ mod tests {
 
     fn mapped(f: &tempfile::NamedTempFile, window: usize, align: usize) -> MappedReader {
         MappedReader::with_window(f.reopen().unwrap(), window, align)
-            .unwrap()
             .expect("a regular file is mapped")
     }
 
@@ -197,7 +212,7 @@ mod tests {
         /// from the bytes in memory, with the same offsets.
         #[test]
         fn frames_read_through_windows_are_the_frames_of_the_bytes(
-            sizes in proptest::collection::vec(0usize..3000, 0..40),
+            sizes in proptest::collection::vec(0usize..3000, 1..40),
             window in 2usize..10_000,
             align in prop_oneof![Just(1usize), Just(4096), 1usize..5000],
         ) {
@@ -220,12 +235,40 @@ mod tests {
     }
 
     #[test]
-    fn an_empty_file_is_at_its_end() {
+    fn an_empty_file_and_devices_are_handed_back_to_be_read_as_streams() {
         let f = file_with(b"");
-        assert!(mapped(&f, WINDOW, WINDOW_ALIGN)
-            .fill_buf()
-            .unwrap()
-            .is_empty());
+        assert!(MappedReader::open(f.reopen().unwrap()).is_err());
+        let null = File::open("/dev/null").unwrap();
+        assert!(MappedReader::open(null).is_err());
+    }
+
+    /// A file cut below what the window maps, in the window's last page (which then reads as
+    /// zeros, not SIGBUS): the reader reports it at the window's end instead of ending as if
+    /// the input were whole.
+    #[test]
+    fn a_file_that_shrinks_below_its_window_is_an_error() {
+        let mut bytes = Vec::new();
+        for i in 0..400u32 {
+            write_frame(&mut bytes, &i.to_le_bytes().repeat(10)).unwrap();
+        }
+        assert!(bytes.len() > 16_000);
+        let f = file_with(&bytes);
+        let mut r = FrameReader::new(mapped(&f, 8192, 4096));
+        let mut buf = Vec::new();
+        assert_eq!(r.next_into(&mut buf).unwrap(), Some(0));
+        // Into the window's last page: its rest (6,000 → 8,192) reads as zeros afterwards.
+        f.as_file().set_len(6000).unwrap();
+        let err = loop {
+            match r.next_into(&mut buf) {
+                Ok(Some(_)) => {}
+                Ok(None) => panic!("the input ended as if whole"),
+                Err(e) => break e,
+            }
+        };
+        assert!(
+            err.to_string().contains("input shrank to 6000 bytes"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -247,11 +290,5 @@ mod tests {
         assert_eq!(r.next_into(&mut buf).unwrap(), Some(6));
         assert_eq!(buf, vec![9u8; 10_000]);
         assert_eq!(r.next_into(&mut buf).unwrap(), None);
-    }
-
-    #[test]
-    fn devices_and_pipes_are_not_mapped() {
-        let null = File::open("/dev/null").unwrap();
-        assert!(MappedReader::open(null).unwrap().is_none());
     }
 }

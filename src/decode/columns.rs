@@ -494,7 +494,8 @@ impl Col {
                 let offsets = OffsetBuffer::new(ScalarBuffer::from(std::mem::take(&mut c.offsets)));
                 c.offsets.push(0);
                 // Every appended value was validated as UTF-8 when it was decoded; StringArray::new
-                // checks it again in bulk (skipping that needs `unsafe`, which the crate forbids).
+                // checks it again in bulk (skipping that needs `unsafe`, which the crate allows
+                // only for mapping `convert`'s input: src/mapped.rs).
                 Arc::new(StringArray::new(
                     offsets,
                     Buffer::from_vec(std::mem::take(&mut c.values)),

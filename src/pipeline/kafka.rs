@@ -39,8 +39,8 @@ const BURST: usize = 1024;
 /// The pipeline state is used by the poll loop and by the rebalance callbacks. librdkafka runs
 /// those callbacks inside `poll`, on the same thread, so the lock is never contended; it exists
 /// because the consumer context holding the listener must be `Send + Sync` (and `unsafe` is
-/// forbidden here). It is the only lock on the pipeline's own state (the exactly-once `Handoff`,
-/// shared with the sink task, has its own).
+/// denied here: src/mapped.rs is the crate's one exception). It is the only lock on the
+/// pipeline's own state (the exactly-once `Handoff`, shared with the sink task, has its own).
 fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
     // A panic while holding the lock is a bug; the data is still consistent enough to drain.
     state.lock().unwrap_or_else(|e| e.into_inner())
