@@ -166,12 +166,8 @@ impl BufRead for MappedReader {
 }
 
 impl Read for MappedReader {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let avail = self.fill_buf()?;
-        let n = avail.len().min(buf.len());
-        buf[..n].copy_from_slice(&avail[..n]);
-        self.consume(n);
-        Ok(n)
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        crate::readbuf::read_through_buffer(self, out)
     }
 }
 

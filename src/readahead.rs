@@ -112,11 +112,7 @@ fn fill_loop(mut inner: impl Read, empty: &Receiver<Buffer>, full: &SyncSender<F
 
 impl Read for ReadAhead {
     fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
-        let avail = self.fill_buf()?;
-        let n = avail.len().min(out.len());
-        out[..n].copy_from_slice(&avail[..n]);
-        self.consume(n);
-        Ok(n)
+        crate::readbuf::read_through_buffer(self, out)
     }
 }
 

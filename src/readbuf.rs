@@ -64,16 +64,24 @@ impl<R: Read> AlignedReader<R> {
     }
 }
 
+/// `Read::read` for a `BufRead` that holds its bytes itself: a copy out of `fill_buf`.
+pub(crate) fn read_through_buffer<R: BufRead + ?Sized>(
+    r: &mut R,
+    out: &mut [u8],
+) -> io::Result<usize> {
+    let avail = r.fill_buf()?;
+    let n = avail.len().min(out.len());
+    out[..n].copy_from_slice(&avail[..n]);
+    r.consume(n);
+    Ok(n)
+}
+
 impl<R: Read> Read for AlignedReader<R> {
     fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
         if self.pos == self.filled && out.len() >= self.buf.cap {
             return self.inner.read(out);
         }
-        let avail = self.fill_buf()?;
-        let n = avail.len().min(out.len());
-        out[..n].copy_from_slice(&avail[..n]);
-        self.consume(n);
-        Ok(n)
+        read_through_buffer(self, out)
     }
 }
 

@@ -1,29 +1,13 @@
 //! Every command that prints ends as standard tools do when its reader goes away early
 //! (`… | head`): quietly, exit 0. A real write error (a full disk) still exits 1.
 
-use crate::common::{bin, repo_config, stderr};
+use crate::common::{bin, generated, repo_config, stderr};
 use std::io::Read;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
 fn config(name: &str) -> String {
     repo_config(name).to_str().unwrap().to_string()
-}
-
-/// `n` generated logs for config/local.yaml in `dir/logs.bin`.
-fn generated(dir: &Path, n: u32) -> std::path::PathBuf {
-    let logs = dir.join("logs.bin");
-    let o = crate::common::run(&[
-        "gen",
-        "-c",
-        &config("local.yaml"),
-        "-n",
-        &n.to_string(),
-        "-o",
-        logs.to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    logs
 }
 
 fn example_spec() -> String {
@@ -85,7 +69,7 @@ fn printing_commands_end_quietly_when_stdout_is_closed() {
 fn streaming_commands_stop_quietly_when_the_reader_leaves_early() {
     let dir = tempfile::tempdir().unwrap();
     let local = config("local.yaml");
-    let logs = generated(dir.path(), 20000);
+    let logs = generated(dir.path(), 20000, &[]);
     // Far more output than a pipe buffers, so the commands are still writing when `head` leaves.
     assert_quiet_exit_0(
         "gen -o - | head",
@@ -115,7 +99,7 @@ fn streaming_commands_stop_quietly_when_the_reader_leaves_early() {
 fn a_full_disk_is_still_a_failure() {
     let dir = tempfile::tempdir().unwrap();
     let local = config("local.yaml");
-    let logs = generated(dir.path(), 3000);
+    let logs = generated(dir.path(), 3000, &[]);
     let full = || {
         std::fs::OpenOptions::new()
             .write(true)

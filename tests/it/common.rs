@@ -31,6 +31,20 @@ pub(crate) fn local_config() -> observation_publisher::config::Config {
     Config::from_value(&v, Needs::CONVERT).unwrap().0
 }
 
+/// `n` logs generated for config/local.yaml into `dir/logs.bin` (`extra`: more `gen`
+/// arguments, e.g. a seed or a malformed ratio).
+pub(crate) fn generated(dir: &Path, n: u32, extra: &[&str]) -> PathBuf {
+    let logs = dir.join("logs.bin");
+    let cfg = repo_config("local.yaml");
+    let n = n.to_string();
+    let mut args = vec!["gen", "-c", cfg.to_str().unwrap(), "-n", &n];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&["-o", logs.to_str().unwrap()]);
+    let o = run(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    logs
+}
+
 /// stderr as text.
 pub(crate) fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()

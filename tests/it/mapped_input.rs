@@ -2,7 +2,7 @@
 //! else as a stream: both give the same output, a named pipe is read as a stream, and a file
 //! cut short while it is mapped kills the process by a signal instead of letting it exit 0.
 
-use crate::common::{bin, repo_config, run, stderr};
+use crate::common::{bin, repo_config, stderr};
 use std::io::{Read, Write};
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
@@ -16,23 +16,7 @@ const SIGBUS: i32 = 7;
 
 /// `n` generated logs (seed 7, 1% malformed) for config/local.yaml in `dir/logs.bin`.
 fn generated(dir: &Path, n: u32) -> std::path::PathBuf {
-    let logs = dir.join("logs.bin");
-    let cfg = repo_config("local.yaml");
-    let o = run(&[
-        "gen",
-        "-c",
-        cfg.to_str().unwrap(),
-        "-n",
-        &n.to_string(),
-        "--seed",
-        "7",
-        "--malformed-ratio",
-        "0.01",
-        "-o",
-        logs.to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    logs
+    crate::common::generated(dir, n, &["--seed", "7", "--malformed-ratio", "0.01"])
 }
 
 /// `convert` of `input` to Arrow on stdout, run by a shell that turns core dumps off first
