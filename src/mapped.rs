@@ -64,8 +64,6 @@ pub(crate) struct MappedReader {
     align: u64,
     /// The next window is mapped once fewer bytes than this are left in this one.
     ahead: usize,
-    /// Whether the window reaches the file's end as last looked up.
-    at_end: bool,
 }
 
 impl MappedReader {
@@ -94,7 +92,6 @@ impl MappedReader {
             window,
             align: align.clamp(1, window / 2) as u64,
             ahead: (window / 16).max(1),
-            at_end: false,
         };
         match r.map_at(0) {
             Ok(()) => Ok(r),
@@ -127,7 +124,6 @@ impl MappedReader {
         self.map = map;
         self.start = start;
         self.pos = (at - start) as usize;
-        self.at_end = len as u64 == left;
         Ok(())
     }
 
@@ -140,10 +136,10 @@ impl BufRead for MappedReader {
     fn fill_buf(&mut self) -> io::Result<&[u8]> {
         let len = self.window().len();
         let rest = len - self.pos;
+        let end = self.start + len as u64;
         // Near the window's end: map the next one. At the file's end as last seen, look at its
         // size again only once everything is consumed (a file still appended to).
-        if rest < self.ahead && (rest == 0 || !self.at_end) {
-            let end = self.start + len as u64;
+        if rest < self.ahead && (rest == 0 || end < self.size) {
             self.size = self.file.metadata()?.len();
             if self.size < end {
                 return Err(io::Error::other(format!(
@@ -153,8 +149,6 @@ impl BufRead for MappedReader {
             }
             if self.size > end {
                 self.map_at(self.start + self.pos as u64)?;
-            } else {
-                self.at_end = true;
             }
         }
         Ok(&self.window()[self.pos..])
