@@ -3,7 +3,7 @@
 //! reference on random schemas with values long and short (so both paths run).
 
 use super::cells::ListIter;
-use super::columns::pack_bits;
+use super::columns::{append_bytes, pack_bits};
 use super::reference::{batch_cells, convert};
 use super::wire::Reader;
 use super::*;
@@ -324,6 +324,27 @@ proptest! {
         }
         prop_assert_eq!(cells::ascii_short(&b), b.len() <= 16 && b.is_ascii());
         prop_assert_eq!(cells::valid_utf8(&b), std::str::from_utf8(&b).is_ok());
+    }
+
+    /// The fixed-size stores of short strings append exactly the string's bytes, at every
+    /// length around the 4- and 8-byte chunks and beyond 16, onto any buffer and any spare
+    /// capacity, and never grow a buffer that has the room for them.
+    #[test]
+    fn append_bytes_is_extend_from_slice(
+        before in prop::collection::vec(any::<u8>(), 0..24),
+        spare in 0usize..24,
+        s in prop::collection::vec(any::<u8>(), 0..40),
+    ) {
+        let mut got = Vec::with_capacity(before.len() + spare);
+        got.extend_from_slice(&before);
+        let cap = got.capacity();
+        append_bytes(&mut got, &s);
+        if s.len() <= spare {
+            prop_assert_eq!(got.capacity(), cap, "grew though the room was there");
+        }
+        let mut want = before.clone();
+        want.extend_from_slice(&s);
+        prop_assert_eq!(got, want);
     }
 }
 
