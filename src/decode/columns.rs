@@ -225,12 +225,19 @@ impl Str {
     }
 }
 
-/// Appends `s` to `v`. A string of at most 16 bytes is written as two overlapping stores of
-/// fixed size (its first and last 8 or 4 bytes, the first cut back before the second; 1 to 3
-/// bytes as one 3-byte store cut back), so the usual short cell is a few moves instead of a
-/// call to `memcpy` with a variable length (3% of `convert`'s CPU, issue 18). A store past
-/// `s`'s end is made only into spare capacity, so a buffer given the exact room for a batch
-/// does not grow.
+/// Bytes a string store may write past the end of the string it appends, into spare capacity
+/// only: [`append_bytes`] writes 1 to 3 bytes as one 3-byte store. String buffers keep this
+/// much more than their room ([`Col::room`], [`Col::reserve`]), so that what the decoder's
+/// size count promises (no reallocation while the appended bytes fit the room) holds.
+pub(crate) const STORE_SLACK: usize = 2;
+
+/// Appends `s` to `v` with stores of fixed size where `s` is at most 16 bytes: its first and
+/// last 8 or 4 bytes, the first store cut back before the second; 1 to 3 bytes as one 3-byte
+/// store (first, middle, last byte) cut back to the length, which may write [`STORE_SLACK`]
+/// bytes past `s`'s end (a reallocation if the buffer had no room for them). The usual short
+/// cell is then a few moves instead of a call to `memcpy` with a variable length: 3% of
+/// `convert`'s CPU (issue 18; forms with a branch on the capacity or on each length did not
+/// gain, docs/performance.md).
 #[inline(always)]
 pub(crate) fn append_bytes(v: &mut Vec<u8>, s: &[u8]) {
     let end = v.len() + s.len();
@@ -249,13 +256,8 @@ pub(crate) fn append_bytes(v: &mut Vec<u8>, s: &[u8]) {
             }
             _ => {
                 if let (Some(&a), Some(&b)) = (s.first(), s.last()) {
-                    if v.capacity() - v.len() >= 3 {
-                        // 1 to 3 bytes: the first, the middle and the last, cut to the length.
-                        v.extend_from_slice(&[a, s[s.len() / 2], b]);
-                        v.truncate(end);
-                    } else {
-                        v.extend_from_slice(s);
-                    }
+                    v.extend_from_slice(&[a, s[s.len() / 2], b]);
+                    v.truncate(end);
                 }
             }
         },
@@ -386,12 +388,13 @@ impl Col {
 
     /// Makes room for `rows` more rows and, in a string column, `bytes` more string bytes. Done
     /// once per log with the log's counts, so a large log grows each buffer once to what it
-    /// needs instead of doubling past it.
+    /// needs instead of doubling past it. A string buffer gets [`STORE_SLACK`] bytes more, for
+    /// the stores of short strings ([`append_bytes`]).
     pub(crate) fn reserve(&mut self, rows: usize, bytes: usize) {
         match self {
             Col::Str(c) => {
                 c.offsets.reserve(rows);
-                c.values.reserve(bytes);
+                c.values.reserve(bytes + STORE_SLACK);
             }
             Col::I64(c) | Col::Ts(c) => {
                 c.values.reserve(rows);
@@ -450,6 +453,8 @@ impl Col {
     /// twice what they hold plus that; a column may go many rows without a NULL), and buffers
     /// of at most [`ROOM_ROWS`] rows or [`ROOM_BYTES`] string bytes (empty at a batch's
     /// start) get room for that many more. A larger full buffer is left as it is (its next row grows it).
+    /// A string buffer's room leaves out the [`STORE_SLACK`] bytes a short string's store may
+    /// write past its end.
     pub(crate) fn room(&mut self) -> (usize, usize) {
         fn room<T>(v: &mut Vec<T>, n: usize) -> usize {
             if v.capacity() <= n {
@@ -463,7 +468,7 @@ impl Col {
         match self {
             Col::Str(c) => (
                 null_room.min(room(&mut c.offsets, ROOM_ROWS)),
-                room(&mut c.values, ROOM_BYTES),
+                room(&mut c.values, ROOM_BYTES + STORE_SLACK).saturating_sub(STORE_SLACK),
             ),
             Col::I64(c) | Col::Ts(c) => (null_room.min(room(&mut c.values, ROOM_ROWS)), usize::MAX),
             Col::F64(c) => (null_room.min(room(&mut c.values, ROOM_ROWS)), usize::MAX),
