@@ -559,3 +559,54 @@ impl Col {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+    /// The fixed-size stores of short strings append exactly the string's bytes, at every
+    /// length around the 4- and 8-byte chunks and beyond 16, onto any buffer and any spare
+    /// capacity, and never grow a buffer that has room for them and the store's slack.
+    #[test]
+    fn append_bytes_is_extend_from_slice(
+        before in prop::collection::vec(any::<u8>(), 0..24),
+        spare in 0usize..24,
+        s in prop::collection::vec(any::<u8>(), 0..40),
+    ) {
+        let mut got = Vec::with_capacity(before.len() + spare);
+        got.extend_from_slice(&before);
+        let cap = got.capacity();
+        append_bytes(&mut got, &s);
+        if s.len() + STORE_SLACK <= spare {
+            prop_assert_eq!(got.capacity(), cap, "grew though the room was there");
+        }
+        let mut want = before.clone();
+        want.extend_from_slice(&s);
+        prop_assert_eq!(got, want);
+    }
+
+    /// The room a string column reports is room indeed: filled exactly, with a last string of
+    /// 1 to 3 bytes (the store that writes past its end), no buffer reallocates (what the
+    /// decoder's size count relies on, `Decoder::sizes`).
+    #[test]
+    fn strings_filling_a_columns_room_never_reallocate_it(
+        before in prop::collection::vec("[a-z]{0,40}", 0..200),
+        last in "[a-z]{1,3}",
+    ) {
+        let mut col = Col::new(ColumnType::String, 0);
+        let Col::Str(c) = &mut col else { unreachable!("a string column") };
+        for s in &before {
+            c.push(s.as_bytes()).expect("small");
+        }
+        let (rows, bytes) = col.room();
+        prop_assume!(rows >= 2 && bytes >= last.len());
+        let held = col.allocated_bytes();
+        let Col::Str(c) = &mut col else { unreachable!("a string column") };
+        c.push(&vec![b'x'; bytes - last.len()]).expect("small");
+        c.push(last.as_bytes()).expect("small");
+        prop_assert_eq!(col.allocated_bytes(), held, "room of {} bytes", bytes);
+    }
+    }
+}
