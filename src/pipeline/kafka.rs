@@ -531,48 +531,9 @@ pub(crate) fn run(
                 d.saturating_duration_since(now)
             })
             .min(Duration::from_millis(100));
-        // A burst: wait up to `timeout` for the first message, then take what librdkafka
-        // already holds without waiting, up to BURST messages, with one clock reading for the
-        // whole burst (the messages' arrival time for linger is the burst's start, at most a
-        // few milliseconds early) and no cancellation check inside it. The state lock is still
-        // taken per message: librdkafka runs the rebalance callbacks, which take it, inside
-        // `poll`, so it cannot be held across one.
-        let mut now = now;
-        for i in 0..BURST {
-            let polled = consumer.poll(if i == 0 { timeout } else { Duration::ZERO });
-            let Some(polled) = polled else { break };
-            if i == 0 {
-                // The first poll may have waited.
-                now = Instant::now();
-            }
-            match polled {
-                Ok(m) => {
-                    use rdkafka::Message;
-                    let mut st = lock(&state);
-                    st.on_message(m.partition(), m.offset(), m.key(), m.payload(), now);
-                    if !paused && st.over_budget() {
-                        // Pause before the next message, not at the next housekeeping: the
-                        // budget is passed by one message at most.
-                        last_housekeeping = now - Duration::from_millis(5);
-                        break;
-                    }
-                }
-                Err(KafkaError::MessageConsumption(
-                    RDKafkaErrorCode::UnknownTopicOrPartition | RDKafkaErrorCode::UnknownTopic,
-                )) => {
-                    health.topic_exists.store(false, Ordering::Relaxed);
-                    if errors.allow(now) {
-                        tracing::warn!(topic = %cfg.topic, "source topic does not exist yet; waiting");
-                    }
-                    break;
-                }
-                Err(e) => {
-                    if errors.allow(now) {
-                        tracing::warn!(error = %e, "consumer error");
-                    }
-                    break;
-                }
-            }
+        if let Some(at) = burst(&consumer, &state, &health, &cfg.topic, &mut errors, timeout) {
+            // Over the budget: housekeeping (the pause) before the next message.
+            last_housekeeping = at - Duration::from_millis(5);
         }
     }
 
@@ -597,6 +558,62 @@ pub(crate) fn run(
     consumer.unsubscribe();
     drop(consumer);
     drained
+}
+
+/// One burst of the poll loop: waits up to `timeout` for the first message, then takes what
+/// librdkafka already holds without waiting, up to [`BURST`] messages, with one clock reading
+/// for the whole burst (the messages' arrival time for linger is the burst's start, at most a
+/// few milliseconds early) and no cancellation check inside it. The state lock is still taken
+/// per message: librdkafka runs the rebalance callbacks, which take it, inside `poll`, so it
+/// cannot be held across one.
+///
+/// Stops after the message that puts the pipeline at or over its in-flight budget, and returns
+/// the burst's time then, so that the loop's housekeeping pauses intake before the next
+/// message: the budget is passed by one message at most. Also when intake is already paused:
+/// a message then comes from a partition assigned since the pause (the rebalance callbacks
+/// run inside `poll`), which the housekeeping pauses too. (It used to stop only when not
+/// paused, so up to a whole burst was read over the budget after such an assignment; found in
+/// review, 2026-12-03.)
+fn burst(
+    consumer: &BaseConsumer<SourceContext>,
+    state: &Mutex<State>,
+    health: &Health,
+    topic: &str,
+    errors: &mut RateLimit,
+    timeout: Duration,
+) -> Option<Instant> {
+    let first = consumer.poll(timeout)?;
+    // After the first poll, which may have waited.
+    let now = Instant::now();
+    let rest = std::iter::from_fn(|| consumer.poll(Duration::ZERO));
+    for polled in std::iter::once(first).chain(rest).take(BURST) {
+        match polled {
+            Ok(m) => {
+                use rdkafka::Message;
+                let mut st = lock(state);
+                st.on_message(m.partition(), m.offset(), m.key(), m.payload(), now);
+                if st.over_budget() {
+                    return Some(now);
+                }
+            }
+            Err(KafkaError::MessageConsumption(
+                RDKafkaErrorCode::UnknownTopicOrPartition | RDKafkaErrorCode::UnknownTopic,
+            )) => {
+                health.topic_exists.store(false, Ordering::Relaxed);
+                if errors.allow(now) {
+                    tracing::warn!(topic = %topic, "source topic does not exist yet; waiting");
+                }
+                break;
+            }
+            Err(e) => {
+                if errors.allow(now) {
+                    tracing::warn!(error = %e, "consumer error");
+                }
+                break;
+            }
+        }
+    }
+    None
 }
 
 #[cfg(test)]

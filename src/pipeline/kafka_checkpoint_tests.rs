@@ -1,6 +1,8 @@
-//! Reading exactly-once checkpoints from a real coordinator: librdkafka's mock cluster (it keeps
-//! commit metadata), with `OffsetFetch` failing on demand. A failed read must be a `Retry`,
-//! never "no checkpoint" (before issue 17 it was, and the partitions started fresh).
+//! The poll loop's pieces against a real coordinator: librdkafka's mock cluster (it keeps
+//! commit metadata), with `OffsetFetch` failing on demand. Reading exactly-once checkpoints: a
+//! failed read must be a `Retry`, never "no checkpoint" (before issue 17 it was, and the
+//! partitions started fresh). Pauses across revokes, the revoke after the drain, a start that
+//! cannot be read, and a burst over the in-flight budget.
 
 use super::*;
 use crate::pipeline::state::Event;
@@ -51,9 +53,10 @@ impl crate::deadletter::Target for Nowhere {
 }
 
 /// An at-least-once listener of `topic` over a fresh state (`prepare`d, with the sender of its
-/// events), whose one sink never answers.
+/// events, in-flight budget `budget`), whose one sink never answers.
 fn listener(
     topic: &str,
+    budget: usize,
     revoke_timeout: Duration,
     start_from: Option<StartFrom>,
     other_group: Option<Arc<BaseConsumer>>,
@@ -70,7 +73,7 @@ fn listener(
         rx,
         sink_tx,
         Box::new(Nowhere),
-        1 << 30,
+        budget,
         None,
     );
     prepare(&mut st, &tx);
@@ -187,23 +190,30 @@ fn the_revoke_after_the_drain_does_not_wait_again() {
         let c = consumer(&cluster.bootstrap_servers(), topic);
         // The sink never answers (the batch stays unacknowledged), or its acknowledgement
         // arrives after the drain's last commit.
-        let l = listener(topic, Duration::from_secs(60), None, None, |st, events| {
-            st.assigned_with(&[0], &std::collections::HashMap::new());
-            let log = crate::batch::testing::log("s", 1, 0, 1_700_000_000_000_000);
-            st.on_message(0, 0, None, Some(&log), Instant::now());
-            st.flush(Instant::now());
-            st.drained = drained;
-            if acked {
-                let (dead, checkpoints) = (Vec::new(), Vec::new());
-                let ack = Event::Acked {
-                    id: 0,
-                    sink: 0,
-                    dead,
-                    checkpoints,
-                };
-                events.send(ack).unwrap();
-            }
-        });
+        let l = listener(
+            topic,
+            1 << 30,
+            Duration::from_secs(60),
+            None,
+            None,
+            |st, events| {
+                st.assigned_with(&[0], &std::collections::HashMap::new());
+                let log = crate::batch::testing::log("s", 1, 0, 1_700_000_000_000_000);
+                st.on_message(0, 0, None, Some(&log), Instant::now());
+                st.flush(Instant::now());
+                st.drained = drained;
+                if acked {
+                    let (dead, checkpoints) = (Vec::new(), Vec::new());
+                    let ack = Event::Acked {
+                        id: 0,
+                        sink: 0,
+                        dead,
+                        checkpoints,
+                    };
+                    events.send(ack).unwrap();
+                }
+            },
+        );
         let (done_tx, done) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             l.revoking(&c, &[0]);
@@ -274,6 +284,7 @@ fn a_start_that_cannot_be_read_waits_paused_then_starts_where_start_from_says() 
     .expect("consumer");
     let l = listener(
         topic,
+        1 << 30,
         Duration::from_secs(1),
         Some(sf.clone()),
         other.clone(),
@@ -331,4 +342,42 @@ fn a_start_that_cannot_be_read_waits_paused_then_starts_where_start_from_says() 
         Some(15),
         "starts at the old group's offset"
     );
+}
+
+/// Over the in-flight budget, a burst of the poll loop takes one message and stops, whether or
+/// not intake is paused already: while it is, a message comes from a partition assigned since
+/// the pause, not paused yet (here: assigned, never paused), and the loop's housekeeping must
+/// pause it before the next one. The burst used to stop only when intake was not paused, so
+/// such a partition gave up to a whole burst (1,024 messages) over the budget (found in review).
+#[test]
+fn a_burst_over_the_budget_takes_one_message_and_stops() {
+    let cluster = MockCluster::new(1).expect("mock cluster");
+    let topic = "burst";
+    cluster.create_topic(topic, 1, 1).expect("topic");
+    produce(&cluster.bootstrap_servers(), topic, 300);
+    let c = consumer(&cluster.bootstrap_servers(), topic);
+    // Undecodable messages: each is a dead letter the target never acknowledges, held in the
+    // budget of 1 byte, so the first message is over it.
+    let l = listener(topic, 1, Duration::from_secs(1), None, None, |st, _| {
+        st.assigned_with(&[0], &std::collections::HashMap::new());
+    });
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, 0, Offset::Beginning)
+        .unwrap();
+    c.assign(&tpl).unwrap();
+    let health = Health::new();
+    let mut errors = RateLimit::new();
+    for n in 1..=4u64 {
+        let stopped = burst(
+            &c,
+            &l.state,
+            &health,
+            topic,
+            &mut errors,
+            Duration::from_secs(10),
+        );
+        assert!(stopped.is_some(), "burst {n} stopped over the budget");
+        assert_eq!(lock(&l.state).totals.messages, n, "one message per burst");
+    }
+    assert!(lock(&l.state).over_budget());
 }
