@@ -421,6 +421,9 @@ pub(crate) fn run(
     }
     let mut paused = false;
     let mut paused_gen = 0u64;
+    // A message was taken over the budget while paused: some partition is not paused (assigned
+    // since, or its pause failed); the next housekeeping pauses the assignment again.
+    let mut repause = false;
     let mut next_start_read = Instant::now();
     let mut last_commit = Instant::now();
     let mut last_meta: Option<Instant> = None;
@@ -478,9 +481,16 @@ pub(crate) fn run(
                 )
             };
             let gen = generation.load(Ordering::Relaxed);
-            if (over && !paused) || (paused && gen != paused_gen) {
+            if (over && !paused) || (paused && (gen != paused_gen || repause)) {
+                repause = false;
                 if let Ok(a) = consumer.assignment() {
-                    if consumer.pause(&a).is_ok() {
+                    let result = consumer.pause(&a);
+                    if let Err(e) = &result {
+                        if errors.allow(now) {
+                            tracing::warn!(error = %e, "cannot pause intake for the in-flight budget; trying again");
+                        }
+                    }
+                    if result.is_ok() {
                         events::Intake {
                             paused_partitions: a.count(),
                             changed: !paused,
@@ -534,6 +544,7 @@ pub(crate) fn run(
         if let Some(at) = burst(&consumer, &state, &health, &cfg.topic, &mut errors, timeout) {
             // Over the budget: housekeeping (the pause) before the next message.
             last_housekeeping = at - Duration::from_millis(5);
+            repause = paused;
         }
     }
 
@@ -567,13 +578,14 @@ pub(crate) fn run(
 /// per message: librdkafka runs the rebalance callbacks, which take it, inside `poll`, so it
 /// cannot be held across one.
 ///
-/// Stops after the message that puts the pipeline at or over its in-flight budget, and returns
-/// the burst's time then, so that the loop's housekeeping pauses intake before the next
-/// message: the budget is passed by one message at most. Also when intake is already paused:
-/// a message then comes from a partition assigned since the pause (the rebalance callbacks
-/// run inside `poll`), which the housekeeping pauses too. (It used to stop only when not
-/// paused, so up to a whole burst was read over the budget after such an assignment; found in
-/// review, 2026-12-03.)
+/// Stops after any message taken while the pipeline is at or over its in-flight budget, and
+/// returns the burst's time then, so that the loop's housekeeping pauses intake before the
+/// next message. Also when intake is already paused: a message then comes from a partition
+/// that is not paused (assigned since the pause, the rebalance callbacks running inside
+/// `poll`, or one whose pause failed), which the housekeeping pauses too. So the budget is
+/// passed by one message, and by one more per partition assignment during a pause. (It used to
+/// stop only when not paused, so up to a whole burst was read over the budget after such an
+/// assignment; found in review, 2026-12-03.)
 fn burst(
     consumer: &BaseConsumer<SourceContext>,
     state: &Mutex<State>,

@@ -367,17 +367,14 @@ fn a_burst_over_the_budget_takes_one_message_and_stops() {
     c.assign(&tpl).unwrap();
     let health = Health::new();
     let mut errors = RateLimit::new();
-    for n in 1..=4u64 {
-        let stopped = burst(
-            &c,
-            &l.state,
-            &health,
-            topic,
-            &mut errors,
-            Duration::from_secs(10),
-        );
+    let mut burst = |wait| burst(&c, &l.state, &health, topic, &mut errors, wait);
+    for n in 1..=300u64 {
+        let stopped = burst(Duration::from_secs(10));
         assert!(stopped.is_some(), "burst {n} stopped over the budget");
         assert_eq!(lock(&l.state).totals.messages, n, "one message per burst");
     }
     assert!(lock(&l.state).over_budget());
+    // Nothing was polled and dropped: the 300 taken are all there were, and nothing is left.
+    assert_eq!(burst(Duration::from_millis(500)), None, "nothing left");
+    assert_eq!(lock(&l.state).totals.messages, 300);
 }
