@@ -197,7 +197,7 @@ impl Str {
     /// Appends already-validated UTF-8.
     #[inline(always)]
     pub(crate) fn push(&mut self, s: &[u8]) -> Result<(), DecodeError> {
-        append_bytes(&mut self.values, s);
+        self.values.extend_from_slice(s);
         let Ok(end) = i32::try_from(self.values.len()) else {
             return Err(too_much_string());
         };
@@ -222,45 +222,6 @@ impl Str {
 
     fn data_len(&self) -> usize {
         self.values.len()
-    }
-}
-
-/// Bytes a string store may write past the end of the string it appends, into spare capacity
-/// only: [`append_bytes`] writes 1 to 3 bytes as one 3-byte store. String buffers keep this
-/// much more than their room ([`Col::room`], [`Col::reserve`]), so that what the decoder's
-/// size count promises (no reallocation while the appended bytes fit the room) holds.
-pub(crate) const STORE_SLACK: usize = 2;
-
-/// Appends `s` to `v` with stores of fixed size where `s` is at most 16 bytes: its first and
-/// last 8 or 4 bytes, the first store cut back before the second; 1 to 3 bytes as one 3-byte
-/// store (first, middle, last byte) cut back to the length, which may write [`STORE_SLACK`]
-/// bytes past `s`'s end (a reallocation if the buffer had no room for them). The usual short
-/// cell is then a few moves instead of a call to `memcpy` with a variable length: 3-5% of
-/// `convert`'s CPU (issue 18; forms with a branch on the capacity or on each length did not
-/// gain: docs/performance.md §2, "Tenth pass").
-#[inline(always)]
-pub(crate) fn append_bytes(v: &mut Vec<u8>, s: &[u8]) {
-    let end = v.len() + s.len();
-    match (s.first_chunk::<8>(), s.last_chunk::<8>()) {
-        (Some(x), Some(y)) if s.len() <= 16 => {
-            v.extend_from_slice(x);
-            v.truncate(end - 8);
-            v.extend_from_slice(y);
-        }
-        (Some(_), _) => v.extend_from_slice(s),
-        _ => match (s.first_chunk::<4>(), s.last_chunk::<4>()) {
-            (Some(x), Some(y)) => {
-                v.extend_from_slice(x);
-                v.truncate(end - 4);
-                v.extend_from_slice(y);
-            }
-            _ => {
-                if let (Some(&a), Some(&b)) = (s.first(), s.last()) {
-                    v.extend_from_slice(&[a, s[s.len() / 2], b]);
-                    v.truncate(end);
-                }
-            }
-        },
     }
 }
 
@@ -388,15 +349,12 @@ impl Col {
 
     /// Makes room for `rows` more rows and, in a string column, `bytes` more string bytes. Done
     /// once per log with the log's counts, so a large log grows each buffer once to what it
-    /// needs instead of doubling past it. A string buffer given bytes gets [`STORE_SLACK`] more,
-    /// for the stores of short strings ([`append_bytes`]); given none, it is left as it is.
+    /// needs instead of doubling past it.
     pub(crate) fn reserve(&mut self, rows: usize, bytes: usize) {
         match self {
             Col::Str(c) => {
                 c.offsets.reserve(rows);
-                if bytes > 0 {
-                    c.values.reserve(bytes + STORE_SLACK);
-                }
+                c.values.reserve(bytes);
             }
             Col::I64(c) | Col::Ts(c) => {
                 c.values.reserve(rows);
@@ -455,8 +413,6 @@ impl Col {
     /// twice what they hold plus that; a column may go many rows without a NULL), and buffers
     /// of at most [`ROOM_ROWS`] rows or [`ROOM_BYTES`] string bytes (empty at a batch's
     /// start) get room for that many more. A larger full buffer is left as it is (its next row grows it).
-    /// A string buffer's room leaves out the [`STORE_SLACK`] bytes a short string's store may
-    /// write past its end.
     pub(crate) fn room(&mut self) -> (usize, usize) {
         fn room<T>(v: &mut Vec<T>, n: usize) -> usize {
             if v.capacity() <= n {
@@ -470,7 +426,7 @@ impl Col {
         match self {
             Col::Str(c) => (
                 null_room.min(room(&mut c.offsets, ROOM_ROWS)),
-                room(&mut c.values, ROOM_BYTES + STORE_SLACK).saturating_sub(STORE_SLACK),
+                room(&mut c.values, ROOM_BYTES),
             ),
             Col::I64(c) | Col::Ts(c) => (null_room.min(room(&mut c.values, ROOM_ROWS)), usize::MAX),
             Col::F64(c) => (null_room.min(room(&mut c.values, ROOM_ROWS)), usize::MAX),
@@ -568,49 +524,25 @@ mod tests {
     use proptest::prelude::*;
 
     proptest! {
-    /// The fixed-size stores of short strings append exactly the string's bytes, at every
-    /// length around the 4- and 8-byte chunks and beyond 16, onto any buffer and any spare
-    /// capacity, and never grow a buffer with room for them (for 1 to 3 bytes, room for 3).
-    #[test]
-    fn append_bytes_is_extend_from_slice(
-        before in prop::collection::vec(any::<u8>(), 0..24),
-        spare in 0usize..24,
-        s in prop::collection::vec(any::<u8>(), 0..40),
-    ) {
-        let mut got = Vec::with_capacity(before.len() + spare);
-        got.extend_from_slice(&before);
-        let cap = got.capacity();
-        append_bytes(&mut got, &s);
-        // Only a 1-3 byte string is stored past its end, as 3 bytes.
-        let need = if s.is_empty() { 0 } else { s.len().max(3) };
-        if need <= spare {
-            prop_assert_eq!(got.capacity(), cap, "grew though the room was there");
+        /// The room a string column reports is room indeed: strings filling it exactly never
+        /// reallocate a buffer (what the decoder's size count relies on, `Decoder::sizes`).
+        #[test]
+        fn strings_filling_a_columns_room_never_reallocate_it(
+            before in prop::collection::vec("[a-z]{0,40}", 0..200),
+            last in "[a-z]{1,3}",
+        ) {
+            let mut col = Col::new(ColumnType::String, 0);
+            let Col::Str(c) = &mut col else { unreachable!("a string column") };
+            for s in &before {
+                c.push(s.as_bytes()).expect("small");
+            }
+            let (rows, bytes) = col.room();
+            prop_assume!(rows >= 2 && bytes >= last.len());
+            let held = col.allocated_bytes();
+            let Col::Str(c) = &mut col else { unreachable!("a string column") };
+            c.push(&vec![b'x'; bytes - last.len()]).expect("small");
+            c.push(last.as_bytes()).expect("small");
+            prop_assert_eq!(col.allocated_bytes(), held, "room of {} bytes", bytes);
         }
-        let mut want = before.clone();
-        want.extend_from_slice(&s);
-        prop_assert_eq!(got, want);
-    }
-
-    /// The room a string column reports is room indeed: filled exactly, with a last string of
-    /// 1 to 3 bytes (the store that writes past its end), no buffer reallocates (what the
-    /// decoder's size count relies on, `Decoder::sizes`).
-    #[test]
-    fn strings_filling_a_columns_room_never_reallocate_it(
-        before in prop::collection::vec("[a-z]{0,40}", 0..200),
-        last in "[a-z]{1,3}",
-    ) {
-        let mut col = Col::new(ColumnType::String, 0);
-        let Col::Str(c) = &mut col else { unreachable!("a string column") };
-        for s in &before {
-            c.push(s.as_bytes()).expect("small");
-        }
-        let (rows, bytes) = col.room();
-        prop_assume!(rows >= 2 && bytes >= last.len());
-        let held = col.allocated_bytes();
-        let Col::Str(c) = &mut col else { unreachable!("a string column") };
-        c.push(&vec![b'x'; bytes - last.len()]).expect("small");
-        c.push(last.as_bytes()).expect("small");
-        prop_assert_eq!(col.allocated_bytes(), held, "room of {} bytes", bytes);
-    }
     }
 }

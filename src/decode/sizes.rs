@@ -24,11 +24,10 @@ impl Decoder {
     ///
     /// Appending rows only lengthens buffers, by at most one element per row in each per-row
     /// buffer and by at most the string bytes appended in each string buffer, and a buffer
-    /// reallocates only past its capacity (a short string's store may reach
-    /// [`columns::STORE_SLACK`] bytes further, which [`Col::room`] leaves out). So while the
-    /// rows and string bytes appended since the last full count fit the room every buffer had
-    /// then, the held bytes are the ones counted. Anything else that may change a capacity (a
-    /// rollback, a reservation, a truncation, [`Decoder::finish`]) drops the count.
+    /// reallocates only past its capacity. So while the rows and string bytes appended since
+    /// the last full count fit the room every buffer had then, the held bytes are the ones
+    /// counted. Anything else that may change a capacity (a rollback, a reservation, a
+    /// truncation, [`Decoder::finish`]) drops the count.
     pub fn sizes(&mut self) -> (usize, usize) {
         let data = self.approx_bytes();
         let var = data - self.rows * self.fixed_row_bytes;
