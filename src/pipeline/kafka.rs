@@ -484,22 +484,23 @@ pub(crate) fn run(
             if (over && !paused) || (paused && (gen != paused_gen || repause)) {
                 repause = false;
                 if let Ok(a) = consumer.assignment() {
-                    let result = consumer.pause(&a);
-                    if let Err(e) = &result {
-                        if errors.allow(now) {
-                            tracing::warn!(error = %e, "cannot pause intake for the in-flight budget; trying again");
+                    match consumer.pause(&a) {
+                        Ok(()) => {
+                            events::Intake {
+                                paused_partitions: a.count(),
+                                changed: !paused,
+                                batch_bytes,
+                                letter_bytes,
+                            }
+                            .emit();
+                            paused = true;
+                            paused_gen = gen;
                         }
-                    }
-                    if result.is_ok() {
-                        events::Intake {
-                            paused_partitions: a.count(),
-                            changed: !paused,
-                            batch_bytes,
-                            letter_bytes,
+                        Err(e) => {
+                            if errors.allow(now) {
+                                tracing::warn!(error = %e, "cannot pause intake for the in-flight budget; trying again");
+                            }
                         }
-                        .emit();
-                        paused = true;
-                        paused_gen = gen;
                     }
                 }
             } else if paused && under {

@@ -41,6 +41,13 @@ fn produce(bootstrap: &str, topic: &str, n: usize) {
     p.flush(Duration::from_secs(10)).expect("flush");
 }
 
+/// Partition 0 of `topic`, from its first message.
+fn from_beginning(topic: &str) -> TopicPartitionList {
+    let mut t = TopicPartitionList::new();
+    t.add_partition_offset(topic, 0, Offset::Beginning).unwrap();
+    t
+}
+
 /// A dead-letter target that takes letters and never answers.
 struct Nowhere;
 
@@ -150,13 +157,8 @@ fn a_partition_paused_when_revoked_delivers_when_assigned_again() {
     let topic = "paused";
     cluster.create_topic(topic, 1, 1).expect("topic");
     produce(&cluster.bootstrap_servers(), topic, 5);
-    let from_start = || {
-        let mut t = TopicPartitionList::new();
-        t.add_partition_offset(topic, 0, Offset::Beginning).unwrap();
-        t
-    };
     let c = consumer(&cluster.bootstrap_servers(), topic);
-    c.assign(&from_start()).unwrap();
+    c.assign(&from_beginning(topic)).unwrap();
     // The loop's pause for the budget, then an eager revoke through the context's handler.
     c.pause(&c.assignment().unwrap()).unwrap();
     let mut revoked = c.assignment().unwrap();
@@ -166,7 +168,7 @@ fn a_partition_paused_when_revoked_delivers_when_assigned_again() {
         &mut revoked,
     );
     assert_eq!(c.assignment().unwrap().count(), 0, "unassigned");
-    c.assign(&from_start()).unwrap();
+    c.assign(&from_beginning(topic)).unwrap();
     let end = Instant::now() + Duration::from_secs(15);
     let mut delivered = 0;
     while Instant::now() < end && delivered < 5 {
@@ -361,20 +363,17 @@ fn a_burst_over_the_budget_takes_one_message_and_stops() {
     let l = listener(topic, 1, Duration::from_secs(1), None, None, |st, _| {
         st.assigned_with(&[0], &std::collections::HashMap::new());
     });
-    let mut tpl = TopicPartitionList::new();
-    tpl.add_partition_offset(topic, 0, Offset::Beginning)
-        .unwrap();
-    c.assign(&tpl).unwrap();
+    c.assign(&from_beginning(topic)).unwrap();
     let health = Health::new();
     let mut errors = RateLimit::new();
-    let mut burst = |wait| burst(&c, &l.state, &health, topic, &mut errors, wait);
+    let mut take = |wait| burst(&c, &l.state, &health, topic, &mut errors, wait);
     for n in 1..=300u64 {
-        let stopped = burst(Duration::from_secs(10));
+        let stopped = take(Duration::from_secs(10));
         assert!(stopped.is_some(), "burst {n} stopped over the budget");
         assert_eq!(lock(&l.state).totals.messages, n, "one message per burst");
     }
     assert!(lock(&l.state).over_budget());
     // Nothing was polled and dropped: the 300 taken are all there were, and nothing is left.
-    assert_eq!(burst(Duration::from_millis(500)), None, "nothing left");
+    assert_eq!(take(Duration::from_millis(500)), None, "nothing left");
     assert_eq!(lock(&l.state).totals.messages, 300);
 }
