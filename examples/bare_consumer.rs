@@ -1,18 +1,25 @@
 //! A bare rdkafka consumer: the baseline of `scripts/bench-e2e`. Joins a fresh group, reads
 //! `COUNT` messages from `TOPIC` (touching each payload, nothing else) and prints its rate
 //! (from the first message, so the group join is excluded), CPU time per message and peak RSS.
+//! With `BROKER_PID` set (the broker on this machine), also the share of a core the broker used
+//! over the same span (`broker_cpu_share`; 1.0 is one core busy all the time).
 //!   bare_consumer BROKERS TOPIC GROUP COUNT [SPIN_NS]
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::Message;
 use std::time::{Duration, Instant};
 
-fn cpu_seconds() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+/// CPU seconds (user + system) of a process so far: `self` or a pid.
+fn cpu_seconds_of(pid: &str) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     let after = stat.rsplit_once(')').map(|x| x.1).unwrap_or("");
     let f: Vec<&str> = after.split_whitespace().collect();
     let ticks = |i: usize| f.get(i).and_then(|s| s.parse::<f64>().ok()).unwrap_or(0.0);
     (ticks(11) + ticks(12)) / 100.0
+}
+
+fn cpu_seconds() -> f64 {
+    cpu_seconds_of("self")
 }
 
 fn peak_rss_kib() -> u64 {
@@ -41,11 +48,13 @@ fn main() {
     c.subscribe(&[topic]).expect("subscribe");
     let mut n = 0u64;
     let mut bytes = 0u64;
-    let mut first: Option<(Instant, f64)> = None;
+    let broker = std::env::var("BROKER_PID").ok();
+    let broker_cpu = || broker.as_deref().map_or(0.0, cpu_seconds_of);
+    let mut first: Option<(Instant, f64, f64)> = None;
     while n < count {
         if let Some(Ok(m)) = c.poll(Duration::from_millis(100)) {
             if first.is_none() {
-                first = Some((Instant::now(), cpu_seconds()));
+                first = Some((Instant::now(), cpu_seconds(), broker_cpu()));
             }
             bytes += m.payload().map_or(0, |p| p.len() as u64);
             n += 1;
@@ -57,13 +66,15 @@ fn main() {
             }
         }
     }
-    let (t0, c0) = first.expect("messages");
+    let (t0, c0, b0) = first.expect("messages");
     let secs = t0.elapsed().as_secs_f64();
     let cpu = cpu_seconds() - c0;
+    let broker_share = (broker_cpu() - b0) / secs;
     println!(
-        "{{\"messages\":{n},\"bytes\":{bytes},\"seconds\":{secs:.3},\"msgs_per_second\":{:.0},\"cpu_us_per_message\":{:.3},\"peak_rss_mib\":{:.1}}}",
+        "{{\"messages\":{n},\"bytes\":{bytes},\"seconds\":{secs:.3},\"msgs_per_second\":{:.0},\"cpu_us_per_message\":{:.3},\"peak_rss_mib\":{:.1},\"cpu_share\":{:.3},\"broker_cpu_share\":{broker_share:.3}}}",
         n as f64 / secs,
         cpu * 1e6 / n as f64,
-        peak_rss_kib() as f64 / 1024.0
+        peak_rss_kib() as f64 / 1024.0,
+        cpu / secs
     );
 }

@@ -1,0 +1,81 @@
+# Sourced by scripts/bench-fetch and scripts/bench-e2e: follows one publisher run through its
+# metrics until every row is written, forking nothing while it measures (a fork and exec of curl,
+# awk, date or sleep every 50 ms cost this 2-core machine several percent of a core, on whichever
+# core it landed). Needs bash 5 ($EPOCHREALTIME) and LC_ALL=C (a decimal point).
+#   follow PID PORT LOGS [BROKER_PID]
+# prints "written_rate cpu_us rss_mib intake_rate cpu_share broker_share":
+# - written_rate: rows over the span from the first flushed batch until all LOGS rows are
+#   written; it includes the last batch's wait for batching.linger (1 s: the topic's tail waits
+#   for it) and its write. cpu_us: the publisher's CPU per row over that span. rss_mib: peak RSS.
+# - intake_rate: rows over the batches that flushed full, from the first to the one before the
+#   last (the last waits for linger): the steady rate of consumption and decode, the one to hold
+#   against a bare consumer's. cpu_share and broker_share: the share of a core the publisher and
+#   the broker (0 without BROKER_PID) used over that span.
+# rows_decoded_total moves once per flushed batch, so the clock starts at the first batch.
+
+exec {FOLLOW_NAP}<> <(:) # read -t on it is a sleep without a fork
+nap() { read -r -t "$1" -u "$FOLLOW_NAP" || true; }
+# DEC and WR: rows_decoded_total and the sum of rows_written_total, from one scrape of PORT over
+# bash's /dev/tcp (both 0 while the port is not up).
+scrape() {
+  DEC=0 WR=0
+  local line m
+  { exec {m}<>"/dev/tcp/127.0.0.1/$1"; } 2>/dev/null || return 0
+  printf 'GET /metrics HTTP/1.0\r\n\r\n' >&"$m"
+  while IFS= read -r line <&"$m"; do
+    case $line in
+      "observation_publisher_rows_decoded_total "*) DEC=${line##* } ;;
+      "observation_publisher_rows_written_total{"*) WR=$((WR + ${line##* })) ;;
+    esac
+  done
+  exec {m}<&-
+}
+# TICKS: user + system CPU of process $1 so far, in 1/100 s (0 for no process).
+ticks() {
+  local f
+  TICKS=0
+  [ -n "${1:-}" ] && read -r -a f < "/proc/$1/stat" && TICKS=$((f[13] + f[14]))
+  return 0
+}
+follow() {
+  local pid=$1 port=$2 n=$3 broker=${4:-}
+  # One entry per flush seen: the time, rows decoded, the publisher's and the broker's ticks.
+  local -a T=() D=() C=() K=()
+  local prev=0 now t1 c1 rss last
+  while :; do
+    now=$EPOCHREALTIME
+    scrape "$port"
+    if [ "$DEC" -gt "$prev" ]; then
+      prev=$DEC
+      T+=("$now"); D+=("$DEC")
+      ticks "$pid"; C+=("$TICKS")
+      ticks "$broker"; K+=("$TICKS")
+    fi
+    [ "$WR" -ge "$n" ] && break
+    kill -0 "$pid" 2>/dev/null || { echo "the publisher exited before writing $n rows" >&2; return 1; }
+    nap 0.02
+  done
+  t1=$EPOCHREALTIME; ticks "$pid"; c1=$TICKS
+  rss=$(awk '/VmHWM/ {print $2}' "/proc/$pid/status")
+  last=$((${#T[@]} - 2))
+  [ "$last" -ge 1 ] || { echo "fewer than three batches: give it more logs" >&2; return 1; }
+  awk -v n="$((n - D[0]))" -v t0="${T[0]}" -v t1="$t1" -v c0="${C[0]}" -v c1="$c1" -v rss="$rss" \
+    -v ni="$((D[last] - D[0]))" -v ti="${T[last]}" -v ci="${C[last]}" -v b0="${K[0]}" \
+    -v bi="${K[last]}" 'BEGIN {
+    s = t1 - t0; si = ti - t0
+    printf "%.0f %.3f %.1f %.0f %.3f %.3f\n", n/s, (c1-c0)/100*1e6/n, rss/1024, ni/si,
+      (ci-c0)/100/si, (bi-b0)/100/si }'
+}
+# Each thread name of process $1 with its CPU so far in µs per message, for $2 messages
+# (threads of one name summed: the tokio workers, librdkafka's broker threads).
+threads() {
+  local t f name
+  local -A sum=()
+  for t in /proc/"$1"/task/*; do
+    read -r name < "$t/comm" && read -r -a f < "$t/stat" || continue
+    sum[$name]=$((${sum[$name]:-0} + f[13] + f[14]))
+  done
+  for name in "${!sum[@]}"; do
+    [ "${sum[$name]}" -gt 0 ] && echo "$name ${sum[$name]}"
+  done | sort -k2 -n -r | awk -v n="$2" '{printf("%s%s %.3f", (NR > 1 ? ", " : ""), $1, $2/100*1e6/n)} END {print ""}'
+}
