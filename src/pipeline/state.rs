@@ -164,7 +164,7 @@ impl State {
     /// buffers of batches flushed but not yet acknowledged ([`Batch::held_bytes`], their
     /// capacity, not their data) and what the open batch's builders hold
     /// ([`Batcher::held_bytes`]). librdkafka's prefetch (a quarter of the budget, see
-    /// [`crate::source::consumer_config`]) comes on top; docs/reliability.md §1.4 has the
+    /// [`crate::source::prefetch_split`]) comes on top; docs/reliability.md §1.4 has the
     /// whole memory formula.
     pub(crate) fn inflight_bytes(&self) -> usize {
         self.ledger.inflight_bytes() + self.batcher.held_bytes()

@@ -43,12 +43,28 @@ pub fn connection_config(src: &KafkaSource) -> ClientConfig {
 
 /// How long librdkafka waits before it checks again whether a fetch may be sent, once its local
 /// queue is over `queued.max.messages.kbytes`. librdkafka's default (1,000 ms in 2.12) stalls the
-/// consumer: the queue (a quarter of the in-flight budget) drains in a few tens of milliseconds
-/// at full rate and the next fetch is sent up to a second later, so with
-/// `batching.max_inflight_bytes=16MiB` the rate fell to 12k msg/s. At 10 ms a drained queue waits
-/// at most 10 ms plus a fetch round trip; the cost is one queue-size check per 10 ms per broker
-/// while the queue is full. Measured in docs/performance.md ("No fetch stalls").
-pub const FETCH_QUEUE_BACKOFF_MS: u64 = 10;
+/// consumer: at `batching.max_inflight_bytes=16MiB` the queue drains in a few milliseconds at
+/// full rate and the next fetch went out up to a second later (the rate fell to 12k msg/s). At
+/// 10 ms the consumer still idled a third of the time at that budget; at 1 ms a queue that fell
+/// below its threshold is refilled after at most 1 ms plus a fetch round trip, and the
+/// publisher's core stays busy while the topic has a backlog. The cost is one queue-size check
+/// per millisecond per broker while the queue is full. Measured in docs/performance.md
+/// ("No fetch stalls").
+pub const FETCH_QUEUE_BACKOFF_MS: u64 = 1;
+
+/// librdkafka's share of the in-flight budget (`batching.max_inflight_bytes`): a quarter, split
+/// between its queue of fetched messages (`queued.max.messages.kbytes`, two thirds) and one
+/// fetch response (`fetch.max.bytes`, a third). The queue threshold is only checked before a
+/// fetch is sent, so the queue can hold the threshold plus one response: the two add up to the
+/// quarter that the memory formula counts (docs/reliability.md section 1.4). A response of
+/// half the queue keeps one fetch in flight while the queue still holds a round trip's worth of
+/// messages. Returns `(queue bytes, fetch bytes)`.
+pub fn prefetch_split(max_inflight_bytes: u64) -> (u64, u64) {
+    let prefetch = (max_inflight_bytes / 4).max(2 << 20);
+    // At least 1 MiB: librdkafka refuses a fetch.max.bytes below message.max.bytes (1,000,000).
+    let fetch = (prefetch / 3).clamp(1 << 20, 100 << 20);
+    (prefetch - fetch, fetch)
+}
 
 /// The consumer's settings: the publisher's defaults, then Merlin's
 /// `additional_consumer_config` (which may override them, except the keys config validation
@@ -56,9 +72,7 @@ pub const FETCH_QUEUE_BACKOFF_MS: u64 = 10;
 pub fn consumer_config(cfg: &Config, src: &KafkaSource) -> ClientConfig {
     let mut c = ClientConfig::new();
     let session_ms = cfg.consumer.session_timeout.as_millis().max(1000) as u64;
-    let budget = cfg.batching.max_inflight_bytes as u64;
-    // A quarter of the in-flight budget for librdkafka's prefetch queue and fetch responses.
-    let prefetch = (budget / 4).max(1 << 20);
+    let (queue, fetch) = prefetch_split(cfg.batching.max_inflight_bytes as u64);
     let reset = match &cfg.consumer.start_from {
         Some(StartFrom::Latest) => "latest",
         Some(_) => "earliest",
@@ -81,12 +95,9 @@ pub fn consumer_config(cfg: &Config, src: &KafkaSource) -> ClientConfig {
         .set("statistics.interval.ms", "5000")
         .set(
             "queued.max.messages.kbytes",
-            (prefetch / 1024).clamp(1024, 2_097_151).to_string(),
+            (queue / 1024).clamp(1024, 2_097_151).to_string(),
         )
-        .set(
-            "fetch.max.bytes",
-            prefetch.clamp(1 << 20, 100 << 20).to_string(),
-        )
+        .set("fetch.max.bytes", fetch.to_string())
         .set("fetch.queue.backoff.ms", FETCH_QUEUE_BACKOFF_MS.to_string());
     for (k, v) in &src.additional_consumer_config {
         if k == "auto.offset.reset" && cfg.consumer.start_from.is_some() {
@@ -250,17 +261,36 @@ mod tests {
     }
 
     #[test]
-    fn the_fetch_backoff_is_short_and_the_queue_a_quarter_of_the_budget() {
+    fn the_fetch_backoff_is_short_and_queue_and_fetch_share_a_quarter_of_the_budget() {
         let cfg = config("batching:\n  max_inflight_bytes: 16MiB\n");
         let src = cfg.observation_source.clone().unwrap();
         let c = consumer_config(&cfg, &src);
-        assert_eq!(get(&c, "fetch.queue.backoff.ms"), "10");
-        assert_eq!(get(&c, "queued.max.messages.kbytes"), "4096");
-        assert_eq!(get(&c, "fetch.max.bytes"), (4u64 << 20).to_string());
+        assert_eq!(get(&c, "fetch.queue.backoff.ms"), "1");
+        // 4 MiB: 2,796,203 bytes of queue (2,730 KiB) and a 1,398,101-byte fetch.
+        assert_eq!(get(&c, "queued.max.messages.kbytes"), "2730");
+        assert_eq!(get(&c, "fetch.max.bytes"), "1398101");
         let cfg = config("");
         let c = consumer_config(&cfg, cfg.observation_source.as_ref().unwrap());
-        assert_eq!(get(&c, "fetch.queue.backoff.ms"), "10");
-        assert_eq!(get(&c, "queued.max.messages.kbytes"), "16384");
+        assert_eq!(get(&c, "fetch.queue.backoff.ms"), "1");
+        assert_eq!(get(&c, "queued.max.messages.kbytes"), "10922");
+        assert_eq!(get(&c, "fetch.max.bytes"), "5592405");
+    }
+
+    proptest::proptest! {
+        /// The queue can hold its threshold plus one response: together never more than the
+        /// quarter of the budget the memory formula counts (or its 2 MiB floor); the fetch is
+        /// one librdkafka accepts; from 16 MiB of budget up a response is at most half the
+        /// queue, so one is in flight while the queue still holds messages.
+        #[test]
+        fn queue_and_fetch_stay_within_a_quarter_of_the_budget(budget in 1u64..(64u64 << 30)) {
+            let (queue, fetch) = prefetch_split(budget);
+            proptest::prop_assert!(queue + fetch <= (budget / 4).max(2 << 20));
+            proptest::prop_assert!((1 << 20..=100 << 20).contains(&fetch));
+            proptest::prop_assert!(queue >= 1 << 20);
+            if budget >= 16 << 20 {
+                proptest::prop_assert!(2 * fetch <= queue + 1);
+            }
+        }
     }
 
     #[test]
