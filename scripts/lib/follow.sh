@@ -66,16 +66,19 @@ follow() {
     printf "%.0f %.3f %.1f %.0f %.3f %.3f\n", n/s, (c1-c0)/100*1e6/n, rss/1024, ni/si,
       (ci-c0)/100/si, (bi-b0)/100/si }'
 }
-# Each thread name of process $1 with its CPU so far in µs per message, for $2 messages
-# (threads of one name summed: the tokio workers, librdkafka's broker threads).
+# Each thread name of process $1 with its CPU so far in µs per message, for $2 messages, and the
+# time it waited on a run queue (runnable, no core free: /proc/…/schedstat) likewise (threads
+# of one name summed: the tokio workers, librdkafka's broker threads).
 threads() {
-  local t f name
-  local -A sum=()
+  local t f q name
+  local -A sum=() waited=()
   for t in /proc/"$1"/task/*; do
-    read -r name < "$t/comm" && read -r -a f < "$t/stat" || continue
+    read -r name < "$t/comm" && read -r -a f < "$t/stat" && read -r -a q < "$t/schedstat" || continue
     sum[$name]=$((${sum[$name]:-0} + f[13] + f[14]))
+    waited[$name]=$((${waited[$name]:-0} + q[1] / 1000))
   done
   for name in "${!sum[@]}"; do
-    [ "${sum[$name]}" -gt 0 ] && echo "$name ${sum[$name]}"
-  done | sort -k2 -n -r | awk -v n="$2" '{printf("%s%s %.3f", (NR > 1 ? ", " : ""), $1, $2/100*1e6/n)} END {print ""}'
+    [ "${sum[$name]}" -gt 0 ] && echo "$name ${sum[$name]} ${waited[$name]}"
+  done | sort -k2 -n -r | awk -v n="$2" '{
+    printf("%s%s %.3f (waited %.3f)", (NR > 1 ? ", " : ""), $1, $2/100*1e6/n, $3/n) } END {print ""}'
 }

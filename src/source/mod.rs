@@ -45,11 +45,11 @@ pub fn connection_config(src: &KafkaSource) -> ClientConfig {
 /// queue is over `queued.max.messages.kbytes`. librdkafka's default (1,000 ms in 2.12) stalls the
 /// consumer: at `batching.max_inflight_bytes=16MiB` the queue drains in a few milliseconds at
 /// full rate and the next fetch went out up to a second later (the rate fell to 12k msg/s). At
-/// 10 ms the consumer still idled a third of the time at that budget; at 1 ms a queue that fell
-/// below its threshold is refilled after at most 1 ms plus a fetch round trip, and the
+/// 10 ms the consumer still idled about 40% of the time at that budget; at 1 ms a queue that
+/// fell below its threshold is refilled after at most 1 ms plus a fetch round trip, and the
 /// publisher's core stays busy while the topic has a backlog. The cost is one queue-size check
 /// per millisecond per broker while the queue is full. Measured in docs/performance.md
-/// ("No fetch stalls").
+/// section 4c.
 pub const FETCH_QUEUE_BACKOFF_MS: u64 = 1;
 
 /// librdkafka's share of the in-flight budget (`batching.max_inflight_bytes`): a quarter, split
