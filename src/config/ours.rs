@@ -17,8 +17,10 @@ pub struct Batching {
     /// Flush at the latest this long after the first row entered the batch (timer-driven).
     #[serde(with = "humantime_serde_compat")]
     pub linger: Duration,
-    /// Upper bound on bytes held between the consumer and the sink acknowledgement, including
-    /// librdkafka's prefetch queue. When it is reached the partitions are paused.
+    /// Upper bound on bytes held between the consumer and the sink acknowledgement (batches and
+    /// dead letters waiting for their write). When it is reached the partitions are paused.
+    /// librdkafka's prefetch comes on top, sized to a quarter of it
+    /// ([`crate::source::prefetch_split`]).
     pub max_inflight_bytes: usize,
     /// Largest decoded size of one log (an upper bound on its Arrow bytes, computed from its
     /// wire bytes before any row is appended). A log over it is rejected whole (`too_large`)

@@ -3,7 +3,7 @@
 //! them, then a good log followed by a valid ~260 MB log, replayed while every Parquet write
 //! fails (a plain file sits where the partition folder must go, so the sink retries forever).
 //! The publisher must pause its intake and its peak RSS must stay within the memory formula of
-//! docs/reliability.md (section 1.2): `max_inflight_bytes` (× 1.25 on the broker path only) +
+//! docs/reliability.md (section 1.4): `max_inflight_bytes` (× 1.25 on the broker path only) +
 //! `max_bytes` + `max_log_bytes` + [`CONSTANT`].
 
 use crate::common::{bin, local_config, repo_config};
