@@ -19,7 +19,8 @@
 //! Backpressure: when the Arrow bytes of unacknowledged batches reach
 //! `batching.max_inflight_bytes`, every assigned partition is paused (the consumer keeps
 //! polling, so it stays in its group) and resumed below half the budget; librdkafka's prefetch
-//! (its queue and one fetch response) is sized to a quarter of the budget. Memory stays flat while a sink is down.
+//! (its queue and one fetch response) is sized to a quarter of the budget. Memory stays flat
+//! while a sink is down.
 //!
 //! Shutdown (SIGTERM/SIGINT): stop intake, flush the open batch, wait for the sinks and the
 //! dead-letter target, commit, leave the group, exit 0, all within `consumer.drain_timeout`.

@@ -55,18 +55,24 @@ pub const FETCH_QUEUE_BACKOFF_MS: u64 = 1;
 /// librdkafka's share of the in-flight budget (`batching.max_inflight_bytes`): a quarter, split
 /// between its queue of fetched messages (`queued.max.messages.kbytes`, two thirds) and one
 /// fetch response (`fetch.max.bytes`, a third), between budgets of 12 MiB and 1.2 GiB; below,
-/// 2 MiB split 1 and 1; above, fetches of 100 MiB. The queue threshold is only checked before a
-/// fetch is sent, and each broker has one fetch in flight, so the queue can hold the threshold
-/// plus one response per broker that leads an assigned partition: with one broker the two add
-/// up to the quarter that the memory formula counts (docs/reliability.md section 1.4). A
-/// response of half the queue keeps one fetch in flight while the queue still holds a round
-/// trip's worth of messages. Returns `(queue bytes, fetch bytes)`.
+/// 2 MiB split 1 and 1; above, fetches of 100 MiB (and from 8 GiB a queue of 2 GiB). The queue
+/// threshold is only checked before a fetch is sent, and each broker has one fetch in flight,
+/// so the queue can hold the threshold plus one response per broker that leads an assigned
+/// partition: with one broker the two add up to the quarter that the memory formula counts
+/// (docs/reliability.md section 1.4). A response of half the queue keeps one fetch in flight
+/// while the queue still holds a round trip's worth of messages. Returns `(queue bytes, fetch bytes)`, each within what librdkafka
+/// accepts.
 pub fn prefetch_split(max_inflight_bytes: u64) -> (u64, u64) {
     let prefetch = (max_inflight_bytes / 4).max(2 << 20);
     // At least 1 MiB: librdkafka refuses a fetch.max.bytes below message.max.bytes (1,000,000).
     let fetch = (prefetch / 3).clamp(1 << 20, 100 << 20);
-    (prefetch - fetch, fetch)
+    // queued.max.messages.kbytes takes at most 2,097,151 KiB.
+    let queue = (prefetch - fetch).min(MAX_QUEUE_KIB << 10);
+    (queue, fetch)
 }
+
+/// librdkafka's largest `queued.max.messages.kbytes`.
+const MAX_QUEUE_KIB: u64 = 2_097_151;
 
 /// The consumer's settings: the publisher's defaults, then Merlin's
 /// `additional_consumer_config` (which may override them, except the keys config validation
@@ -95,10 +101,7 @@ pub fn consumer_config(cfg: &Config, src: &KafkaSource) -> ClientConfig {
             (session_ms / 4).clamp(100, 3000).to_string(),
         )
         .set("statistics.interval.ms", "5000")
-        .set(
-            "queued.max.messages.kbytes",
-            (queue / 1024).clamp(1024, 2_097_151).to_string(),
-        )
+        .set("queued.max.messages.kbytes", (queue >> 10).to_string())
         .set("fetch.max.bytes", fetch.to_string())
         .set("fetch.queue.backoff.ms", FETCH_QUEUE_BACKOFF_MS.to_string());
     for (k, v) in &src.additional_consumer_config {
@@ -295,6 +298,7 @@ mod tests {
             proptest::prop_assert!(queue + fetch <= (budget / 4).max(2 << 20));
             proptest::prop_assert!((1 << 20..=100 << 20).contains(&fetch));
             proptest::prop_assert!(queue >= 1 << 20);
+            proptest::prop_assert!(queue >> 10 <= MAX_QUEUE_KIB);
             if budget >= 12 << 20 {
                 proptest::prop_assert!(2 * fetch <= queue);
             }
