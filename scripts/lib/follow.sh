@@ -17,6 +17,9 @@
 # run must have one sink (rows written are its rows_written_total). Gives up after
 # FOLLOW_SECONDS (default 600).
 
+# The number at KEY in a one-line JSON object (the bare consumer's summary).
+json_num() { sed -E "s/.*\"$1\":([0-9.]+).*/\1/" <<< "$2"; }
+
 exec {FOLLOW_NAP}<> <(:) # read -t on it is a sleep without a fork
 nap() { read -r -t "$1" -u "$FOLLOW_NAP" || true; }
 # DEC and WR: rows_decoded_total and the first sample of rows_written_total, from one scrape of
