@@ -4,6 +4,7 @@
 //! every failure is classified ([`CallError`]). Retrying is the caller's (the sink's) decision.
 
 use super::error::{classify, parse_error_body, Class, Failure};
+use super::instance::{self, Poll};
 use super::schema::TableColumn;
 use super::sign::{authorization, http_date, Credentials, RequestToSign};
 use super::wire::{self, UploadSession};
@@ -44,6 +45,18 @@ impl std::error::Error for CallError {}
 fn fail(what: &str, f: Failure) -> CallError {
     let (class, error) = classify(what, &f);
     CallError { class, error }
+}
+
+/// One poll of an SQL instance ([`Client::poll_sql`]).
+#[derive(Debug)]
+pub enum Polled {
+    /// Still running, or terminated without a verdict yet: poll the same instance again.
+    Pending,
+    /// Terminated with every task `SUCCESS`.
+    Succeeded,
+    /// Terminated with a task `FAILED` or `CANCELLED` (its `?result` in the error): the
+    /// statement did nothing, and only now may it be run again.
+    Failed(CallError),
 }
 
 /// What a client needs (from the MAXCOMPUTE sink's configuration).
@@ -332,12 +345,65 @@ impl Client {
         Ok(id)
     }
 
-    /// Waits for instance `id` (running `sql`) to terminate: every task must be `Success`; a
-    /// failed task's `?result` is in the error.
+    /// Waits for instance `id` (running `sql`) to terminate with every task `SUCCESS`
+    /// ([`super::instance`]). A poll that fails with a retryable error (including a skewed
+    /// clock) is repeated on the same instance with backoff; a failed or cancelled task's
+    /// `?result` is in the error. Gives up (retryable) after `max_instance_wait`.
     pub async fn wait_sql(&self, id: &str, sql: &str) -> Result<(), CallError> {
+        let mut waits = self.poll_pauses();
+        let deadline = tokio::time::Instant::now() + self.opts.max_instance_wait;
+        loop {
+            match self.poll_sql(id, sql).await {
+                Ok(Polled::Succeeded) => return Ok(()),
+                Ok(Polled::Failed(e)) => return Err(e),
+                Ok(Polled::Pending) => {}
+                Err(e) if e.class == Class::Retry => {
+                    tracing::warn!(instance = id, error = %e, "MaxCompute: polling an SQL instance failed; polling it again");
+                }
+                Err(e) => return Err(e),
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(fail(
+                    &format!("running SQL (instance {id})"),
+                    Failure::Timeout(format!(
+                        "not terminated after {:?}; it may still run",
+                        self.opts.max_instance_wait
+                    )),
+                ));
+            }
+            let wait = waits.next().unwrap_or(self.opts.max_poll_interval);
+            tokio::time::sleep(wait).await;
+        }
+    }
+
+    /// The pauses between two polls of a running instance: from 20 ms, doubling up to
+    /// `max_poll_interval`.
+    pub fn poll_pauses(&self) -> impl Iterator<Item = Duration> {
+        Backoff {
+            initial: Duration::from_millis(20),
+            max: self.opts.max_poll_interval,
+        }
+        .pauses()
+    }
+
+    /// One poll of instance `id` (running `sql`): see [`Polled`]. An error is the poll's (the
+    /// instance may still run, or have succeeded): poll the same instance again. Poll errors
+    /// are counted in [`crate::metrics::names::maxcompute::POLL_ERRORS_TOTAL`].
+    pub async fn poll_sql(&self, id: &str, sql: &str) -> Result<Polled, CallError> {
+        match self.poll_once(id, sql).await {
+            Ok(p) => Ok(p),
+            Err(e) => {
+                metrics::counter!(crate::metrics::names::maxcompute::POLL_ERRORS_TOTAL)
+                    .increment(1);
+                Err(e)
+            }
+        }
+    }
+
+    async fn poll_once(&self, id: &str, sql: &str) -> Result<Polled, CallError> {
         let cp = Self::seg(&self.opts.project);
         let inst = format!("{}/instances/{}", self.project_path(), Self::seg(id));
-        let what = format!("running SQL (instance {id})");
+        let what = format!("polling SQL instance {id}");
         let get = |query: &'static str| {
             let target = format!("{inst}?{query}curr_project={cp}");
             async move {
@@ -352,50 +418,27 @@ impl Client {
                 .map(|(_, _, b)| String::from_utf8_lossy(&b).into_owned())
             }
         };
-        let mut waits = Backoff {
-            initial: Duration::from_millis(20),
-            max: self.opts.max_poll_interval,
-        }
-        .pauses();
-        let deadline = tokio::time::Instant::now() + self.opts.max_instance_wait;
-        loop {
-            let xml = get("").await.map_err(|f| fail(&what, f))?;
-            if wire::tag_text(&xml, "Status").as_deref() == Some("Terminated") {
-                break;
-            }
-            if tokio::time::Instant::now() >= deadline {
-                return Err(fail(
-                    &what,
-                    Failure::Timeout(format!(
-                        "not terminated after {:?}; it may still run",
-                        self.opts.max_instance_wait
-                    )),
-                ));
-            }
-            let wait = waits.next().unwrap_or(self.opts.max_poll_interval);
-            tokio::time::sleep(wait).await;
+        let xml = get("").await.map_err(|f| fail(&what, f))?;
+        if !instance::terminated(wire::tag_text(&xml, "Status").as_deref()) {
+            return Ok(Polled::Pending);
         }
         let xml = get("taskstatus&").await.map_err(|f| fail(&what, f))?;
-        let tasks = wire::task_statuses(&xml);
-        if !tasks.is_empty() && tasks.iter().all(|(_, s)| s == "Success") {
-            return Ok(());
+        match instance::verdict(&wire::task_statuses(&xml)) {
+            Poll::Pending => return Ok(Polled::Pending),
+            Poll::Succeeded => return Ok(Polled::Succeeded),
+            Poll::Failed => {}
         }
         let detail = match get("result&").await {
             Ok(r) => wire::result_text(&r),
             Err(f) => format!("(its result could not be read: {f:?})"),
         };
-        let detail = if tasks.is_empty() {
-            format!("no task status; {detail}")
-        } else {
-            detail
-        };
-        Err(fail(
-            &what,
+        Ok(Polled::Failed(fail(
+            &format!("running SQL (instance {id})"),
             Failure::TaskFailed {
                 statement: sql.to_string(),
                 detail,
             },
-        ))
+        )))
     }
 
     fn table_resource(&self, table: &str) -> String {

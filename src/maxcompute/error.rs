@@ -4,11 +4,13 @@
 //!
 //! | failure | class | `SinkError` |
 //! | --- | --- | --- |
-//! | `InvalidAccessKeyId`, `SignatureNotMatch`, `NoPermission`, `AccessDenied`, any 401/403 | [`Class::NeedsFix`] | `Rejected`, not retryable, names the access keys |
+//! | `RequestTimeTooSkewed` (this host's clock is off; pyodps retries it) | [`Class::Retry`] | `Unavailable`, retryable, says "clock skew" |
+//! | `InvalidAccessKeyId`, `SignatureNotMatch`, `NoPermission`, `AccessDenied`, any other 401/403 | [`Class::NeedsFix`] | `Rejected`, not retryable, names the access keys |
+//! | `TableModified`, `DataVersionConflict` (the table changed, or is being replicated, since the session opened) | [`Class::NewSession`] | `Unavailable`, retryable |
 //! | 429, 5xx, 408, a throttling code (`SlotExceeded`, `FlowExceeded`, `ServiceUnavailable`, …) | [`Class::Retry`] | `Unavailable`, retryable |
 //! | no answer: connection refused or reset, a body cut short, a timeout | [`Class::Retry`] | `Io`, retryable |
 //! | a block missing at commit ([`Failure::Incomplete`]) | [`Class::Retry`] | `Unavailable`, retryable |
-//! | a block the Tunnel refuses (`MalformedDataStream`, `InvalidRecord`, …) | [`Class::RowsRefused`] | `Rejected`, not retryable |
+//! | a block the Tunnel refuses (`MalformedDataStream`, `InvalidRecord`, `InvalidColumnType`, `StringTooLong`) | [`Class::RowsRefused`] | `Rejected`, not retryable |
 //! | an SQL task that failed; any other 4xx | [`Class::NeedsFix`] | `Rejected`, not retryable, names the statement and the service's detail |
 //!
 //! The codes are the ones pyodps's `odps/errors.py` and the Tunnel name; a code we do not know
@@ -55,7 +57,20 @@ pub enum Class {
     /// The service refused the rows of a block: a row-level refusal (the sink narrows it down to
     /// the rows and dead-letters them; the rest is written).
     RowsRefused,
+    /// The upload session is stale: the table was modified (a `TRUNCATE`) or is being
+    /// replicated since the session opened. The rows are fine: upload them again in a new
+    /// session.
+    NewSession,
 }
+
+/// Error code of a request whose `Date` is too far from the service's clock.
+pub const SKEW_CODE: &str = "RequestTimeTooSkewed";
+
+/// Error codes of an upload session made stale by a change of its table (Alibaba's Tunnel
+/// error list: `TableModified`, "the table data was changed by another task during the upload,
+/// create a new session"; `DataVersionConflict`, "the table was modified since the upload was
+/// initiated and is being replicated, initiate another upload later").
+pub const STALE_SESSION_CODES: &[&str] = &["TableModified", "DataVersionConflict"];
 
 /// Error codes of a refused identity or permission.
 pub const AUTH_CODES: &[&str] = &[
@@ -83,7 +98,6 @@ pub const ROW_CODES: &[&str] = &[
     "MalformedDataStream",
     "InvalidRecord",
     "InvalidColumnType",
-    "DataVersionConflict",
     "StringTooLong",
 ];
 
@@ -94,7 +108,11 @@ pub fn class_of(f: &Failure) -> Class {
         Failure::TaskFailed { .. } => Class::NeedsFix,
         Failure::Status { status, code, .. } => {
             let code = code.as_deref().unwrap_or("");
-            if AUTH_CODES.contains(&code) || matches!(status, 401 | 403) {
+            if code == SKEW_CODE {
+                Class::Retry
+            } else if STALE_SESSION_CODES.contains(&code) {
+                Class::NewSession
+            } else if AUTH_CODES.contains(&code) || matches!(status, 401 | 403) {
                 Class::NeedsFix
             } else if THROTTLE_CODES.contains(&code) || matches!(status, 408 | 429 | 500..=599) {
                 Class::Retry
@@ -133,6 +151,21 @@ pub fn classify(what: &str, f: &Failure) -> (Class, SinkError) {
         ),
         (
             Class::Retry,
+            Failure::Status {
+                status,
+                code,
+                message,
+            },
+        ) if code.as_deref() == Some(SKEW_CODE) => SinkError::new(
+            SinkErrorKind::Unavailable,
+            true,
+            format!(
+                "MaxCompute: {what}: HTTP {status} {SKEW_CODE}: clock skew: this host's clock is \
+                 too far from the service's (fix the node's time sync); retrying: {message}"
+            ),
+        ),
+        (
+            Class::Retry | Class::NewSession,
             Failure::Status {
                 status,
                 code,
@@ -267,6 +300,25 @@ mod tests {
             assert_eq!(class, Class::Retry);
             assert_eq!(e.kind, SinkErrorKind::Io);
             assert!(e.is_retryable());
+        }
+    }
+
+    #[test]
+    fn a_skewed_clock_is_retried_and_named() {
+        let (class, e) = classify("polling SQL instance i", &status(403, Some(SKEW_CODE)));
+        assert_eq!(class, Class::Retry);
+        assert!(e.is_retryable());
+        assert!(e.message().contains("clock skew"), "{}", e.message());
+        assert!(!e.message().contains("access_key"), "{}", e.message());
+    }
+
+    #[test]
+    fn a_changed_table_needs_a_new_session_not_a_letter() {
+        for code in ["TableModified", "DataVersionConflict"] {
+            let (class, e) = classify("committing upload session u", &status(400, Some(code)));
+            assert_eq!(class, Class::NewSession, "{code}");
+            assert!(e.is_retryable(), "{code}");
+            assert_eq!(e.kind, SinkErrorKind::Unavailable);
         }
     }
 

@@ -9,12 +9,14 @@
 //! - [`ddl`]: Merlin's table name, create and alter statements; a changed type is refused.
 //! - [`wire`]: the bodies sent and read (SQL instance XML, task status, table and session schema).
 //! - [`error`]: every failure classified for the sink seam (retry, needs a fix, rows refused).
+//! - [`instance`]: what a poll of an SQL instance says, compared as pyodps compares it.
 //! - [`client`]: the signed HTTP clients (SQL instances, table lookup, Tunnel upload sessions).
 
 pub mod client;
 pub mod ddl;
 pub mod encode;
 pub mod error;
+pub mod instance;
 pub mod record;
 pub mod schema;
 pub mod sign;

@@ -159,7 +159,15 @@ pub const ALL: &[(&str, MetricKind, &str)] = &[
     // The Arize sink's.
     (arize::REQUEST_SECONDS, MetricKind::Histogram, "Seconds from sending an Arize pandas_arrow request to its answer (or error)."),
     (arize::RESPONSES_TOTAL, MetricKind::Counter, "Arize requests by answer: HTTP status class, timeout or connection error."),
+    // The MaxCompute sink's.
+    (maxcompute::POLL_ERRORS_TOTAL, MetricKind::Counter, "Polls of a MaxCompute SQL instance that failed and were repeated on the same instance."),
 ];
+
+/// The MaxCompute sink's metrics (`observation_publisher_maxcompute_*`).
+pub mod maxcompute {
+    /// Counter: polls of an SQL instance that failed (the same instance is polled again).
+    pub const POLL_ERRORS_TOTAL: &str = "observation_publisher_maxcompute_poll_errors_total";
+}
 
 /// The Arize sink's metrics (`observation_publisher_arize_*`).
 pub mod arize {

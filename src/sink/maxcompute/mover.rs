@@ -11,9 +11,8 @@
 
 use super::tables;
 use crate::backoff::Backoff;
-use crate::maxcompute::client::{CallError, Client};
+use crate::maxcompute::client::{CallError, Client, Polled};
 use crate::maxcompute::ddl::SQL_SETTINGS;
-use crate::maxcompute::error::Class;
 use crate::maxcompute::schema::TableColumn;
 use std::future::Future;
 use std::sync::Arc;
@@ -112,8 +111,9 @@ impl Mover {
         self.moved.send_replace(epoch + 1);
     }
 
-    /// Runs the `INSERT` once: a failed wait is repeated on the same instance; only a task that
-    /// failed (it inserted nothing) is started again.
+    /// Runs the `INSERT` once. Once an instance exists only that instance is polled, every
+    /// poll error retried with backoff on it, until it terminates; a new `INSERT` starts only
+    /// after a task of it says `FAILED` or `CANCELLED` (it inserted nothing).
     async fn insert(&self, sql: &str) {
         let mut attempt = 0u32;
         loop {
@@ -122,20 +122,35 @@ impl Mover {
                     self.client.start_sql(sql, SQL_SETTINGS)
                 })
                 .await;
+            let mut pauses = self.client.poll_pauses();
             loop {
-                match self.client.wait_sql(&id, sql).await {
-                    Ok(()) => {
+                match self.client.poll_sql(&id, sql).await {
+                    Ok(Polled::Succeeded) => {
                         self.health.send_replace(true);
                         return;
                     }
-                    Err(e) => {
-                        let again = e.class == Class::Retry;
-                        self.failed("waiting for the move (INSERT … SELECT)", attempt, &e)
-                            .await;
+                    Ok(Polled::Pending) => {
+                        let wait = pauses.next().unwrap_or(Duration::from_secs(1));
+                        tokio::time::sleep(wait).await;
+                    }
+                    Ok(Polled::Failed(e)) => {
+                        self.failed(
+                            "the move (INSERT … SELECT) failed; running it again",
+                            attempt,
+                            &e,
+                        )
+                        .await;
                         attempt = attempt.saturating_add(1);
-                        if !again {
-                            break;
-                        }
+                        break;
+                    }
+                    Err(e) => {
+                        self.failed(
+                            "polling the move (INSERT … SELECT); polling the same instance again",
+                            attempt,
+                            &e,
+                        )
+                        .await;
+                        attempt = attempt.saturating_add(1);
                     }
                 }
             }
