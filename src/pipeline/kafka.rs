@@ -161,6 +161,8 @@ pub(crate) struct Listener {
     pub(crate) generation: Arc<AtomicU64>,
     /// Exactly-once: read the commit metadata of assigned partitions.
     pub(crate) exactly_once: bool,
+    /// The staging sinks' [`crate::sink::Sink::revoke_hook`]s: told the revoke's deadline.
+    pub(crate) revoke_hooks: Vec<crate::sink::RevokeHook>,
 }
 
 impl Listener {
@@ -285,7 +287,13 @@ impl RebalanceListener for Listener {
         } else {
             self.revoke_timeout
         };
-        let settled = settle(&mut st, consumer, Instant::now() + wait, Some(partitions));
+        let deadline = Instant::now() + wait;
+        // A sink that stages rows finishes them by the deadline, so they are acknowledged and
+        // committed here rather than moved later, after the next owner read them again.
+        for hook in &self.revoke_hooks {
+            hook(deadline);
+        }
+        let settled = settle(&mut st, consumer, deadline, Some(partitions));
         if !settled {
             tracing::warn!(partitions = ?partitions, "revoke deadline passed with rows unacknowledged; they stay uncommitted");
         }

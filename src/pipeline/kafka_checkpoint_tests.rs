@@ -92,6 +92,7 @@ fn listener(
         other_group,
         generation: Arc::new(AtomicU64::new(0)),
         exactly_once: false,
+        revoke_hooks: Vec::new(),
     }
 }
 

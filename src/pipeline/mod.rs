@@ -41,6 +41,7 @@ use crate::batch::Batcher;
 use crate::config::{Config, Delivery, KafkaSource};
 use crate::server::{self, Health};
 use crate::sink::exactly_once::PartitionStarts;
+use crate::sink::RevokeHook;
 use crate::source::SourceContext;
 use crate::table::TableLayout;
 use build::NotStarted;
@@ -75,6 +76,8 @@ struct Publisher {
     exactly_once: bool,
     sink_task: tokio::task::JoinHandle<()>,
     intake: Intake,
+    /// The staging sinks' hooks, for the rebalance listener.
+    revoke_hooks: Vec<RevokeHook>,
 }
 
 /// Where the pipeline thread reads logs from.
@@ -140,6 +143,7 @@ impl Publisher {
             return Err(NotStarted::Config("delivery: exactly_once needs Kafka (checkpoints live in the offset commits); --replay cannot use it".into()));
         }
         let sinks = build::sinks(&cfg, starts.as_ref(), &rt, &health, &shutdown)?;
+        let revoke_hooks: Vec<RevokeHook> = sinks.iter().filter_map(|s| s.revoke_hook()).collect();
         // Readiness follows the sinks' own connection health (they retry inside a write).
         let watches: Vec<_> = sinks.iter().filter_map(|s| s.health()).collect();
         if !watches.is_empty() {
@@ -223,6 +227,7 @@ impl Publisher {
             state: Arc::new(Mutex::new(state)),
             exactly_once,
             sink_task,
+            revoke_hooks,
         })
     }
 
@@ -238,6 +243,7 @@ impl Publisher {
             exactly_once,
             sink_task,
             intake,
+            revoke_hooks,
         } = self;
         let thread = std::thread::Builder::new().name("pipeline".into());
         let drain = cfg.consumer.drain_timeout;
@@ -263,6 +269,7 @@ impl Publisher {
                     start_from: cfg.consumer.start_from.clone(),
                     generation: Arc::clone(&generation),
                     exactly_once,
+                    revoke_hooks,
                 }));
                 let loop_cfg = kafka::KafkaLoop {
                     topic: src.topic,

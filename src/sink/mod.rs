@@ -122,6 +122,9 @@ pub fn written(report: WriteReport) -> Acknowledgement {
     Box::pin(std::future::ready(Ok(Progress::Written(report))))
 }
 
+/// See [`Sink::revoke_hook`]: called from the rebalance callback (not async, must not block).
+pub type RevokeHook = Arc<dyn Fn(std::time::Instant) + Send + Sync>;
+
 /// A destination for batches. Object-safe, so the runtime can fan out over `Vec<Box<dyn Sink>>`.
 pub trait Sink: Send {
     /// A short, stable name (metric label `sink`, log field).
@@ -152,6 +155,15 @@ pub trait Sink: Send {
     /// A live view of the sink's connection health (for readiness), if it has one. A sink that
     /// retries internally stays inside `write` during an outage; this is how readiness learns.
     fn health(&self) -> Option<tokio::sync::watch::Receiver<bool>> {
+        None
+    }
+
+    /// For a sink that stages rows (acknowledged only after a later step of its own): what the
+    /// pipeline calls when partitions are revoked, with the deadline of the revoke's wait for
+    /// their acknowledgements. The sink finishes what it staged by then if it can, so the revoke
+    /// commits it rather than leave it staged while the partition's next owner reads it again.
+    /// Default: `None` (nothing staged).
+    fn revoke_hook(&self) -> Option<RevokeHook> {
         None
     }
 

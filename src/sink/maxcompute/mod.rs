@@ -13,6 +13,8 @@
 //!   budget) and continues with a future that resolves [`Progress::Written`] once the
 //!   [`mover`] has moved the batch's epoch into the target. A batch with refused rows skips the
 //!   staged step (it stays held until written, so its rows can be dead-lettered).
+//! - [`Sink::revoke_hook`]: a revoke moves what is staged at once, and keeps moving what is
+//!   staged until the revoke's deadline, so its rows are committed by the revoke.
 //! - [`Sink::close`]: stops the mover and drops the staging table.
 
 pub mod mover;
@@ -21,8 +23,8 @@ pub mod upload;
 
 use super::bigquery::StartError;
 use super::{
-    Acknowledgement, CloseFuture, Progress, Sink, SinkError, SinkErrorKind, SubmitFuture,
-    WriteReport,
+    Acknowledgement, CloseFuture, Progress, RevokeHook, Sink, SinkError, SinkErrorKind,
+    SubmitFuture, WriteReport,
 };
 use crate::backoff::Backoff;
 use crate::batch::Batch;
@@ -53,6 +55,8 @@ pub struct MaxComputeSink {
     uploads: Arc<Semaphore>,
     health: watch::Receiver<bool>,
     mover: Option<tokio::task::JoinHandle<()>>,
+    /// Tells the mover a revoke's deadline.
+    urgent: Arc<watch::Sender<Option<tokio::time::Instant>>>,
 }
 
 /// Checks `access_url` where the sink starts: Merlin's own fixture has `access_url: url`, which
@@ -119,6 +123,7 @@ impl MaxComputeSink {
         let epochs = Arc::new(Mutex::new(Epochs::default()));
         let (moved_tx, moved) = watch::channel(0u64);
         let (health_tx, health) = watch::channel(true);
+        let (urgent, urgent_rx) = watch::channel(None);
         let mover = Mover {
             client: Arc::clone(&client),
             dataset: dataset.clone(),
@@ -131,6 +136,7 @@ impl MaxComputeSink {
             moved: moved_tx,
             health: health_tx,
             stopping,
+            urgent: urgent_rx,
         };
         Ok(MaxComputeSink {
             client,
@@ -141,6 +147,7 @@ impl MaxComputeSink {
             uploads: Arc::new(Semaphore::new(MAX_UPLOADS)),
             health,
             mover: Some(tokio::spawn(mover.run())),
+            urgent: Arc::new(urgent),
         })
     }
 
@@ -207,6 +214,16 @@ impl Sink for MaxComputeSink {
 
     fn health(&self) -> Option<watch::Receiver<bool>> {
         Some(self.health.clone())
+    }
+
+    /// A revoke moves what is staged at once (and what is staged until its deadline), so the
+    /// revoke commits it: rows left staged would be moved after the partition's next owner read
+    /// them again.
+    fn revoke_hook(&self) -> Option<RevokeHook> {
+        let urgent = Arc::clone(&self.urgent);
+        Some(Arc::new(move |deadline: std::time::Instant| {
+            urgent.send_replace(Some(tokio::time::Instant::from_std(deadline)));
+        }))
     }
 
     fn close(&mut self) -> CloseFuture<'_> {

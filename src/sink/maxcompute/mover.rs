@@ -1,5 +1,5 @@
 //! The interval mover: every `interval` (at once, and then every [`DRAIN_POLL`], once the
-//! process is stopping) it moves what the staging table holds into the target with one
+//! process is stopping or, until the revoke's deadline, once partitions are revoked) it moves what the staging table holds into the target with one
 //! `INSERT … SELECT`, empties the staging table with `TRUNCATE`, and publishes the epoch moved,
 //! which resolves the staged acknowledgements waiting on it.
 //!
@@ -74,13 +74,20 @@ pub struct Mover {
     pub health: watch::Sender<bool>,
     /// The process is stopping: move at once, then keep moving what arrives.
     pub stopping: CancellationToken,
+    /// Partitions are being revoked: move at once, then keep moving what arrives every
+    /// [`DRAIN_POLL`] until this instant.
+    pub urgent: watch::Receiver<Option<tokio::time::Instant>>,
 }
 
 impl Mover {
     /// Runs until the task is aborted.
-    pub async fn run(self) {
+    pub async fn run(mut self) {
+        let mut urgent_open = true;
         loop {
-            let wait = if self.stopping.is_cancelled() {
+            let until = *self.urgent.borrow_and_update();
+            let wait = if self.stopping.is_cancelled()
+                || until.is_some_and(|u| tokio::time::Instant::now() < u)
+            {
                 DRAIN_POLL
             } else {
                 self.interval
@@ -88,6 +95,7 @@ impl Mover {
             tokio::select! {
                 () = tokio::time::sleep(wait) => {}
                 () = self.stopping.cancelled(), if !self.stopping.is_cancelled() => {}
+                r = self.urgent.changed(), if urgent_open => urgent_open = r.is_ok(),
             }
             self.move_once().await;
         }

@@ -15,7 +15,8 @@ Tunnel (no /api prefix), pyodps TableTunnel's protocol:
   table?uploadid (commit: rows appended); POST table?downloads, GET table?downloadid&data
   (records written with pyodps's own writer).
 Faults: POST /__fake/faults {"fail_instances": N, "refuse_signatures": N, "drop_block_put": N,
-"unavailable": N, "throttle": N, "fail_commit": N, "running_polls": N} arms the next N occurrences of each (see
+"unavailable": N, "throttle": N, "fail_commit": N, "running_polls": N, "skewed_polls": N,
+"upper_status": N} arms the next N occurrences of each (see
 FAULTS); a block the reader cannot decode is refused with 400 MalformedDataStream; POST
 /__fake/refuse_rows {"column": c, "values": [...]} refuses (400 InvalidRecord) every block holding
 such a row.
@@ -69,6 +70,8 @@ FAULTS = {
     "throttle": 0,  # the next N signed requests get 429 SlotExceeded
     "fail_commit": 0,  # the next N commits get 500 InternalServerError, nothing committed
     "running_polls": 0,  # the next SQL instance answers Running to its first N status polls
+    "skewed_polls": 0,  # the next N polls of an instance get 403 RequestTimeTooSkewed
+    "upper_status": 0,  # the next N SQL instances answer their task status upper-case (SUCCESS)
 }
 
 
@@ -440,8 +443,10 @@ class Handler(BaseHTTPRequestHandler):
                 result, ok = run_sql(sql, project), True
             except SqlError as e:
                 result, ok = str(e), False
+            upper = FAULTS["upper_status"] > 0
+            FAULTS["upper_status"] -= 1 if upper else 0
             INSTANCES[new_id] = {"ok": ok, "result": result, "sql": sql, "settings": settings,
-                                 "running": FAULTS["running_polls"]}
+                                 "running": FAULTS["running_polls"], "upper": upper}
             FAULTS["running_polls"] = 0
             location = "http://%s:%d/api/projects/%s/instances/%s" % (
                 self.server.server_address + (project, new_id)
@@ -450,7 +455,14 @@ class Handler(BaseHTTPRequestHandler):
         inst = INSTANCES.get(instance_id)
         if inst is None:
             return self.error(404, "NoSuchObject", "instance %s" % instance_id)
+        if FAULTS["skewed_polls"] > 0:
+            # The service's answer to a request whose Date is too far off (pyodps retries it).
+            FAULTS["skewed_polls"] -= 1
+            return self.error(403, "RequestTimeTooSkewed",
+                              "max_interval_date:900000,expire_date:2026-12-01T00:15:00.000Z,"
+                              "now_date:2026-12-01T00:00:00.000Z")
         status = "Success" if inst["ok"] else "Failed"
+        status = status.upper() if inst["upper"] else status
         task = '<Task Type="SQL"><Name>AnonymousSQLTask</Name><Status>%s</Status>' % status
         if "taskstatus" in params:
             body = "<Instance><Status>Terminated</Status><Tasks>%s</Task></Tasks></Instance>" % task

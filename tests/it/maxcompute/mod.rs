@@ -8,12 +8,15 @@
 //!   encoder write through it.
 //! - [`sink`]: the MAXCOMPUTE sink in the binary, through the fake with the real broker:
 //!   the same rows as Parquet and as Merlin's path, faults, a crash-left staging table.
+//! - [`moves`]: a move's `INSERT` runs once through poll errors and upper-case statuses; a
+//!   revoke duplicates nothing (two pods in one group).
 //! - [`clients`]: our SQL instance and Tunnel clients through the fake, with injected faults
 //!   (failed tasks, refused signatures, 503, throttling, a dropped block PUT, a failed commit).
 
 mod clients;
 mod encode;
 pub(crate) mod fake;
+mod moves;
 mod sign;
 mod sink;
 

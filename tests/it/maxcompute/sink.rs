@@ -28,17 +28,17 @@ use std::path::Path;
 use std::process::{Child, Stdio};
 use std::time::Duration;
 
-const LIMIT: Duration = Duration::from_secs(120);
+pub(super) const LIMIT: Duration = Duration::from_secs(120);
 
-fn target() -> String {
+pub(super) fn target() -> String {
     table_name("demo", "fraud-detector")
 }
 
-fn key(dataset: &str, table: &str) -> String {
+pub(super) fn key(dataset: &str, table: &str) -> String {
     format!("{PROJECT}.{dataset}.{table}")
 }
 
-fn sink_yaml(fake: &Fake, interval: &str) -> String {
+pub(super) fn sink_yaml(fake: &Fake, interval: &str) -> String {
     format!(
         "observation_sinks:\n- type: MAXCOMPUTE\n  config:\n    project: {PROJECT}\n    dataset: {DATASET}\n    ttl_days: 0\n    access_key_id: {ACCESS_ID}\n    access_key_secret: {SECRET}\n    access_url: http://127.0.0.1:{}/api\n    interval: {interval}\n",
         fake.port
@@ -46,16 +46,16 @@ fn sink_yaml(fake: &Fake, interval: &str) -> String {
 }
 
 /// A running publisher, killed if the test fails before stopping it.
-struct Running(Option<Child>);
+pub(super) struct Running(Option<Child>);
 
 impl Running {
     /// SIGTERM, and the exit code.
-    fn stop(mut self) -> Option<i32> {
+    pub(super) fn stop(mut self) -> Option<i32> {
         stop(crate::common::Reaped(self.0.take().expect("running")))
     }
 
     /// SIGKILL (a crash), waited for.
-    fn kill(mut self) {
+    pub(super) fn kill(mut self) {
         let mut child = self.0.take().expect("running");
         signal(&child, "-KILL");
         let _ = child.wait();
@@ -78,12 +78,18 @@ impl Drop for Running {
 /// `run` as pod `pod` (the staging table's name comes from it).
 /// A publisher as pod `pod` on `topic` with a fresh group and the 1 s mover, its files under
 /// `dir/name`; returns it running and its setup.
-fn start_fresh(fake: &Fake, dir: &Path, name: &str, topic: &str, pod: &str) -> (Running, Setup) {
+pub(super) fn start_fresh(
+    fake: &Fake,
+    dir: &Path,
+    name: &str,
+    topic: &str,
+    pod: &str,
+) -> (Running, Setup) {
     let s = Setup::new(dir, name, topic, &unique("g"), &sink_yaml(fake, "1s"));
     (start(&s, pod), s)
 }
 
-fn start(s: &Setup, pod: &str) -> Running {
+pub(super) fn start(s: &Setup, pod: &str) -> Running {
     Running(Some(
         bin()
             .args(["run", "-c", s.config.to_str().unwrap()])
@@ -148,7 +154,7 @@ fn parquet_maps(dir: &Path) -> (BTreeMap<String, Json>, Vec<(String, String)>) {
 
 /// A table's rows keyed by session id (the auto partition value taken out and checked), and
 /// how many rows it holds.
-fn table_rows(fake: &Fake, key: &str) -> (BTreeMap<String, Json>, usize) {
+pub(super) fn table_rows(fake: &Fake, key: &str) -> (BTreeMap<String, Json>, usize) {
     let tables = fake.dump("tables");
     let rows = tables[key]["rows"].as_array().cloned().unwrap_or_default();
     let n = rows.len();
@@ -181,7 +187,7 @@ fn utc_day(us: i64) -> String {
     format!("{y:04}-{m:02}-{d:02}")
 }
 
-fn table_names(fake: &Fake) -> Vec<String> {
+pub(super) fn table_names(fake: &Fake) -> Vec<String> {
     fake.dump("tables")
         .as_object()
         .unwrap()
@@ -190,7 +196,7 @@ fn table_names(fake: &Fake) -> Vec<String> {
         .collect()
 }
 
-fn arm(fake: &Fake, faults: Json) {
+pub(super) fn arm(fake: &Fake, faults: Json) {
     let (status, body) = http(
         fake.port,
         "POST",

@@ -1,0 +1,117 @@
+//! The MAXCOMPUTE sink's moves in the binary, through the fake with the real broker.
+//!
+//! - [`a_move_inserts_once_through_poll_errors_and_upper_case_statuses`]: a 403
+//!   `RequestTimeTooSkewed` while a move's `INSERT` runs and task statuses answered `SUCCESS`
+//!   (upper-case, as pyodps compares them): one `INSERT` per move, every row once, the skew
+//!   reported as clock skew.
+//! - [`a_revoke_duplicates_no_staged_row`]: pod A stages rows (an interval it does not reach),
+//!   pod B joins the same group: A's revoke moves and commits them, each log is in the target
+//!   once, both exit 0.
+
+use super::fake::{Fake, DATASET};
+use super::sink::{
+    arm, key, sink_yaml, start, start_fresh, table_names, table_rows, target, LIMIT,
+};
+use crate::runtime::{committed_total, create_topic, logs, produce, unique, wait_for, Setup};
+use serde_json::json;
+
+/// The statements the fake ran that start with `prefix` (lower-case).
+fn statements(fake: &Fake, prefix: &str) -> usize {
+    fake.dump("instances")
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|i| {
+            i["sql"]
+                .as_str()
+                .unwrap()
+                .trim_start()
+                .to_lowercase()
+                .starts_with(prefix)
+        })
+        .count()
+}
+
+#[test]
+fn a_move_inserts_once_through_poll_errors_and_upper_case_statuses() {
+    let fake = Fake::start();
+    let dir = tempfile::tempdir().unwrap();
+    let topic = unique("mc-once");
+    create_topic(&topic, 1);
+    // Every instance answers its task status upper-case, the DDL at start included.
+    arm(&fake, json!({"upper_status": 1_000_000}));
+    let (child, s) = start_fresh(&fake, dir.path(), "a", &topic, "pod-once");
+    let staging = key(DATASET, &format!("{}_stg_pod_once", target()));
+    assert!(
+        wait_for(LIMIT, || table_names(&fake).contains(&staging)),
+        "{}",
+        s.log_tail()
+    );
+    let all = logs(120, 51, 0.0);
+    for (i, part) in all.chunks(60).enumerate() {
+        // The next instance is the next move's INSERT: Running for a few polls, one of which
+        // is answered 403 RequestTimeTooSkewed.
+        arm(&fake, json!({"running_polls": 3, "skewed_polls": 1}));
+        produce(&topic, part);
+        let want = (60 * (i + 1)) as i64;
+        assert!(
+            wait_for(LIMIT, || committed_total(&topic, &s.group, 1) == want),
+            "{}",
+            s.log_tail()
+        );
+    }
+    let code = child.stop();
+    assert_eq!(code, Some(0), "{}", s.log_tail());
+    let (rows, count) = table_rows(&fake, &key(DATASET, &target()));
+    assert_eq!((rows.len(), count), (120, 120), "every row exactly once");
+    let (inserts, truncates) = (statements(&fake, "insert"), statements(&fake, "truncate"));
+    assert!(inserts >= 2, "at least one move per produce: {inserts}");
+    assert_eq!(inserts, truncates, "one INSERT per move");
+    assert!(
+        s.log_count("clock skew") >= 2,
+        "the skew is named\n{}",
+        s.log_tail()
+    );
+    assert_eq!(s.log_count("check the MAXCOMPUTE sink's access_key_id"), 0);
+}
+
+#[test]
+fn a_revoke_duplicates_no_staged_row() {
+    let fake = Fake::start();
+    let dir = tempfile::tempdir().unwrap();
+    let topic = unique("mc-revoke");
+    create_topic(&topic, 2);
+    let group = unique("g");
+    let all = logs(100, 52, 0.0);
+    // An interval neither pod reaches while the test runs: only a revoke or a stop moves.
+    let a = Setup::new(dir.path(), "a", &topic, &group, &sink_yaml(&fake, "1h"));
+    let pod_a = start(&a, "pod-a");
+    produce(&topic, &all);
+    let staging_a = key(DATASET, &format!("{}_stg_pod_a", target()));
+    let staged = wait_for(LIMIT, || {
+        fake.dump("tables")[&staging_a]["rows"]
+            .as_array()
+            .is_some_and(|r| r.len() == all.len())
+    });
+    assert!(staged, "pod A staged every log\n{}", a.log_tail());
+    assert_eq!(committed_total(&topic, &group, 2), 0, "nothing moved yet");
+
+    let b = Setup::new(dir.path(), "b", &topic, &group, &sink_yaml(&fake, "1h"));
+    let pod_b = start(&b, "pod-b");
+    // The rebalance revokes A's partitions: A moves what it staged and commits it.
+    let committed = wait_for(LIMIT, || {
+        committed_total(&topic, &group, 2) == all.len() as i64
+    });
+    assert!(committed, "A's revoke committed\n{}", a.log_tail());
+    assert_eq!(a.log_count("revoke deadline passed"), 0, "{}", a.log_tail());
+    let (code_b, code_a) = (pod_b.stop(), pod_a.stop());
+    assert_eq!(code_a, Some(0), "{}", a.log_tail());
+    assert_eq!(code_b, Some(0), "{}", b.log_tail());
+    let (rows, count) = table_rows(&fake, &key(DATASET, &target()));
+    assert_eq!(
+        (rows.len(), count),
+        (all.len(), all.len()),
+        "each log exactly once in the target"
+    );
+    assert_eq!(table_names(&fake), vec![key(DATASET, &target())]);
+}
