@@ -13,42 +13,98 @@ use crate::sink::{RejectedRow, SinkError, SinkErrorKind};
 use arrow_array::RecordBatch;
 use std::ops::Range;
 
-/// The row-range plan of one batch's blocks: the whole batch first; a refused range is split in
-/// two until single rows, which are refused for good (pure).
+/// Block ids one upload session allows (0–19999).
+pub const SESSION_BLOCK_IDS: u64 = 20_000;
+
+/// Uploads one batch may spend narrowing refused blocks down to rows. Well within a session's
+/// block ids; at about 0.1 s an upload, a batch refused whole is settled within minutes, not
+/// the hours halving every row would take.
+pub const NARROWING_UPLOADS: usize = 1_024;
+
+/// The row-range plan of one batch's blocks (pure): the whole batch first; a refused range is
+/// split in two until single rows, which are refused for good. The largest range waiting goes
+/// first, so once [`NARROWING_UPLOADS`] is spent the ranges left (refused whole, with a reason
+/// saying so) are the smallest: a batch the Tunnel refuses row by row is settled in a bounded
+/// number of uploads, and never uses more block ids than a session allows.
 #[derive(Debug)]
 pub struct Narrowing {
-    todo: Vec<Range<usize>>,
+    todo: std::collections::BinaryHeap<(usize, std::cmp::Reverse<usize>)>,
     refused: Vec<(usize, String)>,
+    uploads: usize,
+    budget: usize,
+    first_refusal: Option<String>,
 }
 
 impl Narrowing {
     /// The plan for `rows` rows.
     pub fn new(rows: usize) -> Self {
+        Self::with_budget(rows, NARROWING_UPLOADS)
+    }
+
+    /// The plan for `rows` rows with `budget` uploads beyond the first.
+    pub fn with_budget(rows: usize, budget: usize) -> Self {
+        let mut todo = std::collections::BinaryHeap::new();
+        if rows > 0 {
+            todo.push((rows, std::cmp::Reverse(0)));
+        }
         Narrowing {
-            todo: std::iter::once(0..rows).filter(|r| !r.is_empty()).collect(),
+            todo,
             refused: Vec::new(),
+            uploads: 0,
+            budget,
+            first_refusal: None,
         }
     }
 
-    /// The next range to upload as one block.
+    /// The next range to upload as one block; `None` when done.
     pub fn next_block(&mut self) -> Option<Range<usize>> {
-        self.todo.pop()
+        if self.uploads > self.budget {
+            return None;
+        }
+        let (len, std::cmp::Reverse(start)) = self.todo.pop()?;
+        self.uploads += 1;
+        Some(start..start + len)
+    }
+
+    /// `range` was not settled (its session went stale): try it again.
+    pub fn again(&mut self, range: Range<usize>) {
+        self.todo
+            .push((range.len(), std::cmp::Reverse(range.start)));
+    }
+
+    /// Uploads handed out so far.
+    pub fn uploads(&self) -> usize {
+        self.uploads
     }
 
     /// The service refused `range`'s block: halve it, or refuse its single row.
     pub fn refused(&mut self, range: Range<usize>, message: &str) {
+        self.first_refusal
+            .get_or_insert_with(|| message.to_string());
         if range.len() <= 1 {
             self.refused.push((range.start, message.to_string()));
         } else {
             let mid = range.start + range.len() / 2;
-            // Popped in row order: first half last in.
-            self.todo.push(mid..range.end);
-            self.todo.push(range.start..mid);
+            self.todo
+                .push((mid - range.start, std::cmp::Reverse(range.start)));
+            self.todo.push((range.end - mid, std::cmp::Reverse(mid)));
         }
     }
 
-    /// The rows refused alone, in row order.
+    /// The rows refused, in row order: those refused alone, and, when the budget ran out, every
+    /// row of a refused range not narrowed further (its reason says so).
     pub fn into_refused(mut self) -> Vec<(usize, String)> {
+        let spent = self.uploads;
+        let first = self.first_refusal.take().unwrap_or_default();
+        for (len, std::cmp::Reverse(start)) in std::mem::take(&mut self.todo).into_vec() {
+            let why = format!(
+                "refused by the Tunnel in a block of {len} rows, not narrowed further after \
+                 {spent} uploads (nearly every row refused: check the rows and the table): \
+                 {first}"
+            );
+            self.refused
+                .extend((start..start + len).map(|row| (row, why.clone())));
+        }
         self.refused.sort_by_key(|r| r.0);
         self.refused
     }
@@ -63,39 +119,97 @@ pub struct Staged {
     pub rejected: Vec<RejectedRow>,
 }
 
+/// How many times one batch opens a new session because its session went stale
+/// ([`Class::NewSession`]) before the error goes to the runtime (which submits the batch again).
+const RENEWALS: usize = 3;
+
+/// One batch's upload session: its id, the block ids written, the next id.
+struct Session {
+    id: String,
+    blocks: Vec<u64>,
+    next_id: u64,
+}
+
+/// Opens a session and writes the rows `accepted` so far (refused nothing before) as its first
+/// block: a stale session's rows are written again in a new one, the batch staying atomic.
+async fn open(
+    client: &Client,
+    staging: &str,
+    encoder: &RecordEncoder,
+    records: &RecordBatch,
+    accepted: &[Range<usize>],
+) -> Result<Session, CallError> {
+    let id = client.create_upload(staging).await?.id;
+    let mut s = Session {
+        id,
+        blocks: Vec::new(),
+        next_id: 0,
+    };
+    if !accepted.is_empty() {
+        let mut block = BlockWriter::new();
+        for r in accepted {
+            encoder.write(records, r.clone(), &mut block);
+        }
+        client
+            .put_block(staging, &s.id, 0, block.finish().into())
+            .await?;
+        s.blocks.push(0);
+        s.next_id = 1;
+    }
+    Ok(s)
+}
+
 /// Uploads `records` into `staging` and commits the session, holding `epochs` for the commit
-/// (a move's `INSERT … SELECT` and `TRUNCATE` never run between a commit and its epoch).
+/// (a move's `INSERT … SELECT` and `TRUNCATE` never run between a commit and its epoch). A
+/// session made stale by a move's `TRUNCATE` (`TableModified` at commit) or by replication
+/// (`DataVersionConflict`) is replaced at once by a new one holding the rows accepted so far.
 pub async fn stage(
     client: &Client,
     staging: &str,
     records: &RecordBatch,
     epochs: &tokio::sync::Mutex<Epochs>,
 ) -> Result<Staged, SinkError> {
-    let session = client.create_upload(staging).await.map_err(|e| e.error)?;
-    let encoder = RecordEncoder::new(&session.columns, records.schema()).map_err(|e| {
+    let first = client.create_upload(staging).await.map_err(|e| e.error)?;
+    let encoder = RecordEncoder::new(&first.columns, records.schema()).map_err(|e| {
         SinkError::new(
             SinkErrorKind::Encode,
             false,
             format!("MaxCompute staging table {staging} does not fit the batch: {e}"),
         )
     })?;
+    let mut session = Session {
+        id: first.id,
+        blocks: Vec::new(),
+        next_id: 0,
+    };
+    let mut renewals = 0usize;
     let mut plan = Narrowing::new(records.num_rows());
-    let mut blocks = Vec::new();
-    let mut next_id = 0u64;
+    let mut accepted: Vec<Range<usize>> = Vec::new();
     while let Some(range) = plan.next_block() {
         let mut block = BlockWriter::new();
         encoder.write(records, range.clone(), &mut block);
-        let id = next_id;
-        next_id += 1;
+        let id = session.next_id;
+        session.next_id += 1;
         match client
             .put_block(staging, &session.id, id, block.finish().into())
             .await
         {
-            Ok(()) => blocks.push(id),
+            Ok(()) => {
+                session.blocks.push(id);
+                accepted.push(range);
+            }
             Err(CallError {
                 class: Class::RowsRefused,
                 error,
             }) => plan.refused(range, error.message()),
+            Err(e) if e.class == Class::NewSession && renewals < RENEWALS => {
+                renewals += 1;
+                tracing::info!(error = %e, "MaxCompute: upload session stale; writing its rows in a new one");
+                plan.again(range);
+                session = open(client, staging, &encoder, records, &accepted)
+                    .await
+                    .map_err(|e| e.error)?;
+            }
             Err(e) => return Err(e.error),
         }
     }
@@ -108,14 +222,30 @@ pub async fn stage(
             message,
         })
         .collect();
-    if blocks.is_empty() {
+    if accepted.is_empty() {
         return Ok(Staged {
             epoch: None,
             rejected,
         });
     }
     let mut held = epochs.lock().await;
-    if let Err(e) = client.commit_upload(staging, &session.id, &blocks).await {
+    loop {
+        let Err(e) = client
+            .commit_upload(staging, &session.id, &session.blocks)
+            .await
+        else {
+            break;
+        };
+        if e.class == Class::NewSession && renewals < RENEWALS {
+            // A move's TRUNCATE ran since the session opened: the epoch lock held now, no other
+            // runs before the new session commits.
+            renewals += 1;
+            tracing::info!(error = %e, "MaxCompute: upload session stale at commit; writing its rows in a new one");
+            session = open(client, staging, &encoder, records, &accepted)
+                .await
+                .map_err(|e| e.error)?;
+            continue;
+        }
         // The answer may be lost after the service applied the commit: a session it reports
         // closed is committed (pyodps's `Closed`); anything else is not, and the runtime
         // submits the batch again into a new session.
@@ -126,6 +256,7 @@ pub async fn stage(
         if !closed {
             return Err(e.error);
         }
+        break;
     }
     Ok(Staged {
         epoch: Some(held.committed()),
@@ -137,10 +268,16 @@ pub async fn stage(
 mod tests {
     use super::*;
 
-    /// Runs the plan against a service that refuses any block holding a row of `bad`; returns
-    /// (blocks uploaded, rows refused).
-    fn run(rows: usize, bad: &[usize]) -> (Vec<Range<usize>>, Vec<usize>) {
-        let mut plan = Narrowing::new(rows);
+    use proptest::prelude::*;
+
+    /// Runs a plan with `budget` against a service that refuses any block holding a row of
+    /// `bad`; returns (blocks accepted, rows refused, uploads).
+    fn run_with(
+        rows: usize,
+        bad: &[usize],
+        budget: usize,
+    ) -> (Vec<Range<usize>>, Vec<usize>, usize) {
+        let mut plan = Narrowing::with_budget(rows, budget);
         let mut ok = Vec::new();
         while let Some(r) = plan.next_block() {
             if bad.iter().any(|b| r.contains(b)) {
@@ -149,7 +286,38 @@ mod tests {
                 ok.push(r);
             }
         }
-        (ok, plan.into_refused().into_iter().map(|r| r.0).collect())
+        let uploads = plan.uploads();
+        (
+            ok,
+            plan.into_refused().into_iter().map(|r| r.0).collect(),
+            uploads,
+        )
+    }
+
+    fn run(rows: usize, bad: &[usize]) -> (Vec<Range<usize>>, Vec<usize>) {
+        let (ok, refused, _) = run_with(rows, bad, NARROWING_UPLOADS);
+        (ok, refused)
+    }
+
+    #[test]
+    fn the_budget_stays_within_one_sessions_block_ids() {
+        const { assert!((NARROWING_UPLOADS as u64) < SESSION_BLOCK_IDS - 1) };
+    }
+
+    #[test]
+    fn a_batch_refused_row_by_row_is_settled_within_the_budget() {
+        let all: Vec<usize> = (0..50_000).collect();
+        let (ok, refused, uploads) = run_with(50_000, &all, NARROWING_UPLOADS);
+        assert!(ok.is_empty());
+        assert_eq!(refused, all, "every row refused");
+        assert_eq!(uploads, NARROWING_UPLOADS + 1);
+        // 5% refused: bounded too, every bad row among the refused, most good rows staged.
+        let bad: Vec<usize> = (0..50_000).filter(|r| r % 20 == 7).collect();
+        let (ok, refused, uploads) = run_with(50_000, &bad, NARROWING_UPLOADS);
+        assert!(uploads <= NARROWING_UPLOADS + 1);
+        assert!(bad.iter().all(|b| refused.binary_search(b).is_ok()));
+        let staged: usize = ok.iter().map(|r| r.len()).sum();
+        assert_eq!(staged + refused.len(), 50_000);
     }
 
     #[test]
@@ -178,5 +346,38 @@ mod tests {
         // Few uploads for one bad row among many: about 2·log2(n).
         let (ok, _) = run(1 << 16, &[12_345]);
         assert!(ok.len() <= 17, "{}", ok.len());
+    }
+
+    proptest! {
+        /// Within any budget: uploads bounded by it, every row staged or refused exactly once,
+        /// every bad row refused; a plan that finished within its budget refused exactly the bad
+        /// rows.
+        #[test]
+        fn narrowing_is_bounded_and_exact_when_it_finishes(
+            rows in 0usize..2_000,
+            density in 0.0f64..1.0,
+            seed in any::<u64>(),
+            budget in 0usize..300,
+        ) {
+            let mut rng = fastrand::Rng::with_seed(seed);
+            let bad: Vec<usize> = (0..rows).filter(|_| rng.f64() < density).collect();
+            let (ok, refused, uploads) = run_with(rows, &bad, budget);
+            prop_assert!(uploads <= budget + 1);
+            let mut seen: Vec<usize> = ok.iter().flat_map(|r| r.clone()).chain(refused.iter().copied()).collect();
+            seen.sort_unstable();
+            prop_assert_eq!(seen, (0..rows).collect::<Vec<_>>());
+            prop_assert!(bad.iter().all(|b| refused.binary_search(b).is_ok()));
+            let mut plan = Narrowing::with_budget(rows, budget);
+            let finished = loop {
+                match plan.next_block() {
+                    Some(r) if bad.iter().any(|b| r.contains(b)) => plan.refused(r, "bad"),
+                    Some(_) => {}
+                    None => break plan.todo.is_empty(),
+                }
+            };
+            if finished {
+                prop_assert_eq!(&refused, &bad);
+            }
+        }
     }
 }

@@ -16,7 +16,7 @@ Tunnel (no /api prefix), pyodps TableTunnel's protocol:
   (records written with pyodps's own writer).
 Faults: POST /__fake/faults {"fail_instances": N, "refuse_signatures": N, "drop_block_put": N,
 "unavailable": N, "throttle": N, "fail_commit": N, "running_polls": N, "skewed_polls": N,
-"upper_status": N} arms the next N occurrences of each (see
+"upper_status": N, "table_modified": N} arms the next N occurrences of each (see
 FAULTS); a block the reader cannot decode is refused with 400 MalformedDataStream; POST
 /__fake/refuse_rows {"column": c, "values": [...]} refuses (400 InvalidRecord) every block holding
 such a row.
@@ -59,7 +59,11 @@ from requests.structures import CaseInsensitiveDict  # noqa: E402
 LOCK = threading.Lock()
 TABLES = {}  # (project, schema, name) -> table dict
 INSTANCES = {}  # id -> {"ok": bool, "result": str, "sql": str, "settings": dict}
-SESSIONS = {}  # id -> {"key": table key, "blocks": {id: [rows]}, "status": str}
+SESSIONS = {}  # id -> {"key": table key, "blocks": {id: [rows]}, "status": str, "version": int}
+# An upload session opened before its table was truncated is refused at commit with
+# TableModified ("the table's data was changed by another task during the upload: create a new
+# session", Alibaba's Tunnel error list; pyodps knows the code as errors.TableModified). The
+# HTTP status the service pairs it with is this fake's assumption (400).
 LOG = []
 # Faults the test asks for (POST /__fake/faults {"name": n}): each counts down per use.
 FAULTS = {
@@ -72,6 +76,7 @@ FAULTS = {
     "running_polls": 0,  # the next SQL instance answers Running to its first N status polls
     "skewed_polls": 0,  # the next N polls of an instance get 403 RequestTimeTooSkewed
     "upper_status": 0,  # the next N SQL instances answer their task status upper-case (SUCCESS)
+    "table_modified": 0,  # the next N commits find their table modified (as after a TRUNCATE)
 }
 
 
@@ -186,7 +191,9 @@ def run_sql(sql, project):
         return "OK"
     m = re.match(r"(?is)truncate\s+table\s+(\S+)\s*$", s)
     if m:
-        table_of(split_name(m.group(1), project))["rows"] = []
+        table = table_of(split_name(m.group(1), project))
+        table["rows"] = []
+        table["version"] = table.get("version", 0) + 1
         return "OK"
     m = re.match(r"(?is)drop\s+table\s+(if\s+exists\s+)?(\S+)\s*$", s)
     if m:
@@ -499,7 +506,8 @@ class Handler(BaseHTTPRequestHandler):
         table = TABLES[key]
         if self.command == "POST" and ("uploads" in params or "downloads" in params):
             sid = time.strftime("%Y%m%d%H%M%S") + uuid.uuid4().hex[:16]
-            SESSIONS[sid] = {"key": key, "blocks": {}, "status": "normal"}
+            SESSIONS[sid] = {"key": key, "blocks": {}, "status": "normal",
+                             "version": table.get("version", 0)}
             return self.reply(201, self.session_json(sid), "application/json")
         sid = params.get("uploadid") or params.get("downloadid")
         if sid not in SESSIONS:
@@ -543,6 +551,14 @@ class Handler(BaseHTTPRequestHandler):
             if FAULTS["fail_commit"] > 0:
                 FAULTS["fail_commit"] -= 1
                 return self.tunnel_error(500, "InternalServerError", "fault injected by the test")
+            modified = s["version"] != table.get("version", 0)
+            if FAULTS["table_modified"] > 0 and s["status"] == "normal":
+                FAULTS["table_modified"] -= 1
+                modified = True
+            if modified and s["status"] == "normal":
+                s["status"] = "expired"
+                return self.tunnel_error(400, "TableModified",
+                                         "table was modified since the upload session was created")
             if s["status"] == "normal":
                 for block in sorted(s["blocks"]):
                     table["rows"].extend(with_partition(table, r) for r in s["blocks"][block])

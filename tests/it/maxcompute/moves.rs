@@ -7,6 +7,8 @@
 //! - [`a_revoke_duplicates_no_staged_row`]: pod A stages rows (an interval it does not reach),
 //!   pod B joins the same group: A's revoke moves and commits them, each log is in the target
 //!   once, both exit 0.
+//! - [`a_session_stale_at_commit_is_replaced_at_once`]: `TableModified` at commit (a session
+//!   opened before a move's `TRUNCATE`) is answered with a new session, not a failed write.
 
 use super::fake::{Fake, DATASET};
 use super::sink::{
@@ -114,4 +116,53 @@ fn a_revoke_duplicates_no_staged_row() {
         "each log exactly once in the target"
     );
     assert_eq!(table_names(&fake), vec![key(DATASET, &target())]);
+}
+
+/// An upload session whose table a move truncated before its commit is refused with
+/// `TableModified` (the fake, as the service does): the batch is written again in a new session
+/// at once, not handed back to the runtime as a failed write.
+#[test]
+fn a_session_stale_at_commit_is_replaced_at_once() {
+    let fake = Fake::start();
+    let dir = tempfile::tempdir().unwrap();
+    let topic = unique("mc-stale");
+    create_topic(&topic, 1);
+    let (child, s) = start_fresh(&fake, dir.path(), "a", &topic, "pod-stale");
+    let staging = key(DATASET, &format!("{}_stg_pod_stale", target()));
+    assert!(
+        wait_for(LIMIT, || table_names(&fake).contains(&staging)),
+        "{}",
+        s.log_tail()
+    );
+    arm(&fake, json!({"table_modified": 2}));
+    let all = logs(80, 53, 0.0);
+    produce(&topic, &all);
+    assert!(
+        wait_for(LIMIT, || committed_total(&topic, &s.group, 1)
+            == all.len() as i64),
+        "{}",
+        s.log_tail()
+    );
+    let metrics = s.get("/metrics").map(|(_, m)| m).unwrap_or_default();
+    let code = child.stop();
+    assert_eq!(code, Some(0), "{}", s.log_tail());
+    assert!(
+        s.log_count("stale at commit") >= 2,
+        "both stale commits replaced\n{}",
+        s.log_tail()
+    );
+    let failed_writes: Vec<&str> = metrics
+        .lines()
+        .filter(|l| {
+            l.starts_with("observation_publisher_sink_errors_total")
+                && l.contains("sink=\"maxcompute\"")
+        })
+        .collect();
+    assert!(
+        failed_writes.is_empty(),
+        "no write failed: {failed_writes:?}"
+    );
+    assert!(metrics.contains("observation_publisher_"), "{metrics}");
+    let (rows, count) = table_rows(&fake, &key(DATASET, &target()));
+    assert_eq!((rows.len(), count), (80, 80), "every row exactly once");
 }
