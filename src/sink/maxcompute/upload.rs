@@ -1,8 +1,11 @@
 //! Staging one batch: its rows encoded as Tunnel blocks in an upload session of its own on the
 //! staging table, committed there. A block the Tunnel refuses is narrowed down to its rows by
-//! halving ([`Narrowing`], pure): the rows refused alone become row letters, the others are
-//! staged. An error before the commit leaves nothing in the staging table (an uncommitted
-//! session is never applied), so the runtime can submit the batch again whole.
+//! halving ([`Narrowing`], pure) within [`NARROWING_UPLOADS`]: the rows refused alone (and,
+//! once the budget is spent, the ranges not split further) become row letters, the others are
+//! staged. A session made stale by a change of its table ([`Class::NewSession`]) is replaced by
+//! a new one holding the rows accepted so far. An error before the commit leaves nothing in the
+//! staging table (an uncommitted session is never applied), so the runtime can submit the batch
+//! again whole.
 
 use super::mover::Epochs;
 use crate::maxcompute::client::{CallError, Client};
