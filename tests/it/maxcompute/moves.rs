@@ -3,7 +3,7 @@
 //! - [`a_move_inserts_once_through_poll_errors_and_upper_case_statuses`]: a 403
 //!   `RequestTimeTooSkewed` while a move's `INSERT` runs and task statuses answered `SUCCESS`
 //!   (upper-case, as pyodps compares them): one `INSERT` per move, every row once, the skew
-//!   reported as clock skew.
+//!   reported as clock skew and each poll error counted.
 //! - [`a_revoke_duplicates_no_staged_row`]: pod A stages rows (an interval it does not reach),
 //!   pod B joins the same group: A's revoke moves and commits them, each log is in the target
 //!   once, both exit 0.
@@ -62,8 +62,19 @@ fn a_move_inserts_once_through_poll_errors_and_upper_case_statuses() {
             s.log_tail()
         );
     }
+    let metrics = s.get("/metrics").map(|(_, m)| m).unwrap_or_default();
     let code = child.stop();
     assert_eq!(code, Some(0), "{}", s.log_tail());
+    let poll_errors: f64 = metrics
+        .lines()
+        .find(|l| l.starts_with("observation_publisher_maxcompute_poll_errors_total"))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or(0.0);
+    assert!(
+        poll_errors >= 2.0,
+        "both skewed polls counted
+{metrics}"
+    );
     let (rows, count) = table_rows(&fake, &key(DATASET, &target()));
     assert_eq!((rows.len(), count), (120, 120), "every row exactly once");
     let (inserts, truncates) = (statements(&fake, "insert"), statements(&fake, "truncate"));
