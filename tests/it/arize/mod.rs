@@ -3,6 +3,7 @@
 //! local capturing server ([`server`]); the tests compare what arrived. Also the SDK's
 //! validation, check by check, and the sink's handling of Arize's statuses.
 
+mod keys;
 mod oracle;
 mod outage;
 mod status;
