@@ -334,6 +334,11 @@ fn no_argument_error_prints_an_overrides_value() {
             "empty path segment",
         ),
         (&["--set", PLANTED], "expected key.path=value"),
+        // An override without `--set`: clap's error quotes the argument.
+        (
+            &[&planted("batching.linger")],
+            "unexpected argument 'batching.linger=…'",
+        ),
     ];
     for (extra, expect) in sets {
         let mut args = vec!["check-config", "-c", cfg];
