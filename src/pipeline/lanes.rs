@@ -76,9 +76,14 @@ impl Lanes {
         let _ = self.to[sink].send(s);
     }
 
-    /// The next submission to end, in any lane. `None` once every lane has ended. A lane that
+    /// The next submission to end, in any lane. `None` once every lane has ended; never, without
+    /// lanes. A lane that
     /// panicked (a sink's `submit` panicked) panics the caller, as a panic in the sink task.
     pub(super) async fn next(&mut self) -> Option<Submitted> {
+        if self.busy.is_empty() {
+            // No sinks, no lanes: nothing ever ends (the sink task goes on taking batches).
+            return std::future::pending().await;
+        }
         loop {
             tokio::select! {
                 s = self.done.recv() => {

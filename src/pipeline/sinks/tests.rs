@@ -532,3 +532,40 @@ async fn a_sink_whose_submit_hangs_delays_only_its_own_acknowledgements() {
     let points = ledger.commit_points(None);
     assert_eq!(points.last().map(|p| p.offset), Some(n));
 }
+
+/// Without sinks there are no lanes: the task still takes every batch and ends only when the
+/// pipeline closes its channel.
+#[tokio::test(start_paused = true)]
+async fn without_sinks_the_task_takes_batches_until_the_channel_closes() {
+    let (jobs, rx) = tokio::sync::mpsc::channel::<SinkJob>(1);
+    let (tx, _events) = mpsc::channel();
+    let task = tokio::spawn(run(
+        rx,
+        Vec::new(),
+        tx,
+        Health::new(),
+        CancellationToken::new(),
+        ModelLabels {
+            model_id: "m".into(),
+            model_version: "1".into(),
+            project: "p".into(),
+        },
+        "t".into(),
+    ));
+    for offset in 0..4 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(
+            !task.is_finished(),
+            "the task ended before its channel closed"
+        );
+        jobs.send(SinkJob {
+            id: offset as BatchId,
+            batch: Arc::new(batch_at(offset)),
+            opened: Instant::now(),
+        })
+        .await
+        .expect("the task takes the batch");
+    }
+    drop(jobs);
+    task.await.unwrap();
+}
