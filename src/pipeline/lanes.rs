@@ -35,6 +35,7 @@ pub(super) struct Submitted {
 
 /// The lanes of every sink.
 pub(super) struct Lanes {
+    /// Per lane: where its submissions go (at most one queued or in progress, see `busy`).
     to: Vec<mpsc::UnboundedSender<Submission>>,
     busy: Vec<bool>,
     done: mpsc::UnboundedReceiver<Submitted>,
