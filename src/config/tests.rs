@@ -695,6 +695,14 @@ fn problems_and_warnings_about_an_override_never_show_its_value() {
     );
     shows(vec![], set("batching.linger='VALUE'"), "invalid duration");
     shows(vec![], set("batching.max_rows=VALUE"), "batching.max_rows");
+    // A value with a quote and a backslash: messages show it escaped.
+    let odd = format!("{PLANTED}\"q\\b");
+    let raw = shows(
+        vec![],
+        vec![format!("batching.linger={odd}")],
+        "invalid duration",
+    );
+    assert!(!raw.contains(&odd), "quoted escaped: {raw}");
     shows(
         vec![(format!("{ENV_PREFIX}BATCHING__LINGER"), PLANTED.into())],
         vec![],
