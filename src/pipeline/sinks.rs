@@ -1,9 +1,9 @@
 //! The sink task: takes batches from the pipeline and submits each to every sink, each sink in
 //! its own lane ([`super::lanes`]), so one sink's slow `submit` never holds up another's, and
 //! without waiting for a sink's acknowledgement before submitting its next batch or taking the
-//! next batch (a sink bounds what it takes itself). Acknowledgements are awaited concurrently and reported
-//! one by one, per sink, as they arrive ([`Event::Acked`], [`Event::Staged`]); the ledger counts
-//! a batch when every sink has acknowledged it. A failed submission or acknowledgement is
+//! next batch (a sink bounds what it takes itself). Acknowledgements are awaited concurrently
+//! and reported one by one, per sink, as they arrive ([`Event::Acked`], [`Event::Staged`]); the
+//! ledger counts a batch when every sink has acknowledged it. A failed submission or acknowledgement is
 //! retried for that sink alone: retryable errors after a jittered, capped backoff, errors that
 //! need an operator every 30 s with the publisher unready; never given up, never acknowledged
 //! meanwhile. After a failure, the sink is given nothing new until the failed batch has been
