@@ -22,7 +22,11 @@ fn main() -> ExitCode {
         Err(e) if e.use_stderr() => {
             // A misplaced override (`key=value` without `--set`) is quoted by clap: show its
             // key, never its value.
-            let args: Vec<String> = std::env::args().skip(1).collect();
+            // `args_os`: an argument that is not UTF-8 is an error to report, not a panic.
+            let args: Vec<String> = std::env::args_os()
+                .skip(1)
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect();
             eprint!("{}", cli::without_values(&e.render().to_string(), &args));
             return ExitCode::from(2);
         }

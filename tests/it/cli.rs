@@ -485,3 +485,22 @@ fn no_set_or_variable_error_prints_its_value() {
         assert!(!err.contains(PLANTED), "{var}'s value was printed: {err}");
     }
 }
+
+/// An argument that is not UTF-8 is a usage error (exit 2), also on the path that hides
+/// override values, never a panic.
+#[test]
+fn an_argument_that_is_not_utf8_is_a_usage_error() {
+    use std::os::unix::ffi::OsStrExt;
+    let cfg = repo_config("merlin-binary.yaml");
+    let bad = std::ffi::OsStr::from_bytes(b"batching.linger=\xff\xfeplanted");
+    let o = crate::common::bin()
+        .args(["check-config", "-c"])
+        .arg(&cfg)
+        .arg(bad)
+        .output()
+        .unwrap();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(!err.contains("planted"), "{err}");
+}
