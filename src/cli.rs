@@ -148,3 +148,44 @@ pub struct ConfigOnlyArgs {
     #[command(flatten)]
     pub cfg: ConfigArgs,
 }
+
+/// A command-line error as it may be shown: every argument of the form `key=value` quoted in it
+/// appears as `key=…` (an override given without `--set`, or misspelt, may carry a secret).
+pub fn without_values(text: &str, args: &[String]) -> String {
+    let mut out = text.to_string();
+    let mut with_values: Vec<&String> = args
+        .iter()
+        .filter(|a| a.split_once('=').is_some_and(|(_, v)| !v.is_empty()))
+        .collect();
+    // Longest first, so an argument containing another goes whole.
+    with_values.sort_by_key(|a| std::cmp::Reverse(a.len()));
+    for a in with_values {
+        let (key, _) = a.split_once('=').expect("filtered");
+        out = out.replace(a.as_str(), &format!("{key}=…"));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_of_key_value_arguments_are_cut_from_errors() {
+        let args = vec![
+            "check-config".to_string(),
+            "observation_sinks.1.config.api_key=planted-s3cret".to_string(),
+            "--sett=a=planted-other".to_string(),
+            "empty=".to_string(),
+        ];
+        let text =
+            "error: unexpected argument 'observation_sinks.1.config.api_key=planted-s3cret' \
+                    found; '--sett=a=planted-other'; 'empty='";
+        let shown = without_values(text, &args);
+        assert!(!shown.contains("planted"), "{shown}");
+        assert!(
+            shown.contains("'observation_sinks.1.config.api_key=…'") && shown.contains("'empty='"),
+            "{shown}"
+        );
+    }
+}

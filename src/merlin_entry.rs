@@ -107,11 +107,11 @@ pub fn parse<S: AsRef<OsStr>>(args: &[S]) -> Result<Invocation, Vec<String>> {
         match override_of(arg) {
             Ok(Override::Environment(name)) => {
                 if environment.replace(name).is_some() {
-                    problems.push(format!("{arg:?}: +environment is given twice"));
+                    problems.push(format!("{}: +environment is given twice", shown(arg)));
                 }
             }
             Ok(Override::Set(s)) => sets.push(s),
-            Err(why) => problems.push(format!("{arg:?}: {why}")),
+            Err(why) => problems.push(format!("{}: {why}", shown(arg))),
         }
     }
     match environment {
@@ -120,6 +120,15 @@ pub fn parse<S: AsRef<OsStr>>(args: &[S]) -> Result<Invocation, Vec<String>> {
         ]),
         Some(environment) if problems.is_empty() => Ok(Invocation { environment, sets }),
         _ => Err(problems),
+    }
+}
+
+/// An argument as an error message may show it: the key, never the value (an override may carry
+/// a secret, and a typo in its key must not print it).
+pub fn shown(arg: &str) -> String {
+    match arg.split_once('=') {
+        Some((key, _)) => format!("{key:?}=…"),
+        None => format!("{arg:?}"),
     }
 }
 
@@ -290,6 +299,23 @@ mod tests {
             "\"environment..x\" is not a key",
         ] {
             assert!(e.contains(part), "{part} in {e}");
+        }
+    }
+
+    #[test]
+    fn a_refused_override_is_named_by_its_key_never_its_value() {
+        let v = "planted-s3cret";
+        for bad in [
+            format!("environment.observation_sinkz.0.config.api_key={v}"),
+            format!("hydra.x={v}"),
+            format!("~environment.batching={v}"),
+            format!("--api_key={v}"),
+            format!("environment={v}"),
+        ] {
+            let e = err(&["-m", "publisher", "+environment=config", &bad]);
+            let key = bad.split_once('=').unwrap().0;
+            assert!(e.contains(&format!("{key:?}=…")), "{bad}: {e}");
+            assert!(!e.contains(v), "{bad}: {e}");
         }
     }
 

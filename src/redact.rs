@@ -170,11 +170,20 @@ fn strip<'a>(s: &'a str, found: &mut Vec<String>) -> Cow<'a, str> {
     }
 }
 
-/// Scrubs free text: known secret values, then URL credentials.
-#[derive(Debug, Clone, Default)]
+/// Scrubs free text: known secret values, then URL credentials. `Debug` counts the secrets
+/// and never shows them.
+#[derive(Clone, Default)]
 pub struct Scrubber {
     /// Secret values to replace, longest first (so a secret containing another goes whole).
     secrets: Vec<String>,
+}
+
+impl std::fmt::Debug for Scrubber {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scrubber")
+            .field("secrets", &self.secrets.len())
+            .finish()
+    }
 }
 
 impl Scrubber {

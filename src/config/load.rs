@@ -87,19 +87,52 @@ pub fn apply_env(
 pub fn apply_sets(root: &mut Value, sets: &[String], problems: &mut Problems) {
     for s in sets {
         let Some((k, v)) = s.split_once('=') else {
-            problems.push("", format_args!("--set {s:?}: expected key.path=value"));
+            // No `=`: the whole argument may be a value given without its key.
+            problems.push(
+                "",
+                "--set: expected key.path=value (the argument is not shown)",
+            );
             continue;
         };
         let k = k.strip_prefix("environment.").unwrap_or(k);
         let path: Vec<String> = k.split('.').map(str::to_string).collect();
         if path.iter().any(String::is_empty) {
-            problems.push("", format_args!("--set {s:?}: empty path segment"));
+            problems.push("", format_args!("--set {k:?}: empty path segment"));
             continue;
         }
         if let Err(e) = set_path(root, &path, scalar(v)) {
-            problems.push("", format_args!("--set {s:?}: {e}"));
+            problems.push("", format_args!("--set {k:?}: {e}"));
         }
     }
+}
+
+/// A scrubber for the values of overrides (`--set` and `OBS_PUBLISHER__…` variables): an
+/// error or warning about an override names its key path, never its value, which may be a
+/// secret. Values shorter than [`crate::redact::MIN_SECRET_LEN`] are not searched for.
+pub fn override_scrubber(
+    env: impl IntoIterator<Item = (String, String)>,
+    sets: &[String],
+) -> crate::redact::Scrubber {
+    let mut values: Vec<String> = env
+        .into_iter()
+        .filter(|(k, _)| k.starts_with(ENV_PREFIX))
+        .map(|(_, v)| v)
+        .collect();
+    values.extend(
+        sets.iter()
+            .filter_map(|s| s.split_once('='))
+            .map(|(_, v)| v.to_string()),
+    );
+    // The tree holds the parsed scalar (`'abc'` → `abc`): hide that form too.
+    let parsed: Vec<String> = values
+        .iter()
+        .filter_map(|v| match scalar(v) {
+            Value::String(s) if s != *v => Some(s),
+            _ => None,
+        })
+        .collect();
+    values.extend(parsed);
+    crate::redact::Scrubber::new(values)
 }
 
 /// Parses an override as a YAML scalar (`1000` → number, `true` → bool, `null` → null), or

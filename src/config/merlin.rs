@@ -174,8 +174,9 @@ pub enum BigQueryAuth {
     None,
 }
 
-/// An ARIZE sink: Merlin's keys plus ours (all optional, with production defaults).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// An ARIZE sink: Merlin's keys plus ours (all optional, with production defaults). `Debug`
+/// shows the keys redacted.
+#[derive(Clone, PartialEq, Serialize)]
 pub struct ArizeSink {
     /// Arize API key (secret; sent as the `authorization` header).
     pub api_key: String,
@@ -192,6 +193,19 @@ pub struct ArizeSink {
     /// Ours: upper bound of one request body (`max_request_bytes`); a batch whose accepted rows
     /// encode to more is sent as several requests.
     pub max_request_bytes: u64,
+}
+
+impl std::fmt::Debug for ArizeSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ArizeSink")
+            .field("api_key", &crate::redact::REDACTED)
+            .field("space_key", &crate::redact::REDACTED)
+            .field("uri", &self.uri)
+            .field("request_timeout", &self.request_timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("max_request_bytes", &self.max_request_bytes)
+            .finish()
+    }
 }
 
 /// Default Arize API base URI (the SDK's default).

@@ -30,7 +30,9 @@ mod understood;
 mod value;
 
 pub use bounds::ARROW_STRING_LIMIT;
-pub use load::{apply_env, apply_sets, load_value, redact, redact_collect, ENV_PREFIX};
+pub use load::{
+    apply_env, apply_sets, load_value, override_scrubber, redact, redact_collect, ENV_PREFIX,
+};
 pub use merlin::{
     ArizeSink, BigQueryAuth, BigQuerySink, KafkaSource, MaxComputeSink, RetryConfig, SinkConfig,
     DEFAULT_ARIZE_CONNECT_TIMEOUT, DEFAULT_ARIZE_MAX_REQUEST_BYTES, DEFAULT_ARIZE_REQUEST_TIMEOUT,

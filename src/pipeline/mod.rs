@@ -31,6 +31,7 @@ mod checkpoints;
 mod crash;
 mod events;
 mod kafka;
+mod lanes;
 mod ledger;
 mod replay;
 mod sinks;

@@ -1,8 +1,9 @@
-//! The sink task: takes batches from the pipeline and submits each to every sink, without
-//! waiting for one sink's acknowledgement before submitting to the next or taking the next batch
-//! (a sink bounds what it takes itself). Acknowledgements are awaited concurrently and reported
-//! one by one, per sink, as they arrive ([`Event::Acked`], [`Event::Staged`]); the ledger counts
-//! a batch when every sink has acknowledged it. A failed submission or acknowledgement is
+//! The sink task: takes batches from the pipeline and submits each to every sink, each sink in
+//! its own lane ([`super::lanes`]), so one sink's slow `submit` never holds up another's, and
+//! without waiting for a sink's acknowledgement before submitting its next batch or taking the
+//! next batch (a sink bounds what it takes itself). Acknowledgements are awaited concurrently
+//! and reported one by one, per sink, as they arrive ([`Event::Acked`], [`Event::Staged`]); the
+//! ledger counts a batch when every sink has acknowledged it. A failed submission or acknowledgement is
 //! retried for that sink alone: retryable errors after a jittered, capped backoff, errors that
 //! need an operator every 30 s with the publisher unready; never given up, never acknowledged
 //! meanwhile. After a failure, the sink is given nothing new until the failed batch has been
@@ -11,6 +12,7 @@
 //! dead-lettered. Merlin's metrics are updated here, on success.
 
 use super::events::{self, ModelLabels, RateLimit};
+use super::lanes::{Lanes, Submission};
 use super::ledger::{BatchId, SinkIndex};
 use super::state::{Event, SinkJob};
 use crate::batch::Batch;
@@ -95,23 +97,28 @@ struct Task {
 
 pub(crate) async fn run(
     rx: tokio::sync::mpsc::Receiver<SinkJob>,
-    mut sinks: Vec<Box<dyn Sink>>,
+    sinks: Vec<Box<dyn Sink>>,
     events: mpsc::Sender<Event>,
     health: Arc<Health>,
     hard_stop: CancellationToken,
     labels: ModelLabels,
     topic: String,
 ) {
-    run_until_done(rx, &mut sinks, events, health, hard_stop, labels, topic).await;
+    let names: Vec<&'static str> = sinks.iter().map(|s| s.name()).collect();
+    let mut lanes = Lanes::start(sinks, hard_stop.child_token());
+    run_until_done(
+        rx, &mut lanes, names, events, health, hard_stop, labels, topic,
+    )
+    .await;
     // Whatever ended the task, each sink releases what it holds outside the process.
-    for sink in &mut sinks {
-        sink.close().await;
-    }
+    lanes.close().await;
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn run_until_done(
     mut rx: tokio::sync::mpsc::Receiver<SinkJob>,
-    sinks: &mut [Box<dyn Sink>],
+    lanes: &mut Lanes,
+    names: Vec<&'static str>,
     events: mpsc::Sender<Event>,
     health: Arc<Health>,
     hard_stop: CancellationToken,
@@ -123,19 +130,22 @@ async fn run_until_done(
         health,
         labels,
         topic,
-        names: sinks.iter().map(|s| s.name()).collect(),
-        failing: vec![false; sinks.len()],
+        failing: vec![false; names.len()],
+        queues: names.iter().map(|_| VecDeque::new()).collect(),
+        names,
         taken: HashMap::new(),
-        queues: sinks.iter().map(|_| VecDeque::new()).collect(),
         acks: JoinSet::new(),
         rows_log: RateLimit::new(),
         backoff: Backoff::default(),
     };
     let mut open = true;
     loop {
-        // Submit what is due, sink by sink, reporting acknowledgements meanwhile.
+        // Give each idle lane its next batch, if it is due.
         let now = tokio::time::Instant::now();
-        for (i, sink) in sinks.iter_mut().enumerate() {
+        for i in 0..t.queues.len() {
+            if !lanes.idle(i) {
+                continue;
+            }
             while let Some(q) = t.queues[i].front() {
                 if q.not_before.is_some_and(|at| at > now) {
                     break;
@@ -153,50 +163,33 @@ async fn run_until_done(
                     );
                     return;
                 };
-                let submitted = Instant::now();
-                let submit = sink.submit(batch);
-                tokio::pin!(submit);
-                let r = loop {
-                    tokio::select! {
-                        // Hard stop: the process is exiting; nothing of this batch is counted.
-                        () = hard_stop.cancelled() => return,
-                        r = &mut submit => break r,
-                        Some(done) = t.acks.join_next() => {
-                            if !t.answered(done) {
-                                return;
-                            }
-                        }
-                    }
-                };
-                match r {
-                    Ok(ack) => t.watch(id, i, attempt, submitted, ack),
-                    Err(e) => {
-                        t.failed(id, i, attempt, &e);
-                        break;
-                    }
-                }
+                lanes.submit(i, Submission { id, attempt, batch });
+                break;
             }
         }
         if !open && t.taken.is_empty() {
             return;
         }
+        // The next retry due in an idle lane (a busy lane is woken by its submission).
         let wake = t
             .queues
             .iter()
-            .filter_map(|q| q.front().and_then(|q| q.not_before))
+            .enumerate()
+            .filter(|(i, _)| lanes.idle(*i))
+            .filter_map(|(_, q)| q.front().and_then(|q| q.not_before))
             .min();
-        let due = t.queues.iter().any(|q| {
-            q.front()
-                .is_some_and(|q| q.not_before.is_none_or(|at| at <= now))
-        });
-        if due {
-            continue;
-        }
         tokio::select! {
             () = hard_stop.cancelled() => return,
             j = rx.recv(), if open => match j {
                 Some(job) => t.take(job),
                 None => open = false,
+            },
+            s = lanes.next() => match s {
+                Some(s) => match s.result {
+                    Ok(ack) => t.watch(s.id, s.sink, s.attempt, s.submitted, ack),
+                    Err(e) => t.failed(s.id, s.sink, s.attempt, &e),
+                },
+                None => return,
             },
             Some(done) = t.acks.join_next() => {
                 if !t.answered(done) {

@@ -413,3 +413,94 @@ fn names_that_break_bigquery_or_kafka_exit_2_naming_key_and_rule() {
     let o = run(&["convert", "-c", c, "-i", "/dev/null"]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
 }
+
+/// An override may carry a secret: no error about a `--set`, an `OBS_PUBLISHER__` variable or an
+/// override given without `--set` prints its value, only the key path and what is wrong.
+#[test]
+fn no_set_or_variable_error_prints_its_value() {
+    const PLANTED: &str = "planted-Secret-9f3c";
+    let cfg = repo_config("merlin-binary.yaml");
+    let cfg = cfg.to_str().unwrap();
+    let planted = |key: &str| format!("{key}={PLANTED}");
+    let cases: &[(&[&str], &str)] = &[
+        (&["--set", &planted("batching.linger")], "invalid duration"),
+        (
+            &["--set", &planted("batching.max_rows")],
+            "batching.max_rows",
+        ),
+        (
+            &["--set", &planted("observation_sinks.x.type")],
+            "indexes a list",
+        ),
+        (
+            &["--set", &planted("batching..linger")],
+            "empty path segment",
+        ),
+        (&["--set", PLANTED], "expected key.path=value"),
+        // An override without `--set`: clap's error quotes the argument.
+        (
+            &[&planted("batching.linger")],
+            "unexpected argument 'batching.linger=…'",
+        ),
+    ];
+    for (extra, expect) in cases {
+        let mut args = vec!["check-config", "-c", cfg];
+        args.extend_from_slice(extra);
+        let o = run(&args);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{extra:?}: {err}");
+        assert!(err.contains(expect), "{extra:?}: {err}");
+        assert!(!err.contains(PLANTED), "{extra:?} printed its value: {err}");
+        assert!(
+            !String::from_utf8_lossy(&o.stdout).contains(PLANTED),
+            "{extra:?}"
+        );
+    }
+    // A key nobody reads is a warning, and the run goes on: the warning names the key only.
+    let o = run(&[
+        "check-config",
+        "-c",
+        cfg,
+        "--set",
+        &planted("observation_sinks.0.config.apikey"),
+    ]);
+    let err = stderr(&o);
+    assert!(err.contains("apikey"), "{err}");
+    assert!(
+        !err.contains(PLANTED),
+        "the warning printed the value: {err}"
+    );
+    for (var, expect) in [
+        ("OBS_PUBLISHER__BATCHING__LINGER", "invalid duration"),
+        ("OBS_PUBLISHER__BATCHING__MAX_ROWS", "batching.max_rows"),
+    ] {
+        let o = crate::common::bin()
+            .args(["check-config", "-c", cfg])
+            .env(var, PLANTED)
+            .output()
+            .unwrap();
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{var}: {err}");
+        assert!(err.contains(expect), "{var}: {err}");
+        assert!(!err.contains(PLANTED), "{var}'s value was printed: {err}");
+    }
+}
+
+/// An argument that is not UTF-8 is a usage error (exit 2), also on the path that hides
+/// override values, never a panic.
+#[test]
+fn an_argument_that_is_not_utf8_is_a_usage_error() {
+    use std::os::unix::ffi::OsStrExt;
+    let cfg = repo_config("merlin-binary.yaml");
+    let bad = std::ffi::OsStr::from_bytes(b"batching.linger=\xff\xfeplanted");
+    let o = crate::common::bin()
+        .args(["check-config", "-c"])
+        .arg(&cfg)
+        .arg(bad)
+        .output()
+        .unwrap();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(!err.contains("planted"), "{err}");
+}

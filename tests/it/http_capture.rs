@@ -40,6 +40,8 @@ pub(crate) enum Reply {
     Body(u16, Vec<(&'static str, String)>, Vec<u8>),
     /// Read the request, then close the connection without answering.
     Drop,
+    /// Answer 200 once the flag is set (a destination that hangs until the test releases it).
+    Held(Arc<std::sync::atomic::AtomicBool>),
 }
 
 struct State {
@@ -155,6 +157,7 @@ fn serve(conn: TcpStream, state: &Mutex<State>) {
                 body,
                 answered: match &reply {
                     Reply::Status(code, _) | Reply::Body(code, _, _) => Some(*code),
+                    Reply::Held(_) => Some(200),
                     Reply::Drop => None,
                 },
             });
@@ -169,6 +172,14 @@ fn serve(conn: TcpStream, state: &Mutex<State>) {
             }
             Reply::Body(code, extra, body) => {
                 if answer(&mut out, code, &extra, &body).is_err() {
+                    return;
+                }
+            }
+            Reply::Held(released) => {
+                while !released.load(std::sync::atomic::Ordering::SeqCst) {
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                if answer(&mut out, 200, &[], &[]).is_err() {
                     return;
                 }
             }

@@ -13,6 +13,7 @@ mod crash;
 mod hostile;
 mod http_capture;
 mod image;
+mod lanes;
 mod mapped_input;
 mod maxcompute;
 mod memory;

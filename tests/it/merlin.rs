@@ -267,3 +267,57 @@ fn merlins_config_as_written_passes_check_config_and_run_names_its_access_url() 
     let v: serde_yaml_ng::Value = serde_yaml_ng::from_str(&out).unwrap();
     assert_eq!(v["project"].as_str(), Some("project-1"));
 }
+
+/// An override may carry a secret: no argument error prints its value, only the key path and
+/// what is wrong with it. Each path of the Python entry point that reports an override is tried
+/// with a planted value (the publisher's own `--set` and variables: `tests/it/cli.rs`).
+#[test]
+fn no_argument_error_prints_an_overrides_value() {
+    const PLANTED: &str = "planted-Secret-9f3c";
+    let (dir, py) = python_dir();
+    std::fs::write(
+        dir.path().join("config.yaml"),
+        fixture_without("MAXCOMPUTE"),
+    )
+    .unwrap();
+    let planted = |key: &str| format!("{key}={PLANTED}");
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        // A typo in a key under a sink's config (apikey for api_key).
+        (
+            vec![planted("environment.observation_sinks.1.config.apikey")],
+            "\"observation_sinks.1.config.apikey\"=… names a key this publisher does not read",
+        ),
+        // A key outside the publisher's sections.
+        (
+            vec![planted("environment.observation_sinkz.0.config.api_key")],
+            "is not a key this publisher reads",
+        ),
+        (vec![planted("~environment.x")], "deleting keys"),
+        (vec![planted("--api_key")], "flags are not supported"),
+        // An invalid value ("invalid duration" would quote it).
+        (
+            vec![planted("environment.batching.linger")],
+            "batching.linger: invalid duration",
+        ),
+        // A list indexed by a name.
+        (
+            vec![planted(
+                "environment.observation_sinks.arize.config.api_key",
+            )],
+            "indexes a list",
+        ),
+    ];
+    for (overrides, expect) in cases {
+        let mut args = vec!["-m", "publisher", "+environment=config"];
+        args.extend(overrides.iter().map(String::as_str));
+        let o = python(&py, dir.path(), &args);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{overrides:?}: {err}");
+        assert!(err.contains(expect), "{overrides:?}: {err}");
+        assert!(
+            !err.contains(PLANTED),
+            "{overrides:?} printed its value: {err}"
+        );
+        assert!(!stdout_of(&o).contains(PLANTED), "{overrides:?}");
+    }
+}

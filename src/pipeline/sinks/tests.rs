@@ -430,3 +430,142 @@ async fn every_sink_is_closed_once_when_the_task_ends_drained_or_stopped() {
         assert_eq!(closed.load(Ordering::SeqCst), 2, "hard stop: {hard}");
     }
 }
+
+/// A sink whose `submit` does not return until the test opens its gate (a MaxCompute move
+/// holding the upload slots, an Arize request that hangs).
+struct Gated {
+    gate: Arc<tokio::sync::Semaphore>,
+    started: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Sink for Gated {
+    fn name(&self) -> &'static str {
+        "gated"
+    }
+
+    fn submit(&mut self, _batch: Arc<Batch>) -> SubmitFuture<'_> {
+        self.started.fetch_add(1, Ordering::SeqCst);
+        let gate = Arc::clone(&self.gate);
+        Box::pin(async move {
+            gate.acquire().await.unwrap().forget();
+            Ok(crate::sink::written(WriteReport::default()))
+        })
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_sink_whose_submit_hangs_delays_only_its_own_acknowledgements() {
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let started = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let fast = Controlled::default();
+    let (jobs, rx) = tokio::sync::mpsc::channel(2);
+    let (tx, events) = mpsc::channel();
+    tokio::spawn(run(
+        rx,
+        vec![
+            Box::new(Gated {
+                gate: Arc::clone(&gate),
+                started: Arc::clone(&started),
+            }),
+            Box::new(fast.clone()),
+        ],
+        tx,
+        Health::new(),
+        CancellationToken::new(),
+        ModelLabels {
+            model_id: "m".into(),
+            model_version: "1".into(),
+            project: "p".into(),
+        },
+        "t".into(),
+    ));
+    let mut ledger = Ledger::new(false);
+    ledger.assigned(&[P], &HashMap::new());
+    let apply = |ledger: &mut Ledger| {
+        let mut acked = [0usize; 2];
+        while let Ok(e) = events.try_recv() {
+            let Event::Acked { id, sink, .. } = e else {
+                unreachable!()
+            };
+            acked[sink] += 1;
+            ledger.sink_acked(id, sink, &[], Vec::new());
+        }
+        acked
+    };
+    let n = 6;
+    for offset in 0..n {
+        let mut batch = batch_at(offset);
+        assert!(ledger.consumed(P, offset));
+        let (id, epochs) = ledger.dispatched(&batch.offsets, 1000, 2);
+        batch.epochs = epochs;
+        jobs.send(SinkJob {
+            id,
+            batch: Arc::new(batch),
+            opened: Instant::now(),
+        })
+        .await
+        .unwrap();
+        // The other sink takes and writes each batch while the gated one is still in its first
+        // `submit`.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        fast.answer(offset, written());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let acked = apply(&mut ledger);
+    assert_eq!(fast.submitted(), (0..n).collect::<Vec<_>>());
+    assert_eq!(acked, [0, n as usize], "the other sink wrote every batch");
+    assert_eq!(
+        started.load(Ordering::SeqCst),
+        1,
+        "the gated sink is in its first submit"
+    );
+    // Commits still wait for every sink.
+    assert_eq!(ledger.commit_points(None).len(), 0);
+
+    // The gated sink is released: it takes and writes the rest, and everything commits.
+    gate.add_permits(n as usize);
+    for _ in 0..50 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(apply(&mut ledger), [n as usize, 0]);
+    assert_eq!(started.load(Ordering::SeqCst), n as usize);
+    let points = ledger.commit_points(None);
+    assert_eq!(points.last().map(|p| p.offset), Some(n));
+}
+
+/// Without sinks there are no lanes: the task still takes every batch and ends only when the
+/// pipeline closes its channel.
+#[tokio::test(start_paused = true)]
+async fn without_sinks_the_task_takes_batches_until_the_channel_closes() {
+    let (jobs, rx) = tokio::sync::mpsc::channel::<SinkJob>(1);
+    let (tx, _events) = mpsc::channel();
+    let task = tokio::spawn(run(
+        rx,
+        Vec::new(),
+        tx,
+        Health::new(),
+        CancellationToken::new(),
+        ModelLabels {
+            model_id: "m".into(),
+            model_version: "1".into(),
+            project: "p".into(),
+        },
+        "t".into(),
+    ));
+    for offset in 0..4 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(
+            !task.is_finished(),
+            "the task ended before its channel closed"
+        );
+        jobs.send(SinkJob {
+            id: offset as BatchId,
+            batch: Arc::new(batch_at(offset)),
+            opened: Instant::now(),
+        })
+        .await
+        .expect("the task takes the batch");
+    }
+    drop(jobs);
+    task.await.unwrap();
+}

@@ -28,8 +28,8 @@ pub const MAX_CHUNK_ROWS: usize = 65_536;
 pub const SCHEMA_METADATA_KEY: &str = "arize-schema";
 
 /// The body's Arrow schema: the plan's columns with their types, every field nullable, and the
-/// schema protobuf in the metadata.
-pub fn body_schema(plan: &Plan, table: &Schema, schema_base64: &str) -> SchemaRef {
+/// schema protobuf in the metadata when it does not ride in the header (`metadata`).
+pub fn body_schema(plan: &Plan, table: &Schema, metadata: Option<&str>) -> SchemaRef {
     let fields: Vec<Field> = plan
         .columns
         .iter()
@@ -42,7 +42,10 @@ pub fn body_schema(plan: &Plan, table: &Schema, schema_base64: &str) -> SchemaRe
             Field::new(&c.name, ty, true)
         })
         .collect();
-    let metadata = HashMap::from([(SCHEMA_METADATA_KEY.to_string(), schema_base64.to_string())]);
+    let metadata: HashMap<String, String> = metadata
+        .map(|m| (SCHEMA_METADATA_KEY.to_string(), m.to_string()))
+        .into_iter()
+        .collect();
     Arc::new(Schema::new_with_metadata(fields, metadata))
 }
 
@@ -189,7 +192,7 @@ mod tests {
             ],
         )
         .unwrap();
-        let schema = body_schema(&plan, &layout.arrow, &plan.schema_base64());
+        let schema = body_schema(&plan, &layout.arrow, Some(&plan.schema_base64()));
         (rb, plan, schema)
     }
 

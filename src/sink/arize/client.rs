@@ -91,8 +91,8 @@ pub const STATUS_LABELS: [&str; 10] = [
     "connection",
 ];
 
-/// Connection settings.
-#[derive(Debug, Clone)]
+/// Connection settings. `Debug` shows the keys redacted.
+#[derive(Clone)]
 pub struct ClientOptions {
     /// Base URI (`…/v1`); requests go to `{uri}/pandas_arrow`.
     pub uri: String,
@@ -106,12 +106,61 @@ pub struct ClientOptions {
     pub connect_timeout: Duration,
 }
 
+impl std::fmt::Debug for ClientOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientOptions")
+            .field("uri", &self.uri)
+            .field("api_key", &crate::redact::REDACTED)
+            .field("space_key", &crate::redact::REDACTED)
+            .field("request_timeout", &self.request_timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .finish()
+    }
+}
+
 /// A `reqwest` client bound to one Arize endpoint and one set of credentials.
 #[derive(Debug, Clone)]
 pub struct Client {
     http: reqwest::Client,
     url: String,
     headers: HeaderMap,
+    /// Hides the keys in an answer's body before it is shown.
+    scrubber: crate::redact::Scrubber,
+}
+
+/// Most bytes of a refusing answer's body shown in its error.
+pub const MAX_SHOWN_BODY: usize = 1024;
+
+/// The error of a refusing answer, with what the body says (at most [`MAX_SHOWN_BODY`] bytes,
+/// secrets scrubbed): "HTTP 400" alone does not say what to fix.
+pub fn with_body(outcome: Outcome, body: &[u8], scrubber: &crate::redact::Scrubber) -> Outcome {
+    let Outcome::NeedsFix(msg) = outcome else {
+        return outcome;
+    };
+    let text = String::from_utf8_lossy(&body[..body.len().min(MAX_SHOWN_BODY)]);
+    let text = text.trim();
+    if text.is_empty() {
+        return Outcome::NeedsFix(msg);
+    }
+    let cut = if body.len() > MAX_SHOWN_BODY {
+        " …"
+    } else {
+        ""
+    };
+    Outcome::NeedsFix(format!("{msg}: {}{cut}", scrubber.scrub(text)))
+}
+
+/// The error of a redirect, which is not followed: it names where it points (credentials in
+/// the address stripped).
+pub fn redirect(status: u16, location: Option<&str>) -> Outcome {
+    let to = location.map_or_else(
+        || "no Location".to_string(),
+        |l| crate::redact::strip_userinfo(l).into_owned(),
+    );
+    Outcome::NeedsFix(format!(
+        "Arize answered HTTP {status} redirecting to {to}; redirects are not followed: set the \
+         ARIZE sink's uri to the address that answers"
+    ))
 }
 
 /// The client could not be built (a header value Arize's keys cannot hold, a TLS set-up error).
@@ -120,13 +169,18 @@ pub struct Client {
 pub struct ClientError(String);
 
 impl Client {
-    /// A client for `opts`; `schema_base64` is the `schema` header of every request.
-    pub fn new(opts: &ClientOptions, schema_base64: &str) -> Result<Self, ClientError> {
+    /// A client for `opts`; `schema_header`, when given, is the `schema` header of every
+    /// request (see [`super::schema::SchemaCarrier`]).
+    pub fn new(opts: &ClientOptions, schema_header: Option<&str>) -> Result<Self, ClientError> {
         crate::bigquery::install_crypto_provider();
         let http = reqwest::Client::builder()
             .timeout(opts.request_timeout)
             .connect_timeout(opts.connect_timeout)
             .user_agent(concat!("observation-publisher/", env!("CARGO_PKG_VERSION")))
+            // A followed 301/302 turns the POST into a body-less GET whose 2xx would count as
+            // acknowledged, and a cross-host redirect would carry the keys elsewhere: a
+            // redirect is an answer to fix (see `classify`).
+            .redirect(reqwest::redirect::Policy::none())
             .build()
             .map_err(|e| ClientError(format!("HTTP client: {e}")))?;
         let mut headers = HeaderMap::new();
@@ -148,15 +202,18 @@ impl Client {
         );
         headers.insert("sdk-version", HeaderValue::from_static(SDK_VERSION));
         headers.insert("sync", HeaderValue::from_static("0"));
-        headers.insert(
-            HeaderName::from_static("schema"),
-            HeaderValue::from_str(schema_base64)
-                .map_err(|e| ClientError(format!("schema header: {e}")))?,
-        );
+        if let Some(schema) = schema_header {
+            headers.insert(
+                HeaderName::from_static("schema"),
+                HeaderValue::from_str(schema)
+                    .map_err(|e| ClientError(format!("schema header: {e}")))?,
+            );
+        }
         Ok(Client {
             http,
             url: format!("{}/pandas_arrow", opts.uri.trim_end_matches('/')),
             headers,
+            scrubber: crate::redact::Scrubber::new([opts.api_key.clone(), opts.space_key.clone()]),
         })
     }
 
@@ -173,19 +230,35 @@ impl Client {
             .send()
             .await;
         let (outcome, label) = match sent {
-            Ok(resp) => {
+            Ok(mut resp) => {
                 let status = resp.status().as_u16();
-                let retry_after = resp
-                    .headers()
-                    .get(reqwest::header::RETRY_AFTER)
-                    .and_then(|v| v.to_str().ok())
-                    .map(str::to_owned);
-                // Read the answer to the end so the connection can be reused.
-                let _ = resp.bytes().await;
-                (
-                    classify(status, retry_after.as_deref(), SystemTime::now()),
-                    status_label(Some(status), false),
-                )
+                let header = |name| {
+                    resp.headers()
+                        .get(name)
+                        .and_then(|v: &HeaderValue| v.to_str().ok())
+                        .map(str::to_owned)
+                };
+                let retry_after = header(reqwest::header::RETRY_AFTER);
+                let location = header(reqwest::header::LOCATION);
+                let outcome = if (300..400).contains(&status) {
+                    redirect(status, location.as_deref())
+                } else {
+                    classify(status, retry_after.as_deref(), SystemTime::now())
+                };
+                // Read the answer (to the end, so the connection can be reused; a refusal's
+                // body is kept up to what is shown).
+                let mut body = Vec::new();
+                while let Ok(Some(chunk)) = resp.chunk().await {
+                    if body.len() < MAX_SHOWN_BODY + 1 {
+                        body.extend_from_slice(&chunk[..chunk.len().min(MAX_SHOWN_BODY + 1)]);
+                    }
+                }
+                let outcome = if (400..500).contains(&status) {
+                    with_body(outcome, &body, &self.scrubber)
+                } else {
+                    outcome
+                };
+                (outcome, status_label(Some(status), false))
             }
             Err(e) => {
                 let label = status_label(None, e.is_timeout());
@@ -264,6 +337,62 @@ mod tests {
         assert_eq!(parse_retry_after("86400", now), Some(MAX_RETRY_AFTER));
         assert_eq!(parse_retry_after("soon", now), None);
         assert_eq!(parse_retry_after("-3", now), None);
+    }
+
+    #[test]
+    fn a_refusal_shows_its_body_bounded_and_scrubbed_and_a_redirect_its_location() {
+        let scrub = crate::redact::Scrubber::new(["planted-api-KEY".to_string()]);
+        let refused = classify(400, None, at(0));
+        let Outcome::NeedsFix(m) = with_body(
+            refused.clone(),
+            b"{\"error\": \"column x missing\", \"key\": \"planted-api-KEY\"}",
+            &scrub,
+        ) else {
+            unreachable!()
+        };
+        assert!(
+            m.contains("HTTP 400") && m.contains("column x missing"),
+            "{m}"
+        );
+        assert!(!m.contains("planted-api-KEY"), "{m}");
+        let long = vec![b'a'; 10 * MAX_SHOWN_BODY];
+        let Outcome::NeedsFix(m) = with_body(refused.clone(), &long, &scrub) else {
+            unreachable!()
+        };
+        assert!(
+            m.len() < MAX_SHOWN_BODY + 100 && m.ends_with(" …"),
+            "{}",
+            m.len()
+        );
+        assert_eq!(with_body(refused.clone(), b"  ", &scrub), refused);
+        // Only refusals carry a body.
+        assert_eq!(with_body(Outcome::Acked, b"x", &scrub), Outcome::Acked);
+
+        for s in [301, 302, 307, 308] {
+            let Outcome::NeedsFix(m) = redirect(s, Some("https://u:pw@other.example/v1")) else {
+                unreachable!()
+            };
+            assert!(m.contains(&format!("HTTP {s}")), "{m}");
+            assert!(m.contains("other.example/v1") && !m.contains("pw"), "{m}");
+        }
+        assert!(matches!(redirect(302, None), Outcome::NeedsFix(m) if m.contains("no Location")));
+    }
+
+    #[test]
+    fn debug_of_the_options_hides_the_keys() {
+        let o = ClientOptions {
+            uri: "http://arize.test/v1".into(),
+            api_key: "planted-api-KEY".into(),
+            space_key: "planted-space-KEY".into(),
+            request_timeout: Duration::from_secs(1),
+            connect_timeout: Duration::from_secs(1),
+        };
+        let d = format!("{o:?} {o:#?}");
+        assert!(!d.contains("planted-"), "{d}");
+        assert!(d.contains("<redacted>") && d.contains("arize.test"), "{d}");
+        let c = Client::new(&o, Some("c2NoZW1h")).unwrap();
+        let d = format!("{c:?}");
+        assert!(!d.contains("planted-"), "{d}");
     }
 
     #[test]

@@ -65,8 +65,11 @@ impl ArizeSink {
     pub fn new(cfg: &Config, arize: &ArizeConfig) -> Result<Self, String> {
         let plan = Plan::new(cfg).map_err(|e| e.to_string())?;
         let layout = crate::table::TableLayout::from_config(cfg);
-        let schema_base64 = plan.schema_base64();
-        let body_schema = body::body_schema(&plan, &layout.arrow, &schema_base64);
+        let (header, metadata) = match plan.schema_carrier() {
+            schema::SchemaCarrier::Header(h) => (Some(h), None),
+            schema::SchemaCarrier::Metadata(m) => (None, Some(m)),
+        };
+        let body_schema = body::body_schema(&plan, &layout.arrow, metadata.as_deref());
         let client = Client::new(
             &ClientOptions {
                 uri: arize.uri.clone(),
@@ -75,7 +78,7 @@ impl ArizeSink {
                 request_timeout: arize.request_timeout,
                 connect_timeout: arize.connect_timeout,
             },
-            &schema_base64,
+            header.as_deref(),
         )
         .map_err(|e| e.to_string())?;
         Ok(ArizeSink {

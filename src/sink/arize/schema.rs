@@ -203,12 +203,41 @@ impl Plan {
         })
     }
 
+    /// Where the schema travels, as arize 7.10.2's `_post_file` decides: the `schema` header
+    /// while its base64 is at most [`MAX_HEADER_SCHEMA`] bytes, else only the Arrow metadata.
+    pub fn schema_carrier(&self) -> SchemaCarrier {
+        carrier_of(self.schema_base64())
+    }
+
     /// The schema as the `schema` header and the `arize-schema` metadata carry it: base64
     /// (standard alphabet, padded) of the serialized message.
     pub fn schema_base64(&self) -> String {
         use base64::Engine as _;
         use prost::Message as _;
         base64::engine::general_purpose::STANDARD.encode(self.schema.encode_to_vec())
+    }
+}
+
+/// Longest base64 schema the SDK sends as the `schema` header (`len(base64_schema) <= 63000`
+/// in arize 7.10.2's `pandas/logger.py`); a longer one goes in the Arrow metadata only, where
+/// HTTP servers' header limits cannot refuse it.
+pub const MAX_HEADER_SCHEMA: usize = 63_000;
+
+/// Where a request carries the base64 schema: exactly one of the two places.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SchemaCarrier {
+    /// The `schema` header (the body's Arrow schema has no `arize-schema` metadata).
+    Header(String),
+    /// The body's Arrow schema metadata `arize-schema` (no `schema` header).
+    Metadata(String),
+}
+
+/// The carrier of a base64 schema by its length (pure).
+pub fn carrier_of(base64: String) -> SchemaCarrier {
+    if base64.len() <= MAX_HEADER_SCHEMA {
+        SchemaCarrier::Header(base64)
+    } else {
+        SchemaCarrier::Metadata(base64)
     }
 }
 
@@ -341,5 +370,15 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.0.contains("MulticlassClassificationOutput"), "{e}");
+    }
+
+    #[test]
+    fn the_schema_rides_in_the_header_up_to_63000_base64_bytes_then_in_the_metadata() {
+        let at = |n: usize| carrier_of("A".repeat(n));
+        assert_eq!(at(0), SchemaCarrier::Header(String::new()));
+        assert!(matches!(at(MAX_HEADER_SCHEMA), SchemaCarrier::Header(h) if h.len() == 63_000));
+        assert!(
+            matches!(at(MAX_HEADER_SCHEMA + 1), SchemaCarrier::Metadata(m) if m.len() == 63_001)
+        );
     }
 }

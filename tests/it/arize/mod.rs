@@ -3,6 +3,7 @@
 //! local capturing server ([`server`]); the tests compare what arrived. Also the SDK's
 //! validation, check by check, and the sink's handling of Arize's statuses.
 
+mod keys;
 mod oracle;
 mod outage;
 mod status;
@@ -277,7 +278,13 @@ pub(crate) fn oracle_python() -> std::path::PathBuf {
             .is_ok_and(|s| s.success())
     });
     assert!(ok, "scripts/arize-oracle setup failed");
-    root.join("target/test-services/venv-arize/bin/python")
+    // Where scripts/arize-oracle put it: $SERVICES_DIR (relative to the repository), by
+    // default target/test-services.
+    let services = std::env::var_os("SERVICES_DIR").map_or_else(
+        || root.join("target/test-services"),
+        |d| root.join(std::path::PathBuf::from(d)),
+    );
+    services.join("venv-arize/bin/python")
 }
 
 /// Runs the oracle (creating its venv if needed) on `spec`; returns its JSON answer.

@@ -138,8 +138,11 @@ def decode(item):
         "fields": [[f.name, str(f.type)] for f in table.schema],
         "rows": table.num_rows,
         "schema": MessageToDict(schema, preserving_proto_field_name=True),
-        "metadata_schema_matches": meta_schema is not None
-        and public_pb2.Schema.FromString(base64.b64decode(meta_schema)) == schema,
+        "metadata_schema": "absent"
+        if meta_schema is None
+        else "matches"
+        if public_pb2.Schema.FromString(base64.b64decode(meta_schema)) == schema
+        else "differs",
     }
 
 

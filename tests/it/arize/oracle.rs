@@ -142,7 +142,8 @@ async fn the_sdk_and_the_sink_send_the_same_requests_for_every_model_type() {
         };
         assert_eq!(decoded["schema"]["constants"]["model_type"], expected_type);
         assert_eq!(decoded["schema"]["constants"]["environment"], "PRODUCTION");
-        assert_eq!(decoded["metadata_schema_matches"], json!(true));
+        // A narrow schema rides in the header only, as the SDK sends it.
+        assert_eq!(decoded["metadata_schema"], "absent", "{model:?}");
         // The Arrow tables: names, order, types, values.
         let (sch_ours, b_ours) = table_of(&ours.body);
         let (sch_sdk, b_sdk) = table_of(&sdk.body);
@@ -153,6 +154,9 @@ async fn the_sdk_and_the_sink_send_the_same_requests_for_every_model_type() {
                 .collect::<Vec<_>>()
         };
         assert_eq!(fields(&sch_ours), fields(&sch_sdk), "{model:?}");
+        for sch in [&sch_ours, &sch_sdk] {
+            assert!(!sch.metadata().contains_key("arize-schema"), "{model:?}");
+        }
         let t_ours = arrow_select::concat::concat_batches(&sch_ours, &b_ours).unwrap();
         let t_sdk = arrow_select::concat::concat_batches(&sch_sdk, &b_sdk).unwrap();
         assert_eq!(t_ours.num_rows(), t_sdk.num_rows());
@@ -182,6 +186,154 @@ async fn the_sdk_and_the_sink_send_the_same_requests_for_every_model_type() {
             .unwrap()[1];
         assert_eq!(ts_type, "timestamp[ns]");
     }
+}
+
+/// Features of the wide model: names of ~21 characters, enough that the schema's base64 passes
+/// the SDK's 63,000-byte header limit.
+fn wide_features() -> Vec<String> {
+    (0..2_500)
+        .map(|i| format!("feature_wide_col_{i:05}"))
+        .collect()
+}
+
+/// One log of one row of the wide model, as protobuf (for our decoder) and as the oracle's
+/// case.
+fn wide_log(features: &[String], now: SystemTime) -> (Vec<u8>, Json) {
+    fn v(k: Kind) -> Value {
+        Value { kind: Some(k) }
+    }
+    fn list(values: Vec<Value>) -> Value {
+        v(Kind::ListValue(ListValue { values }))
+    }
+    let s = |x: &str| v(Kind::StringValue(x.into()));
+    let table = |fields: Vec<(&str, Value)>| Struct {
+        fields: fields
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect(),
+    };
+    let values: Vec<f64> = (0..features.len()).map(|i| i as f64 * 0.5).collect();
+    let (seconds, nanos) = TestLog::new("sess-wide", 1, 3_600_000_000, 1).timestamp(now);
+    let proto = PredictionLog {
+        prediction_id: "sess-wide".into(),
+        model_version: "3".into(),
+        input: Some(ModelInput {
+            features_table: Some(table(vec![
+                ("columns", list(features.iter().map(|n| s(n)).collect())),
+                (
+                    "data",
+                    list(vec![list(
+                        values.iter().map(|x| v(Kind::NumberValue(*x))).collect(),
+                    )]),
+                ),
+            ])),
+            ..Default::default()
+        }),
+        output: Some(ModelOutput {
+            prediction_results_table: Some(table(vec![
+                ("columns", list(vec![s("score")])),
+                ("data", list(vec![list(vec![v(Kind::NumberValue(0.25))])])),
+                ("row_ids", list(vec![s("row-0")])),
+            ])),
+            ..Default::default()
+        }),
+        request_timestamp: Some(Timestamp { seconds, nanos }),
+        ..Default::default()
+    }
+    .encode_to_vec();
+    let case = json!({
+        "name": "wide",
+        "project": "proj-a",
+        "model_id": "model-b",
+        "model_version": "3",
+        "api_key": API_KEY,
+        "space_key": SPACE_KEY,
+        "schema": {
+            "feature_types": features.iter().map(|n| (n, "float64")).collect::<Vec<_>>(),
+            "output": "regression",
+            "score": "score",
+            "session_id_column": "session_id",
+            "row_id_column": "row_id",
+        },
+        "logs": [{
+            "prediction_id": "sess-wide",
+            "seconds": seconds,
+            "nanos": nanos,
+            "feature_columns": features,
+            "feature_rows": [values],
+            "prediction_columns": ["score"],
+            "prediction_rows": [[0.25]],
+            "row_ids": ["row-0"],
+        }],
+    });
+    (proto, case)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wide_models_schema_rides_only_in_the_arrow_metadata_as_the_sdk_sends_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start();
+    let now = SystemTime::now();
+    let features = wide_features();
+    let yaml = format!(
+        "project: proj-a\nmodel_id: model-b\nmodel_version: \"3\"\ninference_schema:\n  feature_types: {{{}}}\n  model_prediction_output: {{output_class: RegressionOutput, prediction_score_column: score, actual_score_column: ''}}\n",
+        features
+            .iter()
+            .map(|n| format!("{n}: float64"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let v: serde_yaml_ng::Value = serde_yaml_ng::from_str(&yaml).unwrap();
+    let cfg = Config::from_value(&v, Needs::CONVERT).unwrap().0;
+    let (proto, case) = wide_log(&features, now);
+    let layout = Arc::new(TableLayout::from_config(&cfg));
+    let mut b = Batcher::new(layout, Batching::default());
+    let mut ready = Vec::new();
+    b.push(0, 0, &proto, Instant::now(), &mut ready).unwrap();
+    let batch = Arc::new(b.flush().unwrap());
+
+    let mut s = sink(&cfg, &server.uri(), 8 << 20);
+    let report = s.write(batch).await.unwrap();
+    assert_eq!(report.rejected, []);
+    let ours = server.take().remove(0);
+    let (sch_ours, _) = table_of(&ours.body);
+    let meta_ours = sch_ours
+        .metadata()
+        .get("arize-schema")
+        .expect("the wide schema in the Arrow metadata")
+        .clone();
+    assert!(meta_ours.len() > 63_000, "{}", meta_ours.len());
+
+    let path = dir.path().join("wide.arrows");
+    std::fs::write(&path, &ours.body).unwrap();
+    let spec = json!({
+        "uri": server.uri(),
+        "cases": [case],
+        "decode": [{"name": "wide", "schema_b64": meta_ours, "body_path": path}],
+    });
+    let answer = oracle(dir.path(), &spec);
+    assert_eq!(answer["sent"][0]["refused"], json!(false), "{answer}");
+    let sdk = server.take();
+    assert_eq!(sdk.len(), 1, "{answer}");
+    let sdk = &sdk[0];
+    // Neither sends the header; both carry the same schema in the metadata.
+    assert_eq!(ours.header("schema"), None);
+    assert_eq!(sdk.header("schema"), None);
+    assert_eq!(protocol_headers(&ours), protocol_headers(sdk));
+    let (sch_sdk, _) = table_of(&sdk.body);
+    let meta_sdk = sch_sdk
+        .metadata()
+        .get("arize-schema")
+        .expect("SDK metadata");
+    assert_eq!(schema_of(&meta_ours), schema_of(meta_sdk));
+    assert_eq!(answer["decoded"][0]["metadata_schema"], "matches");
+    let names = |s: &arrow_schema::SchemaRef| {
+        s.fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(names(&sch_ours), names(&sch_sdk));
 }
 
 /// One check of `Validator.validate_values`: a log with one bad row.

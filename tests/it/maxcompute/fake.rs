@@ -22,10 +22,10 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 
-pub(super) const ACCESS_ID: &str = "LTAI5tFakeAccessId";
-pub(super) const SECRET: &str = "fake-secret-PLANTED-19";
-pub(super) const PROJECT: &str = "proj";
-pub(super) const DATASET: &str = "ds";
+pub(crate) const ACCESS_ID: &str = "LTAI5tFakeAccessId";
+pub(crate) const SECRET: &str = "fake-secret-PLANTED-19";
+pub(crate) const PROJECT: &str = "proj";
+pub(crate) const DATASET: &str = "ds";
 
 /// The fake, running under pyodps 0.12.2; killed on drop.
 pub(crate) struct Fake {
@@ -104,7 +104,7 @@ impl Drop for Fake {
 }
 
 /// One HTTP/1.1 exchange over a fresh connection (`Connection: close`).
-pub(super) fn http(
+pub(crate) fn http(
     port: u16,
     method: &str,
     target: &str,
