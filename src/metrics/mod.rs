@@ -10,6 +10,7 @@
 //! Call sites use the names from [`names`] only; emit once per batch, never per row.
 
 pub mod names;
+pub mod startup;
 
 use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusHandle};
 use names::MetricKind;
@@ -66,6 +67,7 @@ pub fn install() -> Result<PrometheusHandle, BuildError> {
     let handle = prometheus_builder()?.install_recorder()?;
     describe();
     record_build_info();
+    startup::register_zero_series();
     Ok(handle)
 }
 
