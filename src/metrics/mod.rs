@@ -10,6 +10,7 @@
 //! Call sites use the names from [`names`] only; emit once per batch, never per row.
 
 pub mod names;
+pub mod quality;
 
 use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusHandle};
 use names::MetricKind;
