@@ -4,6 +4,7 @@
 
 mod cases;
 mod dlq;
+mod quality;
 
 use crate::common::{bin, Reaped};
 use observation_publisher::framing::FrameReader;
