@@ -57,6 +57,9 @@
 //!   decode to more than 1 MiB, so a log with disagreeing counts costs at most that before it is
 //!   rejected.
 //!
+//! Counted for the quality metrics ([`Counts`], [`Decoder::take_counts`]): feature cells of
+//! another kind than their column's (off the fast path) and cells of undeclared features.
+//!
 //! # Wire-format notes
 //! Fields the publisher reads are validated fully (wire types, lengths, UTF-8). Fields it does
 //! not read (entities, raw features, headers, context) are skipped by length without looking
