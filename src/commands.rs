@@ -349,7 +349,8 @@ pub fn gen(a: GenArgs) -> ExitCode {
                 cfg.model_version.clone(),
             ),
         },
-    );
+    )
+    .with_columns(&cfg.gen);
     if let Some(at) = a.drift_at {
         if !(0.0..=1.0).contains(&at) {
             eprintln!("gen: --drift-at {at}: a fraction from 0.0 to 1.0");

@@ -115,6 +115,8 @@ pub struct Generator {
     n: u64,
     /// Per feature: its distribution and its weight in the score.
     dists: Vec<(Dist, f64)>,
+    /// Per feature: its share of NULL cells.
+    nulls: Vec<f64>,
     drift: Option<Drift>,
 }
 
@@ -139,12 +141,31 @@ impl Generator {
                 .iter()
                 .map(|(n, t)| (infer(n, *t), weight(n)))
                 .collect(),
+            nulls: vec![NULL_SHARE; schema.feature_types.len()],
             schema: schema.clone(),
             rng: fastrand::Rng::with_seed(opts.seed),
             opts,
             n: 0,
             drift: None,
         }
+    }
+
+    /// Draws the features the `gen:` section names from its distributions (and NULL shares)
+    /// instead of the inferred ones; names the schema does not declare are ignored (the
+    /// configuration rejects them).
+    pub fn with_columns(mut self, columns: &[crate::config::GenColumn]) -> Self {
+        for c in columns {
+            if let Some(k) = self
+                .schema
+                .feature_types
+                .iter()
+                .position(|(n, _)| *n == c.column)
+            {
+                self.dists[k].0 = c.dist.clone();
+                self.nulls[k] = c.nulls;
+            }
+        }
+        self
     }
 
     /// Logs from `drift.after` on drift as it says.
@@ -169,7 +190,7 @@ impl Generator {
         for k in 0..self.dists.len() {
             let null_share = match drifted {
                 Some(d) if d.nulls && null_target == Some(k) => DRIFTED_NULL_SHARE,
-                _ => NULL_SHARE,
+                _ => self.nulls[k],
             };
             if self.rng.f64() < null_share {
                 vals.push(v(Kind::NullValue(0)));
@@ -188,8 +209,10 @@ impl Generator {
             // The score reads the value against the usual distribution: a drifted feature
             // moves it.
             logit += w * 1.5 * self.dists[k].0.signal(&drawn);
+            let int = self.schema.feature_types[k].1 == FeatureType::Int64;
             vals.push(match drawn {
                 // Python Struct numbers are doubles: ints travel as whole floats.
+                Drawn::Number(x) if int => v(Kind::NumberValue(x.round())),
                 Drawn::Number(x) => v(Kind::NumberValue(x)),
                 Drawn::Str(x) => v(Kind::StringValue(x)),
                 Drawn::Bool(b) => v(Kind::BoolValue(b)),

@@ -14,7 +14,7 @@
 //! plane writes them: unknown keys are tolerated with a warning, enum names are upper case,
 //! `model_version` may be a number (kept as its text), `score_threshold: null` means 0.5,
 //! `feature_types` keeps its order. Our sections (`batching`, `dead_letter`, `local_sink`,
-//! `consumer`, `server`, `logging`, `delivery`) are strict: unknown keys are errors.
+//! `consumer`, `server`, `logging`, `delivery`, `gen`) are strict: unknown keys are errors.
 //!
 //! # Validation
 //! [`Config::from_value`] collects **every** problem and returns them together
@@ -22,6 +22,7 @@
 //! Secrets are never printed: [`Config::to_redacted_yaml`].
 
 mod bounds;
+mod gen;
 mod load;
 mod merlin;
 mod ours;
@@ -30,6 +31,7 @@ mod understood;
 mod value;
 
 pub use bounds::ARROW_STRING_LIMIT;
+pub use gen::{GenColumn, DEFAULT_NULLS};
 pub use load::{apply_env, apply_sets, load_value, redact, redact_collect, ENV_PREFIX};
 pub use merlin::{
     ArizeSink, BigQueryAuth, BigQuerySink, KafkaSource, MaxComputeSink, RetryConfig, SinkConfig,
@@ -122,6 +124,9 @@ pub struct Config {
     pub logging: Logging,
     /// Delivery guarantee.
     pub delivery: Delivery,
+    /// `gen:` distributions per feature (only `gen` reads them).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub gen: Vec<GenColumn>,
 }
 
 impl Config {
@@ -178,6 +183,7 @@ impl Config {
                 Delivery::default()
             }),
         };
+        let gen = gen::read(o.raw("gen"), schema.as_ref(), &mut problems);
         o.warn_unknown(&mut warnings);
 
         if needs.sinks {
@@ -258,6 +264,7 @@ impl Config {
                     server,
                     logging,
                     delivery,
+                    gen,
                 },
                 warnings,
             )),

@@ -7,12 +7,19 @@
 //! with a weight fixed by its name), so it moves when they do.
 
 use crate::config::FeatureType;
+use serde::Serialize;
 
-/// The distribution one feature's values are drawn from.
-#[derive(Debug, Clone, PartialEq)]
+fn owned(vs: &[(&str, f64)]) -> Dist {
+    Dist::Categorical(vs.iter().map(|(v, w)| (v.to_string(), *w)).collect())
+}
+
+/// The distribution one feature's values are drawn from (also the `gen:` section's entries,
+/// `crate::config::GenColumn`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Dist {
     /// One of `values`, weighted.
-    Categorical(Vec<(&'static str, f64)>),
+    Categorical(Vec<(String, f64)>),
     /// `prefix` and a number below `pool`, the low numbers more frequent (Zipf-like).
     Id {
         /// Text before the number.
@@ -90,13 +97,13 @@ pub fn infer(name: &str, ty: FeatureType) -> Dist {
     match ty {
         FeatureType::String => {
             if has(&["country", "nation", "region"]) {
-                Dist::Categorical(COUNTRIES.to_vec())
+                owned(&COUNTRIES)
             } else if has(&["device", "platform", "os"]) {
-                Dist::Categorical(DEVICES.to_vec())
+                owned(&DEVICES)
             } else if has(&["payment", "method", "channel"]) {
-                Dist::Categorical(PAYMENTS.to_vec())
+                owned(&PAYMENTS)
             } else if has(&["level", "tier", "segment", "category"]) {
-                Dist::Categorical(LEVELS.to_vec())
+                owned(&LEVELS)
             } else {
                 let stem = n.trim_end_matches("_id").trim_end_matches("id");
                 let prefix = stem.chars().next().unwrap_or('x');
@@ -200,7 +207,7 @@ impl Dist {
     pub fn draw(&self, rng: &mut fastrand::Rng) -> Drawn {
         match self {
             Dist::Categorical(vs) => {
-                Drawn::Str(vs[weighted(rng, vs.iter().map(|v| v.1))].0.to_string())
+                Drawn::Str(vs[weighted(rng, vs.iter().map(|v| v.1))].0.clone())
             }
             Dist::Id { prefix, pool } => {
                 // Zipf-like: the square of a uniform favours low numbers.
@@ -229,7 +236,7 @@ impl Dist {
             Dist::Categorical(vs) => {
                 let mut w: Vec<f64> = vs.iter().map(|v| v.1).collect();
                 w.reverse();
-                Dist::Categorical(vs.iter().zip(w).map(|(v, w)| (v.0, w)).collect())
+                Dist::Categorical(vs.iter().zip(w).map(|(v, w)| (v.0.clone(), w)).collect())
             }
             Dist::Id { prefix, pool } => Dist::Id {
                 prefix: prefix.clone(),
@@ -287,7 +294,9 @@ impl Dist {
             }
             (Dist::Categorical(vs), Drawn::Str(s)) => {
                 // The rarer the category, the more it pulls.
-                vs.iter().find(|v| v.0 == s).map_or(0.0, |v| 0.5 - v.1)
+                vs.iter().find(|v| v.0 == *s).map_or(0.0, |v| {
+                    0.5 - v.1 / vs.iter().map(|v| v.1).sum::<f64>().max(f64::MIN_POSITIVE)
+                })
             }
             _ => 0.0,
         }
