@@ -73,6 +73,9 @@ pub const UNDECLARED_FEATURES: &str = "observation_publisher_undeclared_features
 /// The model's score per row. Histogram; label [`CLASS`] (the score column, or the class label
 /// for multiclass).
 pub const PREDICTION_SCORE: &str = "observation_publisher_prediction_score";
+/// A numeric feature's values, for the features `metrics.feature_histograms` names (with their
+/// buckets; none by default). Histogram; label [`COLUMN`].
+pub const FEATURE_VALUE: &str = "observation_publisher_feature_value";
 /// Rows per derived prediction label. Counter; label [`LABEL`] (the configured labels).
 pub const PREDICTION_LABELS: &str = "observation_publisher_prediction_labels_total";
 /// Constant 1 with the build's version. Gauge; label [`VERSION`].
@@ -182,6 +185,7 @@ pub const ALL: &[(&str, MetricKind, &str)] = &[
     ),
     (PREDICTION_SCORE, MetricKind::Histogram, "The model's score per row, by class."),
     (PREDICTION_LABELS, MetricKind::Counter, "Rows per derived prediction label."),
+    (FEATURE_VALUE, MetricKind::Histogram, "A numeric feature's values (features and buckets from metrics.feature_histograms)."),
     (BUILD_INFO, MetricKind::Gauge, "Constant 1, labelled with the publisher version."),
     // The BigQuery sink's.
     (bigquery::APPEND_LATENCY_SECONDS, MetricKind::Histogram, "Seconds from sending an AppendRows request to its response."),

@@ -9,6 +9,8 @@
 //!   counted as [`OTHER`].
 //! - The score per row ([`names::PREDICTION_SCORE`], per class) and the derived label
 //!   ([`names::PREDICTION_LABELS`], configured labels only), once per batch.
+//! - Optionally, per numeric feature `metrics.feature_histograms` names, its values
+//!   ([`names::FEATURE_VALUE`], with the configured buckets), once per batch.
 //! - Freshness per row and sink ([`names::ROW_FRESHNESS`]): the batch's `request_timestamp`s
 //!   as runs ([`Stamps`], taken when the sink task takes the batch) against the time the sink
 //!   reported the batch durable.
@@ -23,7 +25,7 @@ use super::names;
 use crate::decode::Counts;
 use crate::table::{Derived, TableLayout, FIRST_FEATURE};
 use arrow_array::cast::AsArray;
-use arrow_array::types::{Float64Type, TimestampMicrosecondType};
+use arrow_array::types::{Float64Type, Int64Type, TimestampMicrosecondType};
 use arrow_array::{Array, RecordBatch};
 use std::collections::{BTreeMap, HashSet};
 use std::fmt::Write as _;
@@ -159,6 +161,8 @@ fn escape(v: &str) -> String {
 struct Registry {
     histograms: BTreeMap<(&'static str, String), Histogram>,
     undeclared: BoundedNames,
+    /// The features with a value histogram: index among the features, name, buckets.
+    feature_histograms: Vec<(usize, String, &'static [f64])>,
 }
 
 static REGISTRY: Mutex<Option<Registry>> = Mutex::new(None);
@@ -168,23 +172,16 @@ fn with_registry<T>(f: impl FnOnce(&mut Registry) -> T) -> T {
     let r = g.get_or_insert_with(|| Registry {
         histograms: BTreeMap::new(),
         undeclared: BoundedNames::new(MAX_NAMES),
+        feature_histograms: Vec::new(),
     });
     f(r)
 }
 
-fn bounds_of(name: &str) -> &'static [f64] {
-    if name == names::ROW_FRESHNESS {
-        FRESHNESS_BUCKETS
-    } else {
-        SCORE_BUCKETS
-    }
-}
-
 fn label_key_of(name: &str) -> &'static str {
-    if name == names::ROW_FRESHNESS {
-        names::SINK
-    } else {
-        names::CLASS
+    match name {
+        names::ROW_FRESHNESS => names::SINK,
+        names::FEATURE_VALUE => names::COLUMN,
+        _ => names::CLASS,
     }
 }
 
@@ -192,7 +189,7 @@ fn merge_into(name: &'static str, value: &str, h: &Histogram) {
     with_registry(|r| {
         r.histograms
             .entry((name, value.to_string()))
-            .or_insert_with(|| Histogram::new(bounds_of(name)))
+            .or_insert_with(|| Histogram::new(h.bounds))
             .merge(h)
     });
 }
@@ -243,8 +240,25 @@ fn labels(layout: &TableLayout) -> Vec<String> {
 
 /// Registers every quality series whose labels are known at start-up at zero: per declared
 /// feature its NULL and mismatch counters, per score class its histogram, per configured label
-/// its counter, per sink its freshness histogram. A dashboard sees a column as 0, not absent.
-pub fn register(layout: &TableLayout, sinks: &[&'static str]) {
+/// its counter, per sink its freshness histogram, per feature of `feature_histograms` (its
+/// name and buckets, from `metrics.feature_histograms`) its value histogram. A dashboard sees
+/// a column as 0, not absent. Call once per process.
+pub fn register(
+    layout: &TableLayout,
+    sinks: &[&'static str],
+    feature_histograms: &[crate::config::FeatureHistogram],
+) {
+    let features = &layout.columns[FIRST_FEATURE..FIRST_FEATURE + layout.n_features];
+    let mut chosen = Vec::new();
+    for f in feature_histograms {
+        if let Some(i) = features.iter().position(|c| c.name == f.column) {
+            // Once per process and configured feature: the buckets live as long as it.
+            let bounds: &'static [f64] = Box::leak(f.buckets.clone().into_boxed_slice());
+            merge_into(names::FEATURE_VALUE, &f.column, &Histogram::new(bounds));
+            chosen.push((i, f.column.clone(), bounds));
+        }
+    }
+    with_registry(|r| r.feature_histograms = chosen);
     for c in &layout.columns[FIRST_FEATURE..FIRST_FEATURE + layout.n_features] {
         ::metrics::counter!(names::FEATURE_NULLS, names::COLUMN => c.name.clone()).increment(0);
         ::metrics::counter!(names::FEATURE_TYPE_MISMATCHES, names::COLUMN => c.name.clone())
@@ -292,6 +306,19 @@ pub fn emit_batch(layout: &TableLayout, records: &RecordBatch, counts: Counts) {
                 if h.count() > 0 {
                     merge_into(names::PREDICTION_SCORE, class, &h);
                 }
+            }
+        }
+        let chosen = with_registry(|r| r.feature_histograms.clone());
+        for (i, name, bounds) in chosen {
+            let col = records.column(FIRST_FEATURE + i);
+            let mut h = Histogram::new(bounds);
+            if let Some(a) = col.as_primitive_opt::<Float64Type>() {
+                a.iter().flatten().for_each(|v| h.observe_n(v, 1));
+            } else if let Some(a) = col.as_primitive_opt::<Int64Type>() {
+                a.iter().flatten().for_each(|v| h.observe_n(v as f64, 1));
+            }
+            if h.count() > 0 {
+                merge_into(names::FEATURE_VALUE, &name, &h);
             }
         }
         let known = labels(layout);

@@ -190,7 +190,7 @@ impl Publisher {
             .dead_letter_ok
             .store(dlq.is_ready(), Ordering::Relaxed);
         let layout = Arc::new(TableLayout::from_config(&cfg));
-        crate::metrics::quality::register(&layout, &sink_names);
+        crate::metrics::quality::register(&layout, &sink_names, &cfg.metrics.feature_histograms);
         let batcher = Batcher::new(layout, cfg.batching.clone());
         let exactly_once = starts.is_some();
         let state = State::new(

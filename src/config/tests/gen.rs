@@ -76,3 +76,55 @@ fn gen_uses_the_sections_distributions() {
         assert!(text.contains("StringValue(\"XX\")"), "{text}");
     }
 }
+
+#[test]
+fn feature_histograms_are_off_by_default_and_checked() {
+    let (cfg, _) = with_gen("  amount: {dist: normal, mean: 1, std: 1}").unwrap();
+    assert!(cfg.metrics.feature_histograms.is_empty());
+    let y = |m: &str| {
+        format!(
+            r#"
+project: p
+model_id: m
+model_version: "1"
+inference_schema:
+  feature_types: {{country: string, amount: float64, n: int64}}
+  model_prediction_output: {{output_class: RegressionOutput, prediction_score_column: y}}
+metrics:
+{m}
+"#
+        )
+    };
+    let (cfg, _) = parse(
+        &y("  feature_histograms: {amount: [1, 10, 100], n: [0.5]}"),
+        Needs::CONVERT,
+    )
+    .unwrap();
+    assert_eq!(
+        cfg.metrics.feature_histograms,
+        vec![
+            crate::config::FeatureHistogram {
+                column: "amount".into(),
+                buckets: vec![1.0, 10.0, 100.0]
+            },
+            crate::config::FeatureHistogram {
+                column: "n".into(),
+                buckets: vec![0.5]
+            },
+        ]
+    );
+    let err = parse(
+        &y("  feature_histograms: {country: [1], nope: [1], amount: [10, 1]}\n  other: 1"),
+        Needs::CONVERT,
+    )
+    .unwrap_err()
+    .to_string();
+    for want in [
+        "metrics.feature_histograms.country: not a numeric",
+        "metrics.feature_histograms.nope: not a declared feature",
+        "metrics.feature_histograms.amount: must be a list of 1 to 50 finite numbers, strictly ascending",
+        "metrics.other: unknown key",
+    ] {
+        assert!(err.contains(want), "{want}\n{err}");
+    }
+}

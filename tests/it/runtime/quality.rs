@@ -125,6 +125,7 @@ fn quality_lines(scrape: &str) -> BTreeSet<String> {
                 "observation_publisher_undeclared_features_total",
                 "observation_publisher_prediction_labels_total",
                 "observation_publisher_prediction_score_",
+                "observation_publisher_feature_value_",
             ]
             .iter()
             .any(|m| l.starts_with(m))
@@ -133,12 +134,12 @@ fn quality_lines(scrape: &str) -> BTreeSet<String> {
         .collect()
 }
 
-fn run_and_scrape(name: &str, logs: &[(Vec<u8>, bool)]) -> String {
+fn run_and_scrape(name: &str, logs: &[(Vec<u8>, bool)], extra: &str) -> String {
     let dir = tempfile::tempdir().unwrap();
     let topic = unique(name);
     create_topic(&topic, 1);
     produce(&topic, logs);
-    let s = Setup::new(dir.path(), "a", &topic, &unique("g"), "");
+    let s = Setup::new(dir.path(), "a", &topic, &unique("g"), extra);
     let child = s.start();
     assert!(
         wait_for(LIMIT, || committed_total(&topic, &s.group, 1)
@@ -176,7 +177,11 @@ fn quality_metrics_count_exactly_what_the_logs_hold() {
         vec![good_row(), good_row(), r2],
         &[0.875, 0.875, 0.0625],
     );
-    let scrape = run_and_scrape("rt-quality", &[(l1, false), (l2, true), (l3, false)]);
+    let scrape = run_and_scrape(
+        "rt-quality",
+        &[(l1, false), (l2, true), (l3, false)],
+        "metrics:\n  feature_histograms:\n    amount: [10, 20]\n",
+    );
     let mut want: BTreeSet<String> = BTreeSet::new();
     let nulls = BTreeMap::from([("amount", 1), ("country", 2), ("is_foreign", 1)]);
     let mismatches = BTreeMap::from([("num_txn_24h", 1), ("hour_of_day", 1)]);
@@ -217,6 +222,14 @@ fn quality_metrics_count_exactly_what_the_logs_hold() {
     want.insert(
         "observation_publisher_prediction_score_count{class=\"prediction_score\"} 5".into(),
     );
+    // amount: NULL once, 12.5 in the other four rows.
+    for (le, n) in [("10", 0), ("20", 4), ("+Inf", 4)] {
+        want.insert(format!(
+            "observation_publisher_feature_value_bucket{{column=\"amount\",le=\"{le}\"}} {n}"
+        ));
+    }
+    want.insert("observation_publisher_feature_value_sum{column=\"amount\"} 50".into());
+    want.insert("observation_publisher_feature_value_count{column=\"amount\"} 4".into());
     assert_eq!(quality_lines(&scrape), want, "{scrape}");
     // Freshness: the five written rows, each 1000 s (and the run's few seconds) old.
     for (le, n) in [("600", 0), ("1800", 5), ("+Inf", 5)] {
@@ -245,7 +258,11 @@ fn ten_thousand_undeclared_names_make_at_most_101_series() {
             )
         })
         .collect();
-    let scrape = run_and_scrape("rt-undeclared", &logs);
+    let scrape = run_and_scrape("rt-undeclared", &logs, "");
+    assert!(
+        !scrape.contains("observation_publisher_feature_value"),
+        "feature histograms are off by default\n{scrape}"
+    );
     let series: Vec<(String, u64)> = scrape
         .lines()
         .filter_map(|l| l.strip_prefix("observation_publisher_undeclared_features_total{column=\""))
