@@ -119,6 +119,25 @@ pub struct GenArgs {
     /// Output file (`-` = stdout).
     #[arg(long, short, default_value = "-")]
     pub output: String,
+    /// Drift from this fraction of the logs on (0.0–1.0): see `--drift`.
+    #[arg(long, value_name = "FRACTION")]
+    pub drift_at: Option<f64>,
+    /// What drifts at `--drift-at` (comma-separated): `feature` (the first float64 feature's
+    /// distribution shifts), `nulls` (the first string feature turns NULL in 30% of rows),
+    /// `score` (the score's logit rises by 1.5).
+    #[arg(long, value_delimiter = ',', default_value = "feature,nulls,score")]
+    pub drift: Vec<DriftKind>,
+}
+
+/// What `gen --drift-at` changes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum DriftKind {
+    /// A feature's distribution.
+    Feature,
+    /// A feature's NULL share.
+    Nulls,
+    /// The score's level.
+    Score,
 }
 
 /// `produce`.

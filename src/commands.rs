@@ -355,7 +355,32 @@ pub fn gen(a: GenArgs) -> ExitCode {
                 cfg.model_version.clone(),
             ),
         },
-    );
+    )
+    .with_columns(&cfg.gen);
+    if let Some(at) = a.drift_at {
+        if !(0.0..=1.0).contains(&at) {
+            eprintln!("gen: --drift-at {at}: a fraction from 0.0 to 1.0");
+            return ExitCode::from(EXIT_USAGE);
+        }
+        let has = |k| a.drift.contains(&k);
+        let drift = crate::gen::Drift {
+            after: (at * a.count as f64).round() as u64,
+            feature: has(crate::cli::DriftKind::Feature),
+            nulls: has(crate::cli::DriftKind::Nulls),
+            score: has(crate::cli::DriftKind::Score),
+        };
+        let (dist, nulls) = g.drift_targets();
+        let name =
+            |i: Option<usize>| i.map_or("-", |i| cfg.inference_schema.feature_types[i].0.as_str());
+        eprintln!(
+            "gen: drift from log {}: feature distribution {}, NULL share {}, score {}",
+            drift.after,
+            if drift.feature { name(dist) } else { "-" },
+            if drift.nulls { name(nulls) } else { "-" },
+            if drift.score { "+1.5 logit" } else { "-" },
+        );
+        g = g.with_drift(drift);
+    }
     let pb = progress(None, "generating");
     let mut malformed = 0u64;
     for i in 0..a.count {

@@ -31,7 +31,7 @@ pub(crate) mod testing;
 
 use crate::commit::{OffsetRange, Partition};
 use crate::config::Batching;
-use crate::decode::{DecodeError, Decoder};
+use crate::decode::{Counts, DecodeError, Decoder};
 use crate::table::TableLayout;
 use arrow_array::RecordBatch;
 use std::fmt;
@@ -320,6 +320,17 @@ impl Batcher {
             Some(d) if now >= d => Some(self.take(FlushReason::Linger)),
             _ => None,
         }
+    }
+
+    /// What the decoder counted about the data since the last call ([`Counts`]), for the quality
+    /// metrics: taken per batch (and per rejected log), not per message.
+    pub fn take_counts(&mut self) -> Counts {
+        self.decoder.take_counts()
+    }
+
+    /// The table layout rows are decoded into.
+    pub fn layout(&self) -> &Arc<TableLayout> {
+        self.decoder.layout()
     }
 
     /// The current batch, whatever its size; `None` if it holds no message.

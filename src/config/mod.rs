@@ -14,7 +14,7 @@
 //! plane writes them: unknown keys are tolerated with a warning, enum names are upper case,
 //! `model_version` may be a number (kept as its text), `score_threshold: null` means 0.5,
 //! `feature_types` keeps its order. Our sections (`batching`, `dead_letter`, `local_sink`,
-//! `consumer`, `server`, `logging`, `delivery`) are strict: unknown keys are errors.
+//! `consumer`, `server`, `logging`, `delivery`, `metrics`, `gen`) are strict: unknown keys are errors.
 //!
 //! # Validation
 //! [`Config::from_value`] collects **every** problem and returns them together
@@ -22,14 +22,17 @@
 //! Secrets are never printed: [`Config::to_redacted_yaml`].
 
 mod bounds;
+mod gen;
 mod load;
 mod merlin;
 mod ours;
+mod quality;
 mod schema;
 mod understood;
 mod value;
 
 pub use bounds::ARROW_STRING_LIMIT;
+pub use gen::{GenColumn, DEFAULT_NULLS};
 pub use load::{
     apply_env, apply_sets, load_value, override_scrubber, redact, redact_collect, ENV_PREFIX,
 };
@@ -48,6 +51,7 @@ pub use ours::{
     Batching, Consumer, DeadLetter, Delivery, LocalSink, LogFormat, Logging, Server, StartFrom,
     BATCHES_IN_FLIGHT, DEFAULT_MAX_FRAME_BYTES, DEFAULT_MAX_LOG_BYTES,
 };
+pub use quality::{FeatureHistogram, MetricsConfig, MAX_BUCKETS};
 pub use schema::{
     Column, ColumnType, FeatureType, InferenceSchema, ModelOutput, PREDICTION_LABEL_COLUMN,
     RANK_COLUMN,
@@ -124,6 +128,11 @@ pub struct Config {
     pub logging: Logging,
     /// Delivery guarantee.
     pub delivery: Delivery,
+    /// Optional quality metrics (off by default).
+    pub metrics: MetricsConfig,
+    /// `gen:` distributions per feature (only `gen` reads them).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub gen: Vec<GenColumn>,
 }
 
 impl Config {
@@ -180,6 +189,12 @@ impl Config {
                 Delivery::default()
             }),
         };
+        let gen = gen::read(o.raw("gen"), schema.as_ref(), &mut problems);
+        let metrics = MetricsConfig::read(
+            o.obj("metrics", &mut problems),
+            schema.as_ref(),
+            &mut problems,
+        );
         o.warn_unknown(&mut warnings);
 
         if needs.sinks {
@@ -260,6 +275,8 @@ impl Config {
                     server,
                     logging,
                     delivery,
+                    metrics,
+                    gen,
                 },
                 warnings,
             )),

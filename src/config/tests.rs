@@ -1,5 +1,6 @@
 use super::*;
 
+mod gen;
 mod names;
 use names::named;
 

@@ -1,6 +1,7 @@
 //! One cell and one row: `google.protobuf.Value` parsing and the type rules that append a value
 //! to a column builder (see the row rules in the module docs of [`super`]).
 
+use super::counts::other_kind;
 use super::*;
 
 /// The shape of one `Value` as the walker sees it.
@@ -101,14 +102,17 @@ pub(super) struct RowAt<'t> {
 
 /// Walks one row (`Value`: a list, or a bare scalar meaning a one-element row), appending each
 /// mapped cell to its target column and NULL to targets the map does not feed. When `scores`
-/// is given, the appended float values are recorded there. String bytes appended are added to
-/// `added`.
+/// is given, the appended float values are recorded there; when `mismatches` is given, cells
+/// of another kind than their column's are counted there per target (off the fast path: such a
+/// cell never takes it). String bytes appended are added to `added`.
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 pub(super) fn walk_row<'c>(
     row: &[u8],
     map: &ColumnMap,
     cols: &mut [Col],
     mut scores: Option<&mut Vec<Option<f64>>>,
+    mut mismatches: Option<&mut [u64]>,
     added: &mut usize,
     at: RowAt<'_>,
     column: impl Fn(u32) -> &'c crate::table::Column,
@@ -126,10 +130,18 @@ pub(super) fn walk_row<'c>(
                         let col = &mut cols[t as usize];
                         let pushed = match push_common(col, cell, added) {
                             Some(pushed) => pushed,
-                            None => match push_cell(col, parse_value(cell, WHAT)?, added) {
-                                Ok(pushed) => pushed,
-                                Err(e) => return Err(cell_error(e, table, row_no, pos, column(t))),
-                            },
+                            None => {
+                                let v = parse_value(cell, WHAT)?;
+                                if let Some(m) = mismatches.as_deref_mut() {
+                                    m[t as usize] += u64::from(other_kind(col, &v));
+                                }
+                                match push_cell(col, v, added) {
+                                    Ok(pushed) => pushed,
+                                    Err(e) => {
+                                        return Err(cell_error(e, table, row_no, pos, column(t)))
+                                    }
+                                }
+                            }
                         };
                         if let (Some(f), Some(s)) = (pushed, scores.as_deref_mut()) {
                             s[t as usize] = Some(f);
@@ -149,6 +161,9 @@ pub(super) fn walk_row<'c>(
         scalar => {
             if let Some(&t) = map.pos.first() {
                 if t != DROP {
+                    if let Some(m) = mismatches {
+                        m[t as usize] += u64::from(other_kind(&cols[t as usize], &scalar));
+                    }
                     match push_cell(&mut cols[t as usize], scalar, added) {
                         Ok(Some(f)) => {
                             if let Some(s) = scores {

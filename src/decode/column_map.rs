@@ -18,6 +18,11 @@ pub(super) struct ColumnMap {
     pub(super) pos: Vec<u32>,
     /// Targets that no position feeds (NULL in every row).
     pub(super) missing: Vec<u32>,
+    /// The names at [`DROP`] positions (undeclared features) and the cells counted for each
+    /// since they were last taken ([`ColumnMap::take_dropped`]).
+    pub(super) dropped: Vec<(String, u64)>,
+    /// Counts of the dropped names of lists this map was built from before.
+    spilled: Vec<(String, u64)>,
 }
 
 impl ColumnMap {
@@ -27,7 +32,33 @@ impl ColumnMap {
             valid: false,
             pos: Vec::new(),
             missing: Vec::new(),
+            dropped: Vec::new(),
+            spilled: Vec::new(),
         }
+    }
+
+    /// Counts `rows` cells for every dropped name (a log of `rows` rows was appended).
+    #[inline]
+    pub(super) fn count_dropped(&mut self, rows: usize) {
+        for d in &mut self.dropped {
+            d.1 += rows as u64;
+        }
+    }
+
+    /// Moves the dropped names' counts (those of earlier lists too) into `out`; zeroes them.
+    pub(super) fn take_dropped(&mut self, out: &mut Vec<(String, u64)>) {
+        out.append(&mut self.spilled);
+        for (name, n) in &mut self.dropped {
+            if *n > 0 {
+                out.push((name.clone(), std::mem::take(n)));
+            }
+        }
+    }
+
+    /// Forgets the current list's dropped names, keeping their counts for the next take.
+    pub(super) fn spill_dropped(&mut self) {
+        self.spilled
+            .extend(self.dropped.drain(..).filter(|(_, n)| *n > 0));
     }
 
     /// Rebuilds the map from names; `n_targets` output columns, `index` name → target.
@@ -41,6 +72,7 @@ impl ColumnMap {
         self.valid = false;
         self.pos.clear();
         self.missing.clear();
+        self.spill_dropped();
         let mut seen = vec![false; n_targets];
         for name in names {
             let name = name?;
@@ -54,7 +86,10 @@ impl ColumnMap {
                     }
                     self.pos.push(t);
                 }
-                None => self.pos.push(DROP),
+                None => {
+                    self.pos.push(DROP);
+                    self.dropped.push((name.to_string(), 0));
+                }
             }
         }
         self.missing

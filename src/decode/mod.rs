@@ -57,6 +57,9 @@
 //!   decode to more than 1 MiB, so a log with disagreeing counts costs at most that before it is
 //!   rejected.
 //!
+//! Counted for the quality metrics ([`Counts`], [`Decoder::take_counts`]): feature cells of
+//! another kind than their column's (off the fast path) and cells of undeclared features.
+//!
 //! # Wire-format notes
 //! Fields the publisher reads are validated fully (wire types, lengths, UTF-8). Fields it does
 //! not read (entities, raw features, headers, context) are skipped by length without looking
@@ -70,12 +73,14 @@ mod bound;
 mod cells;
 mod column_map;
 mod columns;
+mod counts;
 mod error;
 pub mod reference;
 mod sizes;
 mod walk;
 mod wire;
 
+pub use counts::Counts;
 pub use error::{DecodeError, DecodeErrorParts, ErrorKind};
 
 use crate::table::{Derived, TableLayout, FIRST_FEATURE};
@@ -190,6 +195,8 @@ pub struct Decoder {
     last_batch: Vec<(usize, usize, usize)>,
     /// A finished batch over these data bytes is not reserved again ([`Decoder::with_reserve_limit`]).
     reserve_limit: usize,
+    /// Per declared feature: cells of another kind than its type ([`Counts::mismatches`]).
+    mismatches: Vec<u64>,
 }
 
 impl Decoder {
@@ -255,6 +262,12 @@ impl Decoder {
                 m.missing = (0..layout.n_features as u32)
                     .filter(|t| !seen[*t as usize])
                     .collect();
+                m.dropped = layout
+                    .feature_orders
+                    .iter()
+                    .filter(|n| !feature_index.contains_key(*n))
+                    .map(|n| (n.clone(), 0))
+                    .collect();
             });
             m
         });
@@ -262,6 +275,7 @@ impl Decoder {
         default_score_map.pos = (0..layout.n_scores as u32).collect();
         Decoder {
             scores: vec![None; layout.n_scores],
+            mismatches: vec![0; layout.n_features],
             layout,
             cols,
             rows: 0,
@@ -379,6 +393,10 @@ impl Decoder {
             Ok(n) => {
                 self.last_batch.clear();
                 self.rows += n;
+                self.ordered_features
+                    .as_mut()
+                    .unwrap_or(&mut self.feature_map)
+                    .count_dropped(n);
                 Ok(n)
             }
             Err(e) => {
@@ -389,6 +407,19 @@ impl Decoder {
                 self.recount();
                 Err(e)
             }
+        }
+    }
+
+    /// What was counted about the data since the last call ([`Counts`]), zeroed.
+    pub fn take_counts(&mut self) -> Counts {
+        let mut undeclared = Vec::new();
+        if let Some(m) = &mut self.ordered_features {
+            m.take_dropped(&mut undeclared);
+        }
+        self.feature_map.take_dropped(&mut undeclared);
+        Counts {
+            mismatches: self.mismatches.iter_mut().map(std::mem::take).collect(),
+            undeclared,
         }
     }
 
@@ -575,6 +606,7 @@ impl Decoder {
             rank_scratch,
             rank_out,
             str_bytes,
+            mismatches,
             ..
         } = self;
         let fmap: &ColumnMap = ordered_features.as_ref().unwrap_or(feature_map);
@@ -646,6 +678,7 @@ impl Decoder {
                 fmap,
                 feat_cols,
                 None,
+                Some(mismatches),
                 &mut added,
                 RowAt {
                     table: "input.features_table",
@@ -660,6 +693,7 @@ impl Decoder {
                 smap,
                 score_cols,
                 Some(scores),
+                None,
                 &mut added,
                 RowAt {
                     table: "output.prediction_results_table",
@@ -742,6 +776,8 @@ fn shape_error(f: usize, p: usize, ids: usize) -> DecodeError {
     )
 }
 
+#[cfg(test)]
+mod counts_tests;
 #[cfg(test)]
 mod fast_tests;
 #[cfg(test)]

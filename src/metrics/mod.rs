@@ -10,6 +10,7 @@
 //! Call sites use the names from [`names`] only; emit once per batch, never per row.
 
 pub mod names;
+pub mod quality;
 pub mod startup;
 
 use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusHandle};
@@ -158,6 +159,38 @@ mod tests {
             }
         }
         assert!(checked > 10);
+    }
+
+    /// The dashboard and the alert rules name only metrics the publisher exposes (histogram
+    /// series by their `_bucket`, `_sum`, `_count`).
+    #[test]
+    fn dashboard_and_alert_rules_use_known_metric_names() {
+        let deploy = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy");
+        let mut files = vec![deploy.join("grafana-dashboard.json")];
+        for e in std::fs::read_dir(deploy.join("alerts")).unwrap() {
+            let path = e.unwrap().path();
+            if path.to_string_lossy().ends_with(".rules.yaml") {
+                files.push(path);
+            }
+        }
+        let mut used = 0;
+        for f in &files {
+            let text = std::fs::read_to_string(f).unwrap();
+            for (i, _) in text.match_indices("observation_publisher_") {
+                let name: String = text[i..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                let known = |n: &str| names::ALL.iter().any(|(m, _, _)| *m == n);
+                let base = ["_bucket", "_sum", "_count"]
+                    .iter()
+                    .find_map(|s| name.strip_suffix(s).filter(|b| known(b)))
+                    .unwrap_or(&name);
+                assert!(known(base), "{}: unknown metric {name}", f.display());
+                used += 1;
+            }
+        }
+        assert!(used > 20, "{used}");
     }
 
     #[test]

@@ -58,6 +58,26 @@ pub const COMMIT_FAILURES: &str = "observation_publisher_commit_failures_total";
 /// or does not parse (stopped). Counter, per occurrence; label [`REASON`] (`unread` |
 /// `unparseable`).
 pub const CHECKPOINT_PROBLEMS: &str = "observation_publisher_checkpoint_problems_total";
+/// Seconds from a row's `request_timestamp` to its sink acknowledging it as durable (for
+/// MaxCompute: moved into the table, not staged). Histogram, per row; label [`SINK`].
+pub const ROW_FRESHNESS: &str = "observation_publisher_row_freshness_seconds";
+/// NULL cells per declared feature column. Counter; label [`COLUMN`].
+pub const FEATURE_NULLS: &str = "observation_publisher_feature_nulls_total";
+/// Feature cells whose value had another kind than the column's type (coerced or rejected).
+/// Counter; label [`COLUMN`].
+pub const FEATURE_TYPE_MISMATCHES: &str = "observation_publisher_feature_type_mismatches_total";
+/// Cells of features present in logs but not declared in the schema. Counter; label [`COLUMN`]
+/// (at most [`crate::metrics::quality::MAX_NAMES`] values, the rest as
+/// [`crate::metrics::quality::OTHER`]).
+pub const UNDECLARED_FEATURES: &str = "observation_publisher_undeclared_features_total";
+/// The model's score per row. Histogram; label [`CLASS`] (the score column, or the class label
+/// for multiclass).
+pub const PREDICTION_SCORE: &str = "observation_publisher_prediction_score";
+/// A numeric feature's values, for the features `metrics.feature_histograms` names (with their
+/// buckets; none by default). Histogram; label [`COLUMN`].
+pub const FEATURE_VALUE: &str = "observation_publisher_feature_value";
+/// Rows per derived prediction label. Counter; label [`LABEL`] (the configured labels).
+pub const PREDICTION_LABELS: &str = "observation_publisher_prediction_labels_total";
 /// Constant 1 with the build's version. Gauge; label [`VERSION`].
 pub const BUILD_INFO: &str = "observation_publisher_build_info";
 
@@ -81,6 +101,12 @@ pub const RETRYABLE: &str = "retryable";
 pub const TOPIC: &str = "topic";
 /// Label: Kafka partition number.
 pub const PARTITION: &str = "partition";
+/// Label: a feature column name.
+pub const COLUMN: &str = "column";
+/// Label: a score's class (the score column, or the class label for multiclass).
+pub const CLASS: &str = "class";
+/// Label: a derived prediction label.
+pub const LABEL: &str = "label";
 /// Label: crate version.
 pub const VERSION: &str = "version";
 /// Label: an HTTP status class (`2xx`, `401`, `403`, `413`, `429`, `4xx`, `5xx`, `other`) or
@@ -141,6 +167,25 @@ pub const ALL: &[(&str, MetricKind, &str)] = &[
         MetricKind::Counter,
         "Exactly-once partitions held: checkpoint unread (retried) or unparseable (stopped).",
     ),
+    (
+        ROW_FRESHNESS,
+        MetricKind::Histogram,
+        "Seconds from a row's request_timestamp to its sink acknowledging it as durable.",
+    ),
+    (FEATURE_NULLS, MetricKind::Counter, "NULL cells per declared feature column."),
+    (
+        FEATURE_TYPE_MISMATCHES,
+        MetricKind::Counter,
+        "Feature cells whose value had another kind than the column's type (coerced or rejected).",
+    ),
+    (
+        UNDECLARED_FEATURES,
+        MetricKind::Counter,
+        "Cells of features present in logs but not declared in the schema (100 names, the rest _other).",
+    ),
+    (PREDICTION_SCORE, MetricKind::Histogram, "The model's score per row, by class."),
+    (PREDICTION_LABELS, MetricKind::Counter, "Rows per derived prediction label."),
+    (FEATURE_VALUE, MetricKind::Histogram, "A numeric feature's values (features and buckets from metrics.feature_histograms)."),
     (BUILD_INFO, MetricKind::Gauge, "Constant 1, labelled with the publisher version."),
     // The BigQuery sink's.
     (bigquery::APPEND_LATENCY_SECONDS, MetricKind::Histogram, "Seconds from sending an AppendRows request to its response."),

@@ -123,7 +123,7 @@ impl Publisher {
         rt.spawn(server::serve(
             listener,
             Arc::clone(&health),
-            Arc::new(move || render.render()),
+            Arc::new(move || render.render() + &crate::metrics::quality::render()),
             hard_stop.clone(),
             cfg.server.clone(),
         ));
@@ -175,6 +175,7 @@ impl Publisher {
             .as_ref()
             .map_or_else(|| "replay".to_string(), |s| s.topic.clone());
         let sink_count = sinks.len();
+        let sink_names: Vec<&'static str> = sinks.iter().map(|s| s.name()).collect();
         let sink_task = rt.spawn(sinks::run(
             sink_rx,
             sinks,
@@ -193,10 +194,9 @@ impl Publisher {
         health
             .dead_letter_ok
             .store(dlq.is_ready(), Ordering::Relaxed);
-        let batcher = Batcher::new(
-            Arc::new(TableLayout::from_config(&cfg)),
-            cfg.batching.clone(),
-        );
+        let layout = Arc::new(TableLayout::from_config(&cfg));
+        crate::metrics::quality::register(&layout, &sink_names, &cfg.metrics.feature_histograms);
+        let batcher = Batcher::new(layout, cfg.batching.clone());
         let exactly_once = starts.is_some();
         let state = State::new(
             topic,

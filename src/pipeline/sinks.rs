@@ -48,6 +48,8 @@ struct Taken {
     remaining: usize,
     /// Per sink: it let go of the batch (staged or written it).
     released: Vec<bool>,
+    /// The rows' `request_timestamp`s, for their freshness when each sink has written them.
+    stamps: crate::metrics::quality::Stamps,
 }
 
 impl Taken {
@@ -231,6 +233,7 @@ impl Task {
             rows: job.batch.rows(),
             messages: job.batch.messages,
             newest: max_timestamp_seconds(&job.batch.records),
+            stamps: crate::metrics::quality::Stamps::of(&job.batch.records),
             opened: job.opened,
             batch: Some(job.batch),
             remaining,
@@ -359,6 +362,7 @@ impl Task {
             latency: submitted.elapsed(),
         }
         .emit();
+        taken.stamps.acked(name, std::time::SystemTime::now());
         let mut dead = Vec::new();
         if taken.batch.is_none() && !report.rejected.is_empty() {
             tracing::error!(

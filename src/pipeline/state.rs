@@ -224,6 +224,11 @@ impl State {
             }
             Err(failure) => {
                 self.totals.dead_letters += 1;
+                // A rejected log's mismatches are reported now: no batch may follow it.
+                let counts = self.batcher.take_counts();
+                if !counts.is_empty() {
+                    crate::metrics::quality::emit_counts(self.batcher.layout(), counts);
+                }
                 let code = failure.error.kind.code();
                 events::LogRejected {
                     topic: &self.topic,
@@ -286,6 +291,8 @@ impl State {
             inflight_bytes: self.inflight_bytes(),
         }
         .emit();
+        let counts = self.batcher.take_counts();
+        crate::metrics::quality::emit_batch(self.batcher.layout(), &batch.records, counts);
         let opened = batch.opened.unwrap_or(now);
         self.queue.push_back(SinkJob {
             id,

@@ -5,6 +5,7 @@
 mod alerts;
 mod cases;
 mod dlq;
+mod quality;
 
 use crate::common::{bin, Reaped};
 use observation_publisher::framing::FrameReader;
