@@ -54,9 +54,7 @@ fn metric(s: &Setup, name: &str) -> f64 {
 
 /// INSERT instances the fake still answers Running for.
 fn held_inserts(fake: &Fake) -> usize {
-    fake.dump("instances")
-        .as_array()
-        .unwrap()
+    fake.instances()
         .iter()
         .filter(|i| {
             i["sql"]

@@ -4,7 +4,7 @@
 //! reader). One fake process for the whole test.
 
 use super::encode::{batch, binary, rows};
-use super::fake::{as_maps, columns, http, Fake, ACCESS_ID, DATASET, PROJECT, SECRET};
+use super::fake::{as_maps, columns, Fake, ACCESS_ID, DATASET, PROJECT, SECRET};
 use bytes::Bytes;
 use observation_publisher::maxcompute::client::{CallError, Client, ClientOptions};
 use observation_publisher::maxcompute::ddl::{create_table_sql, SQL_SETTINGS};
@@ -36,12 +36,6 @@ fn client_waiting(fake: &Fake, secret: &str, tunnel: Option<String>, wait: Durat
         Credentials::new(ACCESS_ID, secret),
     )
     .unwrap()
-}
-
-fn arm(fake: &Fake, faults: Json) {
-    let body = faults.to_string();
-    let (status, answer) = http(fake.port, "POST", "/__fake/faults", &[], body.as_bytes());
-    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&answer));
 }
 
 fn expect(r: Result<impl std::fmt::Debug, CallError>, class: Class, kind: SinkErrorKind) -> String {
@@ -82,7 +76,7 @@ fn clients_run_sql_and_upload_through_the_fake_and_classify_its_faults() {
             .next()
             .unwrap()
             .to_string();
-        arm(&fake, json!({"fail_instances": 1}));
+        fake.arm(json!({"fail_instances": 1}));
         let m = expect(
             c.run_sql(&create, SQL_SETTINGS).await,
             Class::NeedsFix,
@@ -92,14 +86,14 @@ fn clients_run_sql_and_upload_through_the_fake_and_classify_its_faults() {
         c.run_sql(&create, SQL_SETTINGS).await.unwrap();
         // An instance still running: polled until it terminates; past the wait, a retryable
         // timeout.
-        arm(&fake, json!({"running_polls": 3}));
+        fake.arm(json!({"running_polls": 3}));
         let before = status_polls(&fake);
         c.run_sql("drop table if exists ds.nothing_here", SQL_SETTINGS)
             .await
             .unwrap();
         assert_eq!(status_polls(&fake), before + 4);
         let impatient = client_waiting(&fake, SECRET, None, Duration::ZERO);
-        arm(&fake, json!({"running_polls": 1}));
+        fake.arm(json!({"running_polls": 1}));
         let m = expect(
             impatient
                 .run_sql("drop table if exists ds.nothing_here", SQL_SETTINGS)
@@ -118,7 +112,7 @@ fn clients_run_sql_and_upload_through_the_fake_and_classify_its_faults() {
         assert!(m.contains("create tabel oops"), "{m}");
 
         // Refused signatures (the fault, and a client with the wrong secret): needs a fix.
-        arm(&fake, json!({"refuse_signatures": 1}));
+        fake.arm(json!({"refuse_signatures": 1}));
         let m = expect(
             c.table(table).await,
             Class::NeedsFix,
@@ -136,13 +130,13 @@ fn clients_run_sql_and_upload_through_the_fake_and_classify_its_faults() {
         );
         assert!(!m.contains(SECRET), "{m}");
         // Unavailable and throttled: retryable.
-        arm(&fake, json!({"unavailable": 1}));
+        fake.arm(json!({"unavailable": 1}));
         expect(
             c.table(table).await,
             Class::Retry,
             SinkErrorKind::Unavailable,
         );
-        arm(&fake, json!({"throttle": 1}));
+        fake.arm(json!({"throttle": 1}));
         let m = expect(
             c.create_upload(table).await,
             Class::Retry,
@@ -164,7 +158,7 @@ fn clients_run_sql_and_upload_through_the_fake_and_classify_its_faults() {
             Bytes::from(w.finish())
         };
         let (first, second) = (block(0..half), block(half..rows.len()));
-        arm(&fake, json!({"drop_block_put": 1}));
+        fake.arm(json!({"drop_block_put": 1}));
         expect(
             c.put_block(table, &session.id, 0, first.clone()).await,
             Class::Retry,
@@ -199,7 +193,7 @@ fn clients_run_sql_and_upload_through_the_fake_and_classify_its_faults() {
         let s1 = c.create_upload(table).await.unwrap();
         c.put_block(table, &s1.id, 0, first.clone()).await.unwrap();
         c.put_block(table, &s1.id, 1, second.clone()).await.unwrap();
-        arm(&fake, json!({"fail_commit": 1}));
+        fake.arm(json!({"fail_commit": 1}));
         expect(
             c.commit_upload(table, &s1.id, &[0, 1]).await,
             Class::Retry,

@@ -65,6 +65,26 @@ impl Fake {
         serde_json::from_slice(&body).unwrap()
     }
 
+    /// The SQL instances the fake has run (`sql`, `settings`, `ok`, polls still `running`, …).
+    pub(crate) fn instances(&self) -> Vec<Json> {
+        self.dump("instances")
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// Arms faults for the next requests (`POST /__fake/faults`, see fake.py's FAULTS).
+    pub(crate) fn arm(&self, faults: Json) {
+        let (status, body) = http(
+            self.port,
+            "POST",
+            "/__fake/faults",
+            &[],
+            faults.to_string().as_bytes(),
+        );
+        assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    }
+
     /// A request signed by our signer (`api`: control plane, else the tunnel).
     fn signed(
         &self,

@@ -11,17 +11,13 @@
 //!   opened before a move's `TRUNCATE`) is answered with a new session, not a failed write.
 
 use super::fake::{Fake, DATASET};
-use super::sink::{
-    arm, key, sink_yaml, start, start_fresh, table_names, table_rows, target, LIMIT,
-};
+use super::sink::{key, sink_yaml, start, start_fresh, table_names, table_rows, target, LIMIT};
 use crate::runtime::{committed_total, create_topic, logs, produce, unique, wait_for, Setup};
 use serde_json::json;
 
 /// The statements the fake ran that start with `prefix` (lower-case).
 fn statements(fake: &Fake, prefix: &str) -> usize {
-    fake.dump("instances")
-        .as_array()
-        .unwrap()
+    fake.instances()
         .iter()
         .filter(|i| {
             i["sql"]
@@ -41,7 +37,7 @@ fn a_move_inserts_once_through_poll_errors_and_upper_case_statuses() {
     let topic = unique("mc-once");
     create_topic(&topic, 1);
     // Every instance answers its task status upper-case, the DDL at start included.
-    arm(&fake, json!({"upper_status": 1_000_000}));
+    fake.arm(json!({"upper_status": 1_000_000}));
     let (child, s) = start_fresh(&fake, dir.path(), "a", &topic, "pod-once");
     let staging = key(DATASET, &format!("{}_stg_pod_once", target()));
     assert!(
@@ -53,7 +49,7 @@ fn a_move_inserts_once_through_poll_errors_and_upper_case_statuses() {
     for (i, part) in all.chunks(60).enumerate() {
         // The next instance is the next move's INSERT: Running for a few polls, one of which
         // is answered 403 RequestTimeTooSkewed.
-        arm(&fake, json!({"running_polls": 3, "skewed_polls": 1}));
+        fake.arm(json!({"running_polls": 3, "skewed_polls": 1}));
         produce(&topic, part);
         let want = (60 * (i + 1)) as i64;
         assert!(
@@ -145,7 +141,7 @@ fn a_session_stale_at_commit_is_replaced_at_once() {
         "{}",
         s.log_tail()
     );
-    arm(&fake, json!({"table_modified": 2}));
+    fake.arm(json!({"table_modified": 2}));
     let all = logs(80, 53, 0.0);
     produce(&topic, &all);
     assert!(

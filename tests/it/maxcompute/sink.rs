@@ -196,17 +196,6 @@ pub(super) fn table_names(fake: &Fake) -> Vec<String> {
         .collect()
 }
 
-pub(super) fn arm(fake: &Fake, faults: Json) {
-    let (status, body) = http(
-        fake.port,
-        "POST",
-        "/__fake/faults",
-        &[],
-        faults.to_string().as_bytes(),
-    );
-    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
-}
-
 #[test]
 fn ours_and_merlins_path_write_the_same_rows_and_ddl() {
     let fake = Fake::start();
@@ -337,8 +326,7 @@ fn faults_lose_nothing_and_commit_nothing_early() {
     );
 
     // Every fault at once while the next logs flow; the commit never runs ahead.
-    arm(
-        &fake,
+    fake.arm(
         json!({"fail_instances": 2, "refuse_signatures": 1, "drop_block_put": 1,
                "fail_commit": 1, "unavailable": 2, "throttle": 2}),
     );
