@@ -12,13 +12,14 @@
 
 pub mod values;
 
+use crate::config::Dist;
 use crate::config::{FeatureType, InferenceSchema, ModelOutput};
 use crate::proto::{ModelInput, ModelOutput as PbOutput, PredictionLog};
 use prost::Message;
 use prost_types::value::Kind;
 use prost_types::{ListValue, Struct, Timestamp, Value};
 use std::collections::BTreeMap;
-use values::{infer, sigmoid, weight, Dist, Drawn};
+use values::{infer, sigmoid, weight, Drawn};
 
 /// Share of feature cells that are NULL, and of the drifting feature's after a NULL drift.
 const NULL_SHARE: f64 = 0.01;

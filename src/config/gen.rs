@@ -20,9 +20,62 @@
 
 use super::value::{kind, Obj, Problems};
 use super::{FeatureType, InferenceSchema};
-use crate::gen::values::Dist;
 use serde::Serialize;
 use serde_yaml_ng::Value;
+
+/// The distribution one feature's values are drawn from: what a `gen:` entry names, and what
+/// `gen` infers for the others (`crate::gen::values::infer`, which also draws from it).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Dist {
+    /// One of `values`, weighted.
+    Categorical(Vec<(String, f64)>),
+    /// `prefix` and a number below `pool`, the low numbers more frequent (Zipf-like).
+    Id {
+        /// Text before the number.
+        prefix: String,
+        /// Distinct ids.
+        pool: u32,
+    },
+    /// An integer in `0..=max`, by weights (index = value).
+    IntWeights(Vec<f64>),
+    /// A count: geometric with mean `mean`.
+    Count {
+        /// The mean.
+        mean: f64,
+    },
+    /// `exp(normal(mu, sigma))`, rounded to cents.
+    LogNormal {
+        /// Mean of the logarithm.
+        mu: f64,
+        /// Standard deviation of the logarithm.
+        sigma: f64,
+    },
+    /// In [0, 1], skewed low: `u^power`.
+    Unit {
+        /// The exponent (above 1: skewed towards 0).
+        power: f64,
+    },
+    /// Normal, rounded to cents.
+    Normal {
+        /// The mean.
+        mean: f64,
+        /// The standard deviation.
+        std: f64,
+    },
+    /// An integer uniform in `min..=max`.
+    IntUniform {
+        /// Smallest value.
+        min: i64,
+        /// Largest value.
+        max: i64,
+    },
+    /// True with probability `p`.
+    Bool {
+        /// Probability of true.
+        p: f64,
+    },
+}
 
 /// One feature's entry of the `gen:` section.
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -32,7 +32,7 @@ mod understood;
 mod value;
 
 pub use bounds::ARROW_STRING_LIMIT;
-pub use gen::{GenColumn, DEFAULT_NULLS};
+pub use gen::{Dist, GenColumn, DEFAULT_NULLS};
 pub use load::{
     apply_env, apply_sets, load_value, override_scrubber, redact, redact_collect, ENV_PREFIX,
 };

@@ -1,7 +1,6 @@
 //! One cell and one row: `google.protobuf.Value` parsing and the type rules that append a value
 //! to a column builder (see the row rules in the module docs of [`super`]).
 
-use super::counts::other_kind;
 use super::*;
 
 /// The shape of one `Value` as the walker sees it.
@@ -470,4 +469,16 @@ pub(super) fn parse_value_slow<'a>(b: &'a [u8], what: &str) -> Result<V<'a>, Dec
         }
     }
     Ok(v)
+}
+
+/// Whether `v` is of another kind than `col`'s type. NULL is no kind: never a mismatch.
+#[inline]
+pub(super) fn other_kind(col: &Col, v: &V<'_>) -> bool {
+    !matches!(
+        (col, v),
+        (_, V::Null)
+            | (Col::F64(_) | Col::I64(_), V::Number(_))
+            | (Col::Str(_), V::Str(_))
+            | (Col::Bool(_), V::Bool(_))
+    )
 }

@@ -4,9 +4,6 @@
 //! only (a mismatched cell never takes the fast path; undeclared names are counted per log);
 //! taken once per batch with [`super::Decoder::take_counts`].
 
-use super::cells::V;
-use super::columns::Col;
-
 /// Counts since the last [`super::Decoder::take_counts`], over every log decoded, accepted or
 /// rejected (a rejected log's counts stop at the cell that rejected it).
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -24,16 +21,4 @@ impl Counts {
     pub fn is_empty(&self) -> bool {
         self.mismatches.iter().all(|n| *n == 0) && self.undeclared.is_empty()
     }
-}
-
-/// Whether `v` is of another kind than `col`'s type. NULL is no kind: never a mismatch.
-#[inline]
-pub(super) fn other_kind(col: &Col, v: &V<'_>) -> bool {
-    !matches!(
-        (col, v),
-        (_, V::Null)
-            | (Col::F64(_) | Col::I64(_), V::Number(_))
-            | (Col::Str(_), V::Str(_))
-            | (Col::Bool(_), V::Bool(_))
-    )
 }

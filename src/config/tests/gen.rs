@@ -1,7 +1,7 @@
 //! The `gen:` section: strict, checked against the declared features and their types.
 
 use super::*;
-use crate::gen::values::Dist;
+use crate::config::Dist;
 
 fn with_gen(gen: &str) -> Result<(Config, Vec<String>), Problems> {
     let y = format!(
