@@ -116,39 +116,55 @@ fn start_error(e: CallError) -> StartError {
     }
 }
 
+/// How often the target is read again after a DDL statement failed: publishers of one model
+/// start together (a rollout, a scale-up), so another one may create the table or add the
+/// columns between our read and our statement, and its "already exists" is then no fault.
+const DDL_RACE_READS: usize = 2;
+
 /// Creates the target with Merlin's DDL when it is missing, or adds the columns it lacks; a
-/// changed type is a configuration error naming the column.
+/// changed type is a configuration error naming the column. A statement that fails is judged on
+/// the table as it is now: when another instance made the change first, that is success.
 pub async fn ensure_target(
     client: &Client,
     dataset: &str,
     target: &str,
     columns: &[TableColumn],
 ) -> Result<&'static str, StartError> {
-    match client.table(target).await.map_err(start_error)? {
-        None => {
-            let sql = ddl::create_table_sql(dataset, target, columns);
-            client
-                .run_sql(&sql, SQL_SETTINGS)
-                .await
-                .map_err(start_error)?;
-            Ok("created")
-        }
-        Some(existing) => {
-            let have: Vec<(String, String)> = existing
-                .iter()
-                .map(|c| (c.name.clone(), c.ty.name().to_string()))
-                .collect();
-            let missing = ddl::missing_columns(&format!("{dataset}.{target}"), &have, columns)
-                .map_err(|e| StartError::Config(e.to_string()))?;
-            if missing.is_empty() {
-                return Ok("unchanged");
+    let mut raced = 0;
+    loop {
+        let (sql, outcome) = match client.table(target).await.map_err(start_error)? {
+            None => (ddl::create_table_sql(dataset, target, columns), "created"),
+            Some(existing) => {
+                let have: Vec<(String, String)> = existing
+                    .iter()
+                    .map(|c| (c.name.clone(), c.ty.name().to_string()))
+                    .collect();
+                let missing = ddl::missing_columns(&format!("{dataset}.{target}"), &have, columns)
+                    .map_err(|e| StartError::Config(e.to_string()))?;
+                if missing.is_empty() {
+                    return Ok(if raced == 0 {
+                        "unchanged"
+                    } else {
+                        "changed by another instance"
+                    });
+                }
+                (
+                    ddl::add_columns_sql(dataset, target, &missing),
+                    "columns added",
+                )
             }
-            let sql = ddl::add_columns_sql(dataset, target, &missing);
-            client
-                .run_sql(&sql, SQL_SETTINGS)
-                .await
-                .map_err(start_error)?;
-            Ok("columns added")
+        };
+        match client.run_sql(&sql, SQL_SETTINGS).await {
+            Ok(_) => return Ok(outcome),
+            Err(e) if e.class != Class::Retry && raced < DDL_RACE_READS => {
+                tracing::info!(
+                    table = %target,
+                    error = %e,
+                    "a table statement failed; reading the table again, another instance may have changed it first"
+                );
+                raced += 1;
+            }
+            Err(e) => return Err(start_error(e)),
         }
     }
 }

@@ -16,7 +16,7 @@ Tunnel (no /api prefix), pyodps TableTunnel's protocol:
   (records written with pyodps's own writer).
 Faults: POST /__fake/faults {"fail_instances": N, "refuse_signatures": N, "drop_block_put": N,
 "unavailable": N, "throttle": N, "fail_commit": N, "running_polls": N, "skewed_polls": N,
-"upper_status": N, "table_modified": N} arms the next N occurrences of each (see
+"upper_status": N, "table_modified": N, "hide_tables": N} arms the next N occurrences of each (see
 FAULTS); a block the reader cannot decode is refused with 400 MalformedDataStream; POST
 /__fake/refuse_rows {"column": c, "values": [...]} refuses (400 InvalidRecord) every block holding
 such a row.
@@ -77,6 +77,8 @@ FAULTS = {
     "skewed_polls": 0,  # the next N polls of an instance get 403 RequestTimeTooSkewed
     "upper_status": 0,  # the next N SQL instances answer their task status upper-case (SUCCESS)
     "table_modified": 0,  # the next N commits find their table modified (as after a TRUNCATE)
+    "hide_tables": 0,  # the next N table reads answer 404 (as when another publisher creates the
+    # table between a read and a create)
 }
 
 
@@ -420,7 +422,9 @@ class Handler(BaseHTTPRequestHandler):
         if self.command != "GET":
             return self.error(405, "MethodNotAllowed", self.command)
         table = TABLES.get(key)
-        if table is None:
+        hidden = FAULTS["hide_tables"] > 0  # LOCK is held here, so not take()
+        FAULTS["hide_tables"] -= 1 if hidden else 0
+        if table is None or hidden:
             return self.error(404, "NoSuchObject", "Table not found - %s" % ".".join(key))
         schema = schema_json(table)
         schema.update({"tableName": key[2], "owner": "fake", "createTime": 0,

@@ -412,18 +412,11 @@ fn faults_lose_nothing_and_commit_nothing_early() {
 /// At start: a target lacking a model column gets it with `ALTER TABLE … ADD COLUMNS`; a column
 /// whose type changed ends `run` with exit 2 naming the column (as BIGQUERY), before anything is
 /// consumed.
-#[test]
-fn start_adds_missing_columns_and_refuses_a_changed_type() {
+/// A client of the fake, as the sink builds it.
+fn client(fake: &Fake) -> observation_publisher::maxcompute::client::Client {
     use observation_publisher::maxcompute::client::{Client, ClientOptions};
-    use observation_publisher::maxcompute::ddl::{create_table_sql, SQL_SETTINGS};
-    use observation_publisher::maxcompute::schema::{OdpsType, TableColumn};
     use observation_publisher::maxcompute::sign::Credentials;
-    use observation_publisher::table::TableLayout;
-
-    let fake = Fake::start();
-    let cfg = crate::common::local_config();
-    let model = TableColumn::from_layout(&TableLayout::from_config(&cfg).columns);
-    let client = Client::new(
+    Client::new(
         ClientOptions {
             endpoint: format!("http://127.0.0.1:{}/api", fake.port),
             project: PROJECT.into(),
@@ -436,7 +429,73 @@ fn start_adds_missing_columns_and_refuses_a_changed_type() {
         },
         Credentials::new(ACCESS_ID, SECRET),
     )
+    .unwrap()
+}
+
+/// The model's columns as the sink declares them.
+fn model_columns() -> Vec<observation_publisher::maxcompute::schema::TableColumn> {
+    use observation_publisher::maxcompute::schema::TableColumn;
+    use observation_publisher::table::TableLayout;
+    let cfg = crate::common::local_config();
+    TableColumn::from_layout(&TableLayout::from_config(&cfg).columns)
+}
+
+/// Publishers of one model start together: one reads the target as missing, another creates it,
+/// and the first one's CREATE then fails "already exists". That is no fault: the target is read
+/// again and whatever it still lacks is added.
+#[test]
+fn a_target_created_by_another_instance_between_read_and_create_is_used() {
+    use observation_publisher::maxcompute::ddl::{create_table_sql, SQL_SETTINGS};
+    use observation_publisher::sink::maxcompute::tables::ensure_target;
+
+    let fake = Fake::start();
+    let model = model_columns();
+    let client = client(&fake);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    // The other instance's table, an older one without the last column.
+    rt.block_on(client.run_sql(
+        &create_table_sql(DATASET, &target(), &model[..model.len() - 1]),
+        SQL_SETTINGS,
+    ))
     .unwrap();
+    fake.arm(json!({"hide_tables": 1}));
+    let outcome = rt.block_on(ensure_target(&client, DATASET, &target(), &model));
+    assert_eq!(outcome.map_err(|e| e.to_string()), Ok("columns added"));
+    let columns = fake.dump("tables")[key(DATASET, &target())]["columns"]
+        .as_array()
+        .map_or(0, |c| c.len());
+    assert_eq!(columns, model.len());
+    let failed: Vec<String> = fake
+        .instances()
+        .iter()
+        .filter(|i| i["ok"] == false)
+        .map(|i| i["result"].to_string())
+        .collect();
+    assert!(
+        failed.len() == 1 && failed[0].contains("already exists"),
+        "the raced CREATE ran and failed: {failed:?}"
+    );
+
+    // Read as missing once more, now complete: nothing left to do.
+    fake.arm(json!({"hide_tables": 1}));
+    let outcome = rt.block_on(ensure_target(&client, DATASET, &target(), &model));
+    assert_eq!(
+        outcome.map_err(|e| e.to_string()),
+        Ok("changed by another instance")
+    );
+}
+
+#[test]
+fn start_adds_missing_columns_and_refuses_a_changed_type() {
+    use observation_publisher::maxcompute::ddl::{create_table_sql, SQL_SETTINGS};
+    use observation_publisher::maxcompute::schema::OdpsType;
+
+    let fake = Fake::start();
+    let model = model_columns();
+    let client = client(&fake);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
