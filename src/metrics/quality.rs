@@ -393,6 +393,34 @@ impl Stamps {
         Stamps(runs)
     }
 
+    /// These stamps less the rows `refused` (their row indices in `records`, the batch the
+    /// stamps were taken of): a row a sink refused is dead-lettered, never durable there, so it
+    /// has no freshness in that sink.
+    pub fn without(&self, records: &RecordBatch, refused: &[usize]) -> Stamps {
+        let Some(col) = (records.num_columns() > 2)
+            .then(|| {
+                records
+                    .column(2)
+                    .as_primitive_opt::<TimestampMicrosecondType>()
+            })
+            .flatten()
+        else {
+            return self.clone();
+        };
+        let mut runs = self.0.clone();
+        for &row in refused {
+            if row >= col.len() || col.is_null(row) {
+                continue;
+            }
+            let t = col.value(row);
+            if let Some(run) = runs.iter_mut().find(|(v, n)| *v == t && *n > 0) {
+                run.1 -= 1;
+            }
+        }
+        runs.retain(|&(_, n)| n > 0);
+        Stamps(runs)
+    }
+
     /// Freshness of every row acknowledged at `acked_micros` (unix µs): seconds, at least 0 (a
     /// producer clock ahead of ours is not negative age).
     pub fn freshness(&self, acked_micros: i64) -> Histogram {
@@ -457,6 +485,38 @@ mod tests {
             prop_assert_eq!(h.cumulative(SCORE_BUCKETS.len()), values.len() as u64);
             let sum: f64 = values.iter().sum();
             prop_assert!((h.sum - sum).abs() <= 1e-6 * (1.0 + sum.abs()));
+        }
+
+        #[test]
+        fn refused_rows_leave_the_stamps_of_the_rows_kept(
+            stamps in proptest::collection::vec(proptest::option::weighted(0.9, 0i64..5), 0..60),
+            refused in proptest::collection::btree_set(0usize..70, 0..30),
+        ) {
+            use arrow_array::{ArrayRef, StringArray, TimestampMicrosecondArray};
+            use std::sync::Arc;
+            let batch = |ts: Vec<Option<i64>>| {
+                let n = ts.len();
+                let ids: ArrayRef = Arc::new(StringArray::from(vec!["s"; n]));
+                let t: ArrayRef = Arc::new(TimestampMicrosecondArray::from(ts));
+                RecordBatch::try_from_iter([("a", ids.clone()), ("b", ids), ("t", t)]).unwrap()
+            };
+            let totals = |s: &Stamps| {
+                let mut m = BTreeMap::new();
+                for &(t, n) in &s.0 {
+                    *m.entry(t).or_insert(0u64) += n;
+                }
+                m
+            };
+            let all = batch(stamps.clone());
+            let refused: Vec<usize> = refused.into_iter().collect();
+            let kept: Vec<Option<i64>> = stamps
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| !refused.contains(i))
+                .map(|(_, t)| *t)
+                .collect();
+            let less = Stamps::of(&all).without(&all, &refused);
+            prop_assert_eq!(totals(&less), totals(&Stamps::of(&batch(kept))));
         }
 
         #[test]

@@ -362,7 +362,14 @@ impl Task {
             latency: submitted.elapsed(),
         }
         .emit();
-        taken.stamps.acked(name, std::time::SystemTime::now());
+        let now = std::time::SystemTime::now();
+        match &taken.batch {
+            Some(batch) if !report.rejected.is_empty() => {
+                let rows: Vec<usize> = report.rejected.iter().map(|r| r.row).collect();
+                taken.stamps.without(&batch.records, &rows).acked(name, now);
+            }
+            _ => taken.stamps.acked(name, now),
+        }
         let mut dead = Vec::new();
         if taken.batch.is_none() && !report.rejected.is_empty() {
             tracing::error!(

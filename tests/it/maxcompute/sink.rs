@@ -587,8 +587,15 @@ fn rows_the_tunnel_refuses_become_row_letters() {
     let ok = wait_for(LIMIT, || {
         committed_total(&topic, &s.group, 1) == all.len() as i64
     });
+    // A refused row is never durable in the sink, so it has no freshness there.
+    let (_, scrape) = s.get("/metrics").expect("http");
     assert_eq!(child.stop(), Some(0), "{}", s.log_tail());
     assert!(ok, "every offset commits\n{}", s.log_tail());
+    let fresh = format!(
+        "observation_publisher_row_freshness_seconds_count{{sink=\"maxcompute\"}} {}",
+        all.len() - refused.len()
+    );
+    assert!(scrape.lines().any(|l| l == fresh), "{fresh}\n{scrape}");
     let (rows, count) = table_rows(&fake, &key(DATASET, &target()));
     assert_eq!(count, all.len() - refused.len(), "{}", s.log_tail());
     for r in refused {
