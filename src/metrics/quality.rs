@@ -498,7 +498,7 @@ mod tests {
                 let n = ts.len();
                 let ids: ArrayRef = Arc::new(StringArray::from(vec!["s"; n]));
                 let t: ArrayRef = Arc::new(TimestampMicrosecondArray::from(ts));
-                RecordBatch::try_from_iter([("a", ids.clone()), ("b", ids), ("t", t)]).unwrap()
+                RecordBatch::try_from_iter([("a", Arc::clone(&ids)), ("b", ids), ("t", t)]).unwrap()
             };
             let totals = |s: &Stamps| {
                 let mut m = BTreeMap::new();
