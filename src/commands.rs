@@ -73,7 +73,7 @@ pub fn schema(a: ConfigOnlyArgs) -> ExitCode {
 
 /// `check-config`: validates for `run` and prints the resolved configuration, secrets redacted.
 /// After it, as YAML comments, how each of Merlin's compatibility keys in the file is understood
-/// ([`crate::config::merlin_keys`]).
+/// ([`crate::config::merlin_keys`]) and the memory formula's bound, term by term.
 pub fn check_config(a: ConfigOnlyArgs) -> ExitCode {
     match load_config_and_warnings(&a.cfg, Needs::RUN) {
         Ok((value, c, warnings)) => {
@@ -81,7 +81,18 @@ pub fn check_config(a: ConfigOnlyArgs) -> ExitCode {
                 eprintln!("warning: {w}");
             }
             let notes = crate::config::as_comments(&crate::config::merlin_keys(&value, &c));
-            crate::stdout::print("check-config", &format!("{}{notes}", c.to_redacted_yaml()))
+            let memory: String = crate::footprint::Footprint::of(&c, true)
+                .describe()
+                .lines()
+                .map(|l| format!("#{l}\n"))
+                .collect();
+            crate::stdout::print(
+                "check-config",
+                &format!(
+                    "{}{notes}# resident memory bound (docs/reliability.md, \"The memory formula\"):\n{memory}",
+                    c.to_redacted_yaml()
+                ),
+            )
         }
         Err(code) => code,
     }

@@ -43,6 +43,7 @@ pub mod commit;
 pub mod config;
 pub mod deadletter;
 pub mod decode;
+pub mod footprint;
 pub mod framing;
 pub mod gen;
 pub(crate) mod mapped;

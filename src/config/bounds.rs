@@ -46,13 +46,16 @@ pub(crate) const ROTATE_INTERVAL: RangeInclusive<Duration> = SEC..=DAY;
 pub(crate) const HTTP_TIMEOUT: RangeInclusive<Duration> = MS..=HOUR;
 /// `server.max_connections` (a count): 1 to 65,536.
 pub(crate) const HTTP_CONNECTIONS: RangeInclusive<u64> = 1..=65_536;
+/// `consumer.max_message_bytes`: 1 KiB to 1 GiB (a fetch response must fit librdkafka's
+/// `receive.message.max.bytes`, at most 2,147,483,647).
+pub(crate) const MESSAGE_BYTES: RangeInclusive<u64> = KIB..=GIB;
 /// `consumer.drain_timeout`: 0 (do not wait) to 1 h.
 pub(crate) const DRAIN_TIMEOUT: RangeInclusive<Duration> = Duration::ZERO..=HOUR;
 /// `consumer.commit_interval`: 1 ms to 1 h.
 pub(crate) const COMMIT_INTERVAL: RangeInclusive<Duration> = MS..=HOUR;
 /// `consumer.session_timeout`: librdkafka's own range for `session.timeout.ms`, 1 ms to 1 h.
 pub(crate) const SESSION_TIMEOUT: RangeInclusive<Duration> = MS..=HOUR;
-/// A BIGQUERY sink's `max_request_bytes`: 64 KiB to BigQuery's AppendRows cap (10 MiB).
+/// A BIGQUERY sink's `max_request_bytes`: 64 KiB to BigQuery's AppendRows cap (10 MB).
 pub(crate) const APPEND_REQUEST_BYTES: RangeInclusive<u64> =
     (64 * KIB)..=super::merlin::MAX_APPEND_REQUEST_BYTES;
 /// A BIGQUERY sink's `max_inflight_bytes`: 64 KiB to 64 GiB (and at least `max_request_bytes`).

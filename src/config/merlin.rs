@@ -126,7 +126,7 @@ pub struct BigQuerySink {
     pub rest_base_url: String,
     /// Ours: how requests are authenticated (`auth: adc | none`).
     pub auth: BigQueryAuth,
-    /// Ours: upper bound of one serialized AppendRows request (`max_request_bytes`, default 9 MB,
+    /// Ours: upper bound of one serialized AppendRows request (`max_request_bytes`, default 4 MB,
     /// at most [`MAX_APPEND_REQUEST_BYTES`]).
     pub max_request_bytes: u64,
     /// Ours: upper bound of the bytes sent but not yet acknowledged (`max_inflight_bytes`).
@@ -151,12 +151,15 @@ pub const DEFAULT_CONNECTIONS: u32 = 4;
 /// Largest `connections`.
 pub const MAX_CONNECTIONS: u32 = 16;
 
-/// BigQuery's own cap on one serialized AppendRows request (10 MiB).
-pub const MAX_APPEND_REQUEST_BYTES: u64 = 10 << 20;
-/// Default `max_request_bytes`: 9 MB leaves room under the cap.
-pub const DEFAULT_MAX_REQUEST_BYTES: u64 = 9_000_000;
-/// Default `max_inflight_bytes`.
-pub const DEFAULT_MAX_INFLIGHT_BYTES: u64 = 64 << 20;
+/// BigQuery's own cap on one serialized AppendRows request: "10 MB", which Google's Java client
+/// reads as 10,000,000 bytes.
+pub const MAX_APPEND_REQUEST_BYTES: u64 = 10_000_000;
+/// Default `max_request_bytes`: 4 MB, twice a batch at the default in-flight budget (a larger
+/// batch is split into several requests), and four connections' worth fit the default
+/// `max_inflight_bytes`, so the pool's share of the memory formula stays 16 MiB.
+pub const DEFAULT_MAX_REQUEST_BYTES: u64 = 4_000_000;
+/// Default `max_inflight_bytes`: 16 MiB, as the pipeline's own budget.
+pub const DEFAULT_MAX_INFLIGHT_BYTES: u64 = 16 << 20;
 /// Default Storage Write API endpoint.
 pub const DEFAULT_STORAGE_ENDPOINT: &str = "https://bigquerystorage.googleapis.com";
 /// Default REST base URL.

@@ -49,7 +49,8 @@ pub use merlin::{
 };
 pub use ours::{
     Batching, Consumer, DeadLetter, Delivery, LocalSink, LogFormat, Logging, Server, StartFrom,
-    BATCHES_IN_FLIGHT, DEFAULT_MAX_FRAME_BYTES, DEFAULT_MAX_LOG_BYTES,
+    BATCHES_IN_FLIGHT, DEFAULT_MAX_FRAME_BYTES, DEFAULT_MAX_LOG_BYTES, DEFAULT_MAX_MESSAGE_BYTES,
+    LOG_BYTES_PER_MESSAGE_BYTE,
 };
 pub use quality::{FeatureHistogram, MetricsConfig, MAX_BUCKETS};
 pub use schema::{
@@ -167,8 +168,12 @@ impl Config {
         if prometheus_port > u64::from(u16::MAX) {
             problems.push("prometheus_port", "must be a TCP port (0-65535)");
         }
-        let batching = Batching::read(o.obj("batching", &mut problems), &mut problems);
         let consumer = Consumer::read(o.obj("consumer", &mut problems), &mut problems);
+        let batching = Batching::read(
+            o.obj("batching", &mut problems),
+            consumer.max_message_bytes,
+            &mut problems,
+        );
         let dead_letter = DeadLetter::read(o.obj("dead_letter", &mut problems), &mut problems);
         let local_sink = LocalSink::read(o.obj("local_sink", &mut problems), &mut problems);
         let server = Server::read(

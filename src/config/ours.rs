@@ -32,10 +32,18 @@ pub struct Batching {
     pub max_frame_bytes: usize,
 }
 
-/// Default of `batching.max_log_bytes`: 256 MiB. A legitimate log decodes to about its wire
-/// size plus the session id and model version once per row; the largest Kafka message a default
-/// broker accepts (1 MB) would need a 256× amplification to reach it.
-pub const DEFAULT_MAX_LOG_BYTES: usize = 256 << 20;
+/// `batching.max_log_bytes` defaults to this many times `consumer.max_message_bytes`. A log
+/// decodes to about its wire size plus, per row, the session id, the model version and each
+/// column's fixed width; on the wire every row takes at least two bytes per feature and two per
+/// list, so only rows nearly empty on the wire beside a long session id grow more than 16-fold
+/// (docs/reliability.md, "The memory formula"). Such a log is dead-lettered as `too_large`, not
+/// lost.
+pub const LOG_BYTES_PER_MESSAGE_BYTE: usize = 16;
+/// Default of `consumer.max_message_bytes`: the largest message a topic with Kafka's default
+/// limits carries (`message.max.bytes` 1,048,588).
+pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 1_048_588;
+/// Default of `batching.max_log_bytes` at the default `consumer.max_message_bytes`.
+pub const DEFAULT_MAX_LOG_BYTES: usize = LOG_BYTES_PER_MESSAGE_BYTE * DEFAULT_MAX_MESSAGE_BYTES;
 /// Default of `batching.max_frame_bytes`: 64 MiB (64× a default Kafka message).
 pub const DEFAULT_MAX_FRAME_BYTES: usize = 64 << 20;
 
@@ -45,7 +53,7 @@ impl Default for Batching {
             max_rows: 50_000,
             max_bytes: 8 << 20,
             linger: Duration::from_secs(1),
-            max_inflight_bytes: 64 << 20,
+            max_inflight_bytes: 16 << 20,
             max_log_bytes: DEFAULT_MAX_LOG_BYTES,
             max_frame_bytes: DEFAULT_MAX_FRAME_BYTES,
         }
@@ -68,8 +76,15 @@ impl Batching {
             .max(1)
     }
 
-    pub(crate) fn read(mut o: Obj<'_>, problems: &mut Problems) -> Self {
-        let d = Self::default();
+    /// Reads `batching`; `max_log_bytes` defaults to [`LOG_BYTES_PER_MESSAGE_BYTE`] ×
+    /// `max_message_bytes` (the consumer's).
+    pub(crate) fn read(mut o: Obj<'_>, max_message_bytes: usize, problems: &mut Problems) -> Self {
+        let d = Batching {
+            max_log_bytes: max_message_bytes
+                .saturating_mul(LOG_BYTES_PER_MESSAGE_BYTE)
+                .min(bounds::BATCH_OR_LOG_BYTES.end().to_owned() as usize),
+            ..Self::default()
+        };
         let b = Batching {
             max_rows: o.count_in("max_rows", d.max_rows as u64, &bounds::MAX_ROWS, problems)
                 as usize,
@@ -431,6 +446,9 @@ pub struct Consumer {
     /// librdkafka `session.timeout.ms`.
     #[serde(with = "humantime_serde_compat")]
     pub session_timeout: Duration,
+    /// The largest Kafka message the topic may carry (its `max.message.bytes`): every fetch may
+    /// hold one, and `batching.max_log_bytes` defaults to [`LOG_BYTES_PER_MESSAGE_BYTE`] × it.
+    pub max_message_bytes: usize,
 }
 
 impl Default for Consumer {
@@ -440,6 +458,7 @@ impl Default for Consumer {
             drain_timeout: Duration::from_secs(30),
             commit_interval: Duration::from_secs(5),
             session_timeout: Duration::from_secs(30),
+            max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
         }
     }
 }
@@ -491,6 +510,12 @@ impl Consumer {
                 &bounds::SESSION_TIMEOUT,
                 problems,
             ),
+            max_message_bytes: o.bytes_in(
+                "max_message_bytes",
+                d.max_message_bytes as u64,
+                &bounds::MESSAGE_BYTES,
+                problems,
+            ) as usize,
         };
         o.deny_unknown(problems);
         c

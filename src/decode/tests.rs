@@ -774,7 +774,8 @@ fn a_large_ranking_log_leaves_no_rank_scratch_behind() {
         ]);
         log(Some(ftable(vec![frow(); n])), Some(p), Some((1, 0))).encode_to_vec()
     };
-    let mut d = Decoder::new(Arc::new(TableLayout::new(&schema(ranking()), "7")));
+    let mut d = Decoder::new(Arc::new(TableLayout::new(&schema(ranking()), "7")))
+        .with_max_log_bytes(256 << 20);
     let mut small = 0;
     for _ in 0..2 {
         d.finish();

@@ -45,6 +45,10 @@ pub const FLUSH_LATENCY: &str = "observation_publisher_flush_latency_seconds";
 pub const SINK_LATENCY: &str = "observation_publisher_sink_write_seconds";
 /// Bytes consumed but not yet acknowledged (the backpressure budget in use). Gauge.
 pub const INFLIGHT_BYTES: &str = "observation_publisher_inflight_bytes";
+/// The process's resident memory (`/proc/self/statm`), read at each scrape. Gauge.
+pub const RESIDENT_MEMORY: &str = "observation_publisher_resident_memory_bytes";
+/// The memory formula's bound for the running configuration ([`crate::footprint`]). Gauge.
+pub const MEMORY_BOUND: &str = "observation_publisher_memory_bound_bytes";
 /// Partitions paused by backpressure. Gauge.
 pub const PAUSED_PARTITIONS: &str = "observation_publisher_paused_partitions";
 /// Messages between the consumer's position and the high watermark. Gauge; labels [`TOPIC`],
@@ -158,6 +162,8 @@ pub const ALL: &[(&str, MetricKind, &str)] = &[
     ),
     (SINK_LATENCY, MetricKind::Histogram, "Seconds one sink write attempt took."),
     (INFLIGHT_BYTES, MetricKind::Gauge, "Bytes consumed but not yet acknowledged."),
+    (RESIDENT_MEMORY, MetricKind::Gauge, "Resident memory of the process, read at each scrape."),
+    (MEMORY_BOUND, MetricKind::Gauge, "The memory formula's bound for this configuration (docs/reliability.md)."),
     (PAUSED_PARTITIONS, MetricKind::Gauge, "Partitions paused by backpressure."),
     (CONSUMER_LAG, MetricKind::Gauge, "Messages between the consumer position and the high watermark."),
     (COMMITS, MetricKind::Counter, "Offset commits that succeeded."),

@@ -1,4 +1,5 @@
-//! Series registered at 0 when the recorder is installed. An alert rule's `increase()` sees a
+//! Series registered at 0 when the recorder is installed or the sinks are built, and the two
+//! memory gauges (resident memory, the formula's bound). An alert rule's `increase()` sees a
 //! counter's first event only when the series existed before it; a series born at 1 reads as no
 //! increase. Every counter an alert rule in `deploy/alerts/` uses is registered here.
 
@@ -16,6 +17,54 @@ pub fn register_zero_series() {
     for reason in ["unread", "unparseable"] {
         ::metrics::counter!(names::CHECKPOINT_PROBLEMS, names::REASON => reason).absolute(0);
     }
+}
+
+/// Registers, at 0, the series alert rules use whose labels are known once the sinks are
+/// built: rows written per sink, sink errors per sink, code and retryability, and dead letters
+/// of every decode reason. (A row a sink refuses carries a reason code of that sink's own,
+/// born with its first letter.)
+pub fn register_sink_series(sinks: &[&'static str]) {
+    for &sink in sinks {
+        ::metrics::counter!(names::ROWS_WRITTEN, names::SINK => sink).absolute(0);
+        for kind in crate::sink::SinkErrorKind::ALL {
+            for retryable in ["true", "false"] {
+                ::metrics::counter!(names::SINK_ERRORS, names::SINK => sink,
+                    names::ERROR_CODE => kind.code(), names::RETRYABLE => retryable)
+                .absolute(0);
+            }
+        }
+    }
+    for kind in crate::decode::ErrorKind::ALL {
+        ::metrics::counter!(names::DEAD_LETTERS, names::KIND => "decode", names::REASON => kind.code())
+            .absolute(0);
+    }
+}
+
+/// Sets the memory formula's bound, once the configuration is known.
+pub fn memory_bound(bytes: u64) {
+    ::metrics::gauge!(names::MEMORY_BOUND).set(bytes as f64);
+}
+
+/// Sets the resident memory gauge to what the process holds now (called before each render).
+pub fn resident_memory() {
+    if let Some(rss) = resident_bytes() {
+        ::metrics::gauge!(names::RESIDENT_MEMORY).set(rss as f64);
+    }
+}
+
+/// Resident memory of this process in bytes (`VmRSS` of `/proc/self/status`, in kB whatever
+/// the page size), or `None` where there is no procfs.
+pub fn resident_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kb * 1024)
 }
 
 #[cfg(test)]
@@ -39,5 +88,47 @@ mod tests {
         ] {
             assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");
         }
+    }
+
+    #[test]
+    fn sink_series_render_at_zero_for_every_sink_code_and_decode_reason() {
+        let recorder = super::super::prometheus_builder().unwrap().build_recorder();
+        let handle = recorder.handle();
+        ::metrics::with_local_recorder(&recorder, || {
+            register_sink_series(&["bigquery", "maxcompute"]);
+            memory_bound(123 << 20);
+            resident_memory();
+        });
+        let text = handle.render();
+        let zero = |prefix: String| {
+            text.lines()
+                .filter(|l| l.starts_with(&prefix) && l.ends_with(" 0"))
+                .count()
+        };
+        assert_eq!(zero(format!("{}{{", names::ROWS_WRITTEN)), 2, "{text}");
+        assert_eq!(
+            zero(format!("{}{{", names::SINK_ERRORS)),
+            2 * 2 * crate::sink::SinkErrorKind::ALL.len(),
+            "{text}"
+        );
+        assert_eq!(
+            zero(format!("{}{{kind=\"decode\"", names::DEAD_LETTERS)),
+            crate::decode::ErrorKind::ALL.len(),
+            "{text}"
+        );
+        let line = format!("{} {}", names::MEMORY_BOUND, 123u64 << 20);
+        assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");
+        let rss: f64 = text
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix(names::RESIDENT_MEMORY)?
+                    .strip_prefix(' ')?
+                    .parse()
+                    .ok()
+            })
+            .expect("resident memory rendered");
+        let hwm = std::fs::read_to_string("/proc/self/status").unwrap();
+        assert!(rss > (1u64 << 20) as f64, "{rss}");
+        assert!(hwm.contains("VmRSS"));
     }
 }

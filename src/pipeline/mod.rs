@@ -123,7 +123,10 @@ impl Publisher {
         rt.spawn(server::serve(
             listener,
             Arc::clone(&health),
-            Arc::new(move || render.render() + &crate::metrics::quality::render()),
+            Arc::new(move || {
+                crate::metrics::startup::resident_memory();
+                render.render() + &crate::metrics::quality::render()
+            }),
             hard_stop.clone(),
             cfg.server.clone(),
         ));
@@ -196,6 +199,10 @@ impl Publisher {
             .store(dlq.is_ready(), Ordering::Relaxed);
         let layout = Arc::new(TableLayout::from_config(&cfg));
         crate::metrics::quality::register(&layout, &sink_names, &cfg.metrics.feature_histograms);
+        crate::metrics::startup::register_sink_series(&sink_names);
+        crate::metrics::startup::memory_bound(
+            crate::footprint::Footprint::of(&cfg, replay.is_none()).bound(),
+        );
         let batcher = Batcher::new(layout, cfg.batching.clone());
         let exactly_once = starts.is_some();
         let state = State::new(

@@ -81,6 +81,8 @@ pub fn consumer_config(cfg: &Config, src: &KafkaSource) -> ClientConfig {
     let mut c = ClientConfig::new();
     let session_ms = cfg.consumer.session_timeout.as_millis().max(1000) as u64;
     let (queue, fetch) = prefetch_split(cfg.batching.max_inflight_bytes as u64);
+    // One response holds at least one whole message of the topic's largest.
+    let fetch = fetch.max(cfg.consumer.max_message_bytes as u64);
     let reset = match &cfg.consumer.start_from {
         Some(StartFrom::Latest) => "latest",
         Some(_) => "earliest",
@@ -103,6 +105,11 @@ pub fn consumer_config(cfg: &Config, src: &KafkaSource) -> ClientConfig {
         .set("statistics.interval.ms", "5000")
         .set("queued.max.messages.kbytes", (queue >> 10).to_string())
         .set("fetch.max.bytes", fetch.to_string())
+        // librdkafka wants room for a response's framing above fetch.max.bytes.
+        .set(
+            "receive.message.max.bytes",
+            (fetch + 512).max(100_000_000).to_string(),
+        )
         .set("fetch.queue.backoff.ms", FETCH_QUEUE_BACKOFF_MS.to_string());
     for (k, v) in &src.additional_consumer_config {
         if k == "auto.offset.reset" && cfg.consumer.start_from.is_some() {
@@ -274,11 +281,23 @@ mod tests {
         // 4 MiB: 2,796,203 bytes of queue (2,730 KiB) and a 1,398,101-byte fetch.
         assert_eq!(get(&c, "queued.max.messages.kbytes"), "2730");
         assert_eq!(get(&c, "fetch.max.bytes"), "1398101");
-        let cfg = config("");
+        let cfg = config("batching:\n  max_inflight_bytes: 64MiB\n");
         let c = consumer_config(&cfg, cfg.observation_source.as_ref().unwrap());
         assert_eq!(get(&c, "fetch.queue.backoff.ms"), "1");
         assert_eq!(get(&c, "queued.max.messages.kbytes"), "10922");
         assert_eq!(get(&c, "fetch.max.bytes"), "5592405");
+        // A topic carrying 8 MiB messages: one fits a response, and the response fits
+        // librdkafka's receive limit.
+        let cfg = config("consumer:\n  max_message_bytes: 8MiB\n");
+        let c = consumer_config(&cfg, cfg.observation_source.as_ref().unwrap());
+        assert_eq!(get(&c, "fetch.max.bytes"), (8u64 << 20).to_string());
+        assert_eq!(get(&c, "receive.message.max.bytes"), "100000000");
+        let cfg = config("consumer:\n  max_message_bytes: 512MiB\n");
+        let c = consumer_config(&cfg, cfg.observation_source.as_ref().unwrap());
+        assert_eq!(
+            get(&c, "receive.message.max.bytes"),
+            ((512u64 << 20) + 512).to_string()
+        );
     }
 
     proptest::proptest! {

@@ -233,6 +233,19 @@ fn check_config_redacts_secrets_and_schema_prints_the_table() {
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(!out.contains("s3cr3t-value") && !stderr(&o).contains("s3cr3t-value"));
     assert!(out.contains("<redacted>"));
+    // The memory formula's bound for Merlin's config at the defaults, as YAML comments after it.
+    let bound = {
+        use observation_publisher::config::{load_value, Config, Needs};
+        let v = load_value(Some(&cfg), Vec::new(), &[]).unwrap();
+        let c = Config::from_value(&v, Needs::RUN).unwrap().0;
+        observation_publisher::footprint::Footprint::of(&c, true).bound()
+    };
+    assert!(
+        out.contains("# resident memory bound") && out.contains(&format!("in all ({bound} bytes)")),
+        "{out}"
+    );
+    assert!(bound <= 128 << 20, "{bound}");
+    serde_yaml_ng::from_str::<serde_yaml_ng::Value>(&out).expect("still one YAML document");
 
     let o = run(&["schema", "-c", cfg.to_str().unwrap()]);
     assert!(o.status.success(), "{}", stderr(&o));

@@ -3,8 +3,10 @@
 //! them, then a good log followed by a valid ~260 MB log, replayed while every Parquet write
 //! fails (a plain file sits where the partition folder must go, so the sink retries forever).
 //! The publisher must pause its intake and its peak RSS must stay within the memory formula of
-//! docs/reliability.md (section 1.4): `max_inflight_bytes` (× 1.25 on the broker path only) +
-//! `max_bytes` + `max_log_bytes` + [`CONSTANT`].
+//! docs/reliability.md ("The memory formula"): `max_inflight_bytes` + `max_bytes` +
+//! `max_log_bytes` + [`CONSTANT`] + the Parquet sink's two batches (no prefetch: `--replay`),
+//! which is what the publisher exports as `observation_publisher_memory_bound_bytes`. The budget
+//! and the per-log limit are set to 64 MiB and 256 MiB, so that a ~260 MB log is admitted.
 
 use crate::common::{bin, local_config, repo_config};
 use observation_publisher::framing::write_frame;
@@ -76,8 +78,8 @@ fn metric(port: u16, name: &str) -> Option<f64> {
 fn a_stalled_sink_pauses_intake_within_the_memory_formula() {
     let dir = tempfile::tempdir().unwrap();
     let layout = TableLayout::from_config(&local_config());
-    // 2,600 rows × a 100 KB session id: ≈ 260 MB decoded from ≈ 160 KB, under the default
-    // per-log limit (256 MiB); the bad one's last row id is a number.
+    // 2,600 rows × a 100 KB session id: ≈ 260 MB decoded from ≈ 160 KB, under the per-log
+    // limit set below (256 MiB); the bad one's last row id is a number.
     let bad = numeric_last_row_id(&layout, 2_600, 100_000);
     let big = crafted::amplifying(&layout, 2_600, 100_000, 0);
     let good = crafted::amplifying(&layout, 3, 8, 0);
@@ -109,6 +111,9 @@ fn a_stalled_sink_pauses_intake_within_the_memory_formula() {
             ])
             .args(["--set", &format!("server.listen=127.0.0.1:{port}")])
             .args(["--set", "logging.format=json"])
+            .args(["--set", &format!("batching.max_inflight_bytes={BUDGET}")])
+            .args(["--set", &format!("batching.max_bytes={MAX_BYTES}")])
+            .args(["--set", &format!("batching.max_log_bytes={MAX_LOG_BYTES}")])
             .env_remove("OBS_PUBLISHER_CONFIG")
             .stdout(Stdio::null())
             .stderr(log)
@@ -116,7 +121,7 @@ fn a_stalled_sink_pauses_intake_within_the_memory_formula() {
             .expect("binary starts"),
     );
     let pid = child.id();
-    let limit = BUDGET + MAX_BYTES + MAX_LOG_BYTES + CONSTANT;
+    let limit = BUDGET + MAX_BYTES + MAX_LOG_BYTES + CONSTANT + 2 * MAX_BYTES;
     let give_up = Instant::now() + Duration::from_secs(300);
     let mut paused = false;
     let mut peak = 0;
@@ -139,6 +144,7 @@ fn a_stalled_sink_pauses_intake_within_the_memory_formula() {
         }
     }
     let inflight = metric(port, "observation_publisher_inflight_bytes");
+    let exported = metric(port, "observation_publisher_memory_bound_bytes");
     eprintln!(
         "peak RSS {peak} bytes ({} MiB), formula {limit} bytes, paused {paused}, in flight {inflight:?}",
         peak / MIB
@@ -162,5 +168,10 @@ fn a_stalled_sink_pauses_intake_within_the_memory_formula() {
     assert!(
         inflight.is_some_and(|b| b >= 250e6),
         "in flight {inflight:?}"
+    );
+    assert_eq!(
+        exported,
+        Some(limit as f64),
+        "the exported bound is the formula's"
     );
 }

@@ -36,7 +36,7 @@ fn alert_rules_name_only_exported_metrics_and_labels() {
     std::fs::write(s.dir.join("rows"), b"not a directory").unwrap();
     produce(&topic, &first[200..]);
     assert!(wait_for(LIMIT, || s.get("/metrics").is_some_and(
-        |(_, m)| m.contains("observation_publisher_sink_errors_total{")
+        |(_, m)| super::counted(&m, "observation_publisher_sink_errors_total{")
             // librdkafka's statistics, every 5 s, carry the lag.
             && m.contains("observation_publisher_consumer_lag_messages{")
     )));

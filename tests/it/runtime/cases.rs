@@ -36,7 +36,10 @@ fn valid_rows_land_malformed_logs_are_dead_lettered_and_offsets_committed() {
         "{metrics}"
     );
     assert!(
-        metrics.contains("observation_publisher_dead_letters_total{kind=\"decode\""),
+        counted(
+            &metrics,
+            "observation_publisher_dead_letters_total{kind=\"decode\""
+        ),
         "{metrics}"
     );
     assert_eq!(stop(child), Some(0));
@@ -167,9 +170,10 @@ fn a_failing_sink_blocks_commits_until_it_recovers() {
     std::fs::write(&rows_dir, b"not a directory").unwrap();
     produce(&topic, &first[100..]);
     assert!(
-        wait_for(LIMIT, || s.get("/metrics").is_some_and(
-            |(_, m)| m.contains("observation_publisher_sink_errors_total{")
-        )),
+        wait_for(LIMIT, || s.get("/metrics").is_some_and(|(_, m)| counted(
+            &m,
+            "observation_publisher_sink_errors_total{"
+        ))),
         "the sink failed and was retried"
     );
     assert_eq!(

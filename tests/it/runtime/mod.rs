@@ -385,3 +385,15 @@ pub(crate) fn expected_rows(
         .map(|(i, _)| (format!("sess-{seed:x}-{i}"), "0".to_string()))
         .collect()
 }
+
+/// Whether a series of `/metrics` text starting with `prefix` (a name, or a name and the start
+/// of its labels) has a value other than 0: series the rules use exist at 0 from start-up.
+pub(crate) fn counted(metrics: &str, prefix: &str) -> bool {
+    metrics.lines().any(|l| {
+        l.starts_with(prefix)
+            && l.rsplit(' ')
+                .next()
+                .and_then(|v| v.parse::<f64>().ok())
+                .is_some_and(|v| v != 0.0)
+    })
+}
