@@ -170,7 +170,7 @@ mod tests {
         assert_eq!(cfg.consumer.max_message_bytes, 1_048_588);
         assert!(cfg.batching.max_log_bytes >= cfg.consumer.max_message_bytes);
         let larger = config(BIGQUERY, "consumer: {max_message_bytes: 8MiB}\n");
-        assert_eq!(larger.batching.max_log_bytes, 16 * 8 << 20);
+        assert_eq!(larger.batching.max_log_bytes, 16 * (8 << 20));
         let set = config(
             BIGQUERY,
             "consumer: {max_message_bytes: 8MiB}\nbatching: {max_log_bytes: 20MiB}\n",
