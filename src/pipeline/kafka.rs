@@ -35,6 +35,10 @@ pub(crate) struct KafkaLoop {
 /// Messages taken per burst of the poll loop, between two clock readings and cancellation
 /// checks: at ≈ 2 µs a message a burst lasts about 2 ms, within the 5 ms housekeeping cadence.
 const BURST: usize = 1024;
+/// How long intake is held over the in-flight budget (by not polling) before the partitions
+/// are paused: a pause ends with a resume, after which librdkafka's broker thread fetches again
+/// only at its next wake-up, up to a second later.
+const PAUSE_AFTER: Duration = Duration::from_secs(1);
 
 /// The pipeline state is used by the poll loop and by the rebalance callbacks. librdkafka runs
 /// those callbacks inside `poll`, on the same thread, so the lock is never contended; it exists
@@ -429,6 +433,8 @@ pub(crate) fn run(
     }
     let mut paused = false;
     let mut paused_gen = 0u64;
+    // Over the budget, not paused yet: since when intake has been held by not polling.
+    let mut held_since: Option<Instant> = None;
     // A message was taken over the budget while paused: some partition is not paused (assigned
     // since, or its pause failed); the next housekeeping pauses the assignment again.
     let mut repause = false;
@@ -489,7 +495,18 @@ pub(crate) fn run(
                 )
             };
             let gen = generation.load(Ordering::Relaxed);
-            if (over && !paused) || (paused && (gen != paused_gen || repause)) {
+            // Over the budget, intake is first held by not polling: librdkafka's queue stops at
+            // its threshold (the prefetch the memory formula counts). Only a hold longer than
+            // PAUSE_AFTER pauses the partitions, because a resume leaves librdkafka's fetcher
+            // idle for up to a second, and a sink that acknowledges in a round trip would pay
+            // that on every cycle (docs/performance.md, "Holding before pausing").
+            held_since = if over && !paused {
+                Some(held_since.unwrap_or(now))
+            } else {
+                None
+            };
+            let stalled = held_since.is_some_and(|t| now.duration_since(t) >= PAUSE_AFTER);
+            if (over && !paused && stalled) || (paused && (gen != paused_gen || repause)) {
                 repause = false;
                 if let Ok(a) = consumer.assignment() {
                     match consumer.pause(&a) {
@@ -545,6 +562,12 @@ pub(crate) fn run(
         } else {
             None
         };
+        if held_since.is_some() {
+            // Held: nothing is polled until an acknowledgement frees the budget or the hold
+            // turns into a pause; acknowledgements arrive through housekeeping.
+            std::thread::sleep(Duration::from_millis(1));
+            continue;
+        }
         let timeout = deadline
             .map_or(Duration::from_millis(100), |d| {
                 d.saturating_duration_since(now)
