@@ -51,6 +51,9 @@ pub const RESIDENT_MEMORY: &str = "observation_publisher_resident_memory_bytes";
 pub const MEMORY_BOUND: &str = "observation_publisher_memory_bound_bytes";
 /// Partitions paused by backpressure. Gauge.
 pub const PAUSED_PARTITIONS: &str = "observation_publisher_paused_partitions";
+/// Times intake reached the in-flight budget and was held (not polling) until acknowledgements
+/// freed it or the hold became a pause. Counter.
+pub const INTAKE_HOLDS: &str = "observation_publisher_intake_holds_total";
 /// Messages between the consumer's position and the high watermark. Gauge; labels [`TOPIC`],
 /// [`PARTITION`].
 pub const CONSUMER_LAG: &str = "observation_publisher_consumer_lag_messages";
@@ -165,6 +168,7 @@ pub const ALL: &[(&str, MetricKind, &str)] = &[
     (RESIDENT_MEMORY, MetricKind::Gauge, "Resident memory of the process, read at each scrape."),
     (MEMORY_BOUND, MetricKind::Gauge, "The memory formula's bound for this configuration (docs/reliability.md)."),
     (PAUSED_PARTITIONS, MetricKind::Gauge, "Partitions paused by backpressure."),
+    (INTAKE_HOLDS, MetricKind::Counter, "Times intake was held at the in-flight budget before acknowledgements freed it or it was paused."),
     (CONSUMER_LAG, MetricKind::Gauge, "Messages between the consumer position and the high watermark."),
     (COMMITS, MetricKind::Counter, "Offset commits that succeeded."),
     (COMMIT_FAILURES, MetricKind::Counter, "Offset commits that failed."),

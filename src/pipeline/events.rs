@@ -350,6 +350,16 @@ impl Intake {
     }
 }
 
+/// Intake reached the in-flight budget and is held (not polling) until acknowledgements free it,
+/// or paused after a second.
+pub(crate) struct IntakeHeld;
+
+impl IntakeHeld {
+    pub(crate) fn emit(&self) {
+        metrics::counter!(names::INTAKE_HOLDS).increment(1);
+    }
+}
+
 /// librdkafka's statistics: how far a partition's committed offset is behind its high watermark.
 pub(crate) struct ConsumerLag<'a> {
     pub(crate) topic: &'a str,

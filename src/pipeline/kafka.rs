@@ -501,6 +501,9 @@ pub(crate) fn run(
             // idle for up to a second, and a sink that acknowledges in a round trip would pay
             // that on every cycle (docs/performance.md, "Holding before pausing").
             held_since = if over && !paused {
+                if held_since.is_none() {
+                    events::IntakeHeld.emit();
+                }
                 Some(held_since.unwrap_or(now))
             } else {
                 None

@@ -12,6 +12,7 @@ mod connections;
 mod e2e;
 mod exactly_once;
 mod faults;
+mod hold;
 mod live;
 mod pipelined;
 mod proxy;
