@@ -228,3 +228,67 @@ fn quantities() {
         assert!(!is_quantity(bad), "{bad}");
     }
 }
+
+#[test]
+fn memory_resources_default_to_the_formula_s_bound() {
+    let (s, _) = Spec::parse(MINIMAL).unwrap_or_else(|p| panic!("{p}"));
+    let bound = crate::footprint::Footprint::of(&s.config, true).bound();
+    assert!(bound <= 128 << 20, "{bound}");
+    assert_eq!(
+        s.resources.limits.get("memory"),
+        Some(&format!("{}Mi", bound.div_ceil(1 << 20)))
+    );
+    assert_eq!(
+        s.resources.requests.get("memory").map(String::as_str),
+        Some(DEFAULT_MEMORY_REQUEST)
+    );
+    assert_eq!(
+        s.resources.requests.get("cpu").map(String::as_str),
+        Some("1")
+    );
+
+    // A larger budget raises the limit with it.
+    let big = MINIMAL.replace(
+        "  observation_source:",
+        "  batching: {max_inflight_bytes: 256MiB}\n  observation_source:",
+    );
+    let (b, _) = Spec::parse(&big).unwrap_or_else(|p| panic!("{p}"));
+    let limit = |s: &Spec| quantity_bytes(&s.resources.limits["memory"]).unwrap();
+    assert!(limit(&b) >= limit(&s) + (240 << 20));
+
+    // What the spec sets is kept; a limit below the bound is warned about, and the request
+    // never exceeds the limit.
+    let low = MINIMAL.replace(
+        "namespace: mlobs",
+        "namespace: mlobs\nresources: {limits: {memory: 64Mi}}",
+    );
+    let (l, warnings) = Spec::parse(&low).unwrap_or_else(|p| panic!("{p}"));
+    assert_eq!(l.resources.limits["memory"], "64Mi");
+    assert_eq!(l.resources.requests["memory"], "64Mi");
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.contains("below the memory formula's bound")),
+        "{warnings:?}"
+    );
+    let set = MINIMAL.replace(
+        "namespace: mlobs",
+        "namespace: mlobs\nresources: {requests: {memory: 200Mi}, limits: {memory: 1Gi}}",
+    );
+    let (t, warnings) = Spec::parse(&set).unwrap_or_else(|p| panic!("{p}"));
+    assert_eq!(
+        (
+            t.resources.requests["memory"].as_str(),
+            t.resources.limits["memory"].as_str()
+        ),
+        ("200Mi", "1Gi")
+    );
+    assert!(
+        !warnings.iter().any(|w| w.contains("memory formula")),
+        "{warnings:?}"
+    );
+    assert_eq!(quantity_bytes("96Mi"), Some(96 << 20));
+    assert_eq!(quantity_bytes("1G"), Some(1_000_000_000));
+    assert_eq!(quantity_bytes("1000"), Some(1000));
+    assert_eq!(quantity_bytes("1.5Gi"), None);
+}
