@@ -368,9 +368,21 @@ impl Col {
         }
     }
 
-    /// Makes room for `n` more NULLs.
-    pub(crate) fn reserve_nulls(&mut self, n: usize) {
-        self.nulls_mut().nulls.reserve(n);
+    /// Makes room for the rows, string bytes and NULLs of a batch like the last one, where a
+    /// buffer lacks it: room for an eighth more, since a batch flushes at the log that crosses
+    /// its size and so often ends a little past the last; a buffer with the room already (one
+    /// handed back by [`Decoder::recycle`](super::Decoder::recycle)) is left as it is.
+    pub(crate) fn reserve_like(&mut self, rows: usize, bytes: usize, nulls: usize) {
+        match self {
+            Col::Str(c) => {
+                room(&mut c.offsets, rows);
+                room(&mut c.values, bytes);
+            }
+            Col::I64(c) | Col::Ts(c) => room(&mut c.values, rows),
+            Col::F64(c) => room(&mut c.values, rows),
+            Col::Bool(c) => room(&mut c.values, rows),
+        }
+        room(&mut self.nulls_mut().nulls, nulls);
     }
 
     /// NULLs appended.
@@ -544,5 +556,12 @@ mod tests {
             c.push(last.as_bytes()).expect("small");
             prop_assert_eq!(col.allocated_bytes(), held, "room of {} bytes", bytes);
         }
+    }
+}
+
+/// Room for `n` more elements in `v`; when it has to grow, for an eighth more than that.
+fn room<T>(v: &mut Vec<T>, n: usize) {
+    if v.capacity() - v.len() < n {
+        v.reserve(n + n / 8);
     }
 }

@@ -378,12 +378,13 @@ impl Decoder {
             ));
         }
         if start == 0 && !self.last_batch.is_empty() {
-            // The batch's first log: room for what the last batch held, reserved once (counted
-            // by `sizes` from now on; given back if this log is rejected, and kept for the next
+            // The batch's first log: room for what the last batch held (and an eighth more:
+            // without it, a batch ending a little past the last doubled every buffer at its last
+            // log, and half the batches held twice their data), reserved once (counted by
+            // `sizes` from now on; given back if this log is rejected, and kept for the next
             // first log then).
             for (c, &(rows, bytes, nulls)) in self.cols.iter_mut().zip(&self.last_batch) {
-                c.reserve(rows, bytes);
-                c.reserve_nulls(nulls);
+                c.reserve_like(rows, bytes, nulls);
             }
             self.recount();
         }
