@@ -530,6 +530,13 @@ impl Col {
     }
 }
 
+/// Room for `n` more elements in `v`; when it has to grow, for an eighth more than that.
+fn room<T>(v: &mut Vec<T>, n: usize) {
+    if v.capacity() - v.len() < n {
+        v.reserve(n + n / 8);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -556,12 +563,5 @@ mod tests {
             c.push(last.as_bytes()).expect("small");
             prop_assert_eq!(col.allocated_bytes(), held, "room of {} bytes", bytes);
         }
-    }
-}
-
-/// Room for `n` more elements in `v`; when it has to grow, for an eighth more than that.
-fn room<T>(v: &mut Vec<T>, n: usize) {
-    if v.capacity() - v.len() < n {
-        v.reserve(n + n / 8);
     }
 }
