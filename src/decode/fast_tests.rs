@@ -577,6 +577,27 @@ fn a_batch_starts_with_the_room_the_last_one_needed() {
     );
 }
 
+/// A batch a little larger than the last (batches flush at the log that crosses the size) fits
+/// the eighth of room its first log reserved: no buffer doubles for its last rows.
+#[test]
+fn a_batch_a_little_past_the_last_one_grows_no_buffer() {
+    let (layout, mut g) = bench_8(9);
+    let logs: Vec<Vec<u8>> = (0..11_000)
+        .map(|i| g.valid_log(i).encode_to_vec())
+        .collect();
+    let mut d = Decoder::new(layout);
+    for l in &logs[..10_000] {
+        d.decode(l).expect("valid");
+    }
+    d.finish();
+    d.decode(&logs[0]).expect("valid");
+    let reserved = d.allocated_bytes();
+    for l in &logs[1..11_000] {
+        d.decode(l).expect("valid");
+    }
+    assert_eq!(d.allocated_bytes(), reserved, "a buffer grew past its room");
+}
+
 /// `recycle` gives a written batch's buffers to the next batch: its values are written where
 /// the last batch's were, it holds only its own rows (equal to a fresh decoder's batch), and a
 /// buffer still shared elsewhere is not taken (its holder keeps its values).
