@@ -3,7 +3,9 @@
 
 use super::checksum::{ChecksumKey, KEY_ITEM};
 use super::error::{is_not_found, BootstrapError};
-use super::manifest::{build, scaled_object_resource, FIELD_MANAGER};
+use super::keda::{scaled_object_resource, trigger_authentication_resource};
+use super::manifest::{build, FIELD_MANAGER};
+use super::monitor::pod_monitor_resource;
 use super::owner::check;
 use super::poll::{pause_until, Backoff};
 use super::revision::{claim, release, ClaimOutcome};
@@ -11,8 +13,10 @@ use super::rollout::{assess, deployed_revision, Rollout};
 use super::spec::Spec;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
-use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
-use kube::Client;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams};
+use kube::{Client, Resource};
+use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -141,28 +145,107 @@ fn checksum_key(existing: Option<&Secret>) -> Result<ChecksumKey, BootstrapError
     Ok(ChecksumKey::generate()?)
 }
 
-/// Server-side applies ServiceAccount, Secret, Deployment and the optional ScaledObject (or
-/// removes a ScaledObject left from a revision that had autoscaling). Every object already under
-/// one of these names must carry this version's identity labels ([`super::owner::check`]). The
-/// Secret's checksum key is kept across applies ([`super::checksum`]).
+/// An object the spec may or may not yield: `kind` and the API to reach it, and what must be
+/// installed for its resource to exist.
+struct Optional<'a, K: Resource> {
+    api: Api<K>,
+    kind: &'static str,
+    needs: &'static str,
+    object: Option<&'a K>,
+}
+
+impl<K> Optional<'_, K>
+where
+    K: Resource + Clone + Serialize + DeserializeOwned + std::fmt::Debug,
+{
+    /// Ownership check before anything is written. A resource that does not exist at all (its
+    /// CRD is not installed) holds nothing to check.
+    async fn check(&self, spec: &Spec) -> Result<(), BootstrapError> {
+        match check(&self.api, self.kind, &spec.names.workload, spec).await {
+            Err(BootstrapError::Kube { source, .. }) if is_not_found(&source) => Ok(()),
+            other => other.map(drop),
+        }
+    }
+
+    /// Applies the object, or removes one a previous revision wrote.
+    async fn write(&self, spec: &Spec, pp: &PatchParams) -> Result<(), BootstrapError> {
+        let (ns, name, kind) = (&spec.namespace, &spec.names.workload, self.kind);
+        match self.object {
+            Some(o) => {
+                self.api
+                    .patch(name, pp, &Patch::Apply(o))
+                    .await
+                    .map_err(|e| {
+                        BootstrapError::kube(
+                            format!("apply {kind} {ns}/{name} (is {} installed?)", self.needs),
+                            e,
+                        )
+                    })?;
+            }
+            None => match self.api.delete(name, &DeleteParams::default()).await {
+                Ok(_) => {
+                    tracing::info!("removed {kind} {ns}/{name}: the spec no longer asks for it")
+                }
+                // Gone already, or the resource itself is unknown (CRD not installed).
+                Err(e) if is_not_found(&e) => {}
+                Err(e) => {
+                    return Err(BootstrapError::kube(
+                        format!("delete {kind} {ns}/{name}"),
+                        e,
+                    ))
+                }
+            },
+        }
+        Ok(())
+    }
+}
+
+/// Server-side applies ServiceAccount, Secret and Deployment, then the optional objects
+/// (PodDisruptionBudget, KEDA's TriggerAuthentication and ScaledObject, PodMonitor), removing
+/// optional ones a previous revision wrote and this one does not. Every object already under one
+/// of these names must carry this version's identity labels ([`super::owner::check`]), checked
+/// before anything is written. The Secret's checksum key is kept across applies
+/// ([`super::checksum`]).
 pub async fn write_objects(client: &Client, spec: &Spec) -> Result<(), BootstrapError> {
     let ns = &spec.namespace;
     let pp = PatchParams::apply(FIELD_MANAGER).force();
     let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
     let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
-    let scaled: Api<DynamicObject> =
-        Api::namespaced_with(client.clone(), ns, &scaled_object_resource());
     check(&sas, "ServiceAccount", &spec.names.workload, spec).await?;
     let secret = check(&secrets, "Secret", &spec.names.config_secret, spec).await?;
     let m = build(spec, &checksum_key(secret.as_ref())?);
     check(&deployments, "Deployment", &spec.names.workload, spec).await?;
-    match check(&scaled, "ScaledObject", &spec.names.workload, spec).await {
-        // KEDA not installed: the resource itself is unknown.
-        Err(BootstrapError::Kube { source, .. }) if is_not_found(&source) => {}
-        other => {
-            other?;
-        }
+    let dynamic = |r: &ApiResource| Api::<DynamicObject>::namespaced_with(client.clone(), ns, r);
+    let pdb = Optional {
+        api: Api::<PodDisruptionBudget>::namespaced(client.clone(), ns),
+        kind: "PodDisruptionBudget",
+        needs: "policy/v1",
+        object: m.disruption_budget.as_ref(),
+    };
+    let keda = [
+        Optional {
+            api: dynamic(&trigger_authentication_resource()),
+            kind: "TriggerAuthentication",
+            needs: "KEDA",
+            object: m.trigger_authentication.as_ref(),
+        },
+        Optional {
+            api: dynamic(&scaled_object_resource()),
+            kind: "ScaledObject",
+            needs: "KEDA",
+            object: m.scaled_object.as_ref(),
+        },
+        Optional {
+            api: dynamic(&pod_monitor_resource()),
+            kind: "PodMonitor",
+            needs: "the Prometheus Operator",
+            object: m.pod_monitor.as_ref(),
+        },
+    ];
+    pdb.check(spec).await?;
+    for o in &keda {
+        o.check(spec).await?;
     }
     sas.patch(&spec.names.workload, &pp, &Patch::Apply(&m.service_account))
         .await
@@ -184,40 +267,17 @@ pub async fn write_objects(client: &Client, spec: &Spec) -> Result<(), Bootstrap
         .map_err(|e| {
             BootstrapError::kube(format!("apply Deployment {ns}/{}", spec.names.workload), e)
         })?;
-    match &m.scaled_object {
-        Some(so) => {
-            scaled
-                .patch(&spec.names.workload, &pp, &Patch::Apply(so))
-                .await
-                .map_err(|e| {
-                    BootstrapError::kube(
-                        format!(
-                            "apply ScaledObject {ns}/{} (is KEDA installed?)",
-                            spec.names.workload
-                        ),
-                        e,
-                    )
-                })?;
-        }
-        None => match scaled
-            .delete(&spec.names.workload, &DeleteParams::default())
-            .await
-        {
-            Ok(_) => tracing::info!(
-                "removed ScaledObject {ns}/{}: autoscaling is off",
-                spec.names.workload
-            ),
-            // Gone already, or KEDA not installed (the resource itself is unknown).
-            Err(e) if is_not_found(&e) => {}
-            Err(e) => {
-                return Err(BootstrapError::kube(
-                    format!("delete ScaledObject {ns}/{}", spec.names.workload),
-                    e,
-                ))
-            }
-        },
+    pdb.write(spec, &pp).await?;
+    // The ScaledObject names the TriggerAuthentication: applied after it, removed before it.
+    let [auth, scaled, monitor] = &keda;
+    if scaled.object.is_none() {
+        scaled.write(spec, &pp).await?;
+        auth.write(spec, &pp).await?;
+    } else {
+        auth.write(spec, &pp).await?;
+        scaled.write(spec, &pp).await?;
     }
-    Ok(())
+    monitor.write(spec, &pp).await
 }
 
 /// Polls the Deployment until the rollout of `spec.revision` completes or fails, a newer

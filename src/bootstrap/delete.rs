@@ -3,12 +3,14 @@
 
 use super::error::{is_not_found, BootstrapError};
 use super::kafka::{wait_for_no_lag, Lag};
-use super::manifest::scaled_object_resource;
+use super::keda::{scaled_object_resource, trigger_authentication_resource};
+use super::monitor::pod_monitor_resource;
 use super::owner::check;
 use super::poll::Backoff;
 use super::spec::Spec;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, ServiceAccount};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, DeleteParams, DynamicObject};
 use kube::{Client, Resource};
 use serde::Serialize;
@@ -63,7 +65,7 @@ where
             report.not_ours.push(what);
             return Ok(());
         }
-        // The resource itself is unknown (KEDA not installed).
+        // The resource itself is unknown (its CRD is not installed).
         Err(BootstrapError::Kube { source, .. }) if is_not_found(&source) => {
             report.already_gone.push(what);
             return Ok(());
@@ -80,8 +82,8 @@ where
     Ok(())
 }
 
-/// Deletes the version's objects: ScaledObject, Deployment, Secret, ServiceAccount, then the
-/// revision marker — each only when it carries this version's identity labels (objects under
+/// Deletes the version's objects: ScaledObject, TriggerAuthentication, PodMonitor,
+/// PodDisruptionBudget, Deployment, Secret, ServiceAccount, then the revision marker — each only when it carries this version's identity labels (objects under
 /// these names labelled for another version are reported in `not_ours` and left alone; objects
 /// created under the previous naming scheme are found and deleted, see [`super::owner`]). With `drain`, first waits until the consumer group has no lag; if it never
 /// gets there, returns [`BootstrapError::DrainTimeout`] and deletes nothing.
@@ -101,9 +103,26 @@ pub async fn delete(
     let spec = &super::owner::resolve(client, spec).await?;
     let ns = &spec.namespace;
     let n = &spec.names;
-    let scaled: Api<DynamicObject> =
-        Api::namespaced_with(client.clone(), ns, &scaled_object_resource());
-    delete_one(scaled, "ScaledObject", &n.workload, spec, &mut report).await?;
+    let dynamic = |r| Api::<DynamicObject>::namespaced_with(client.clone(), ns, &r);
+    // The ScaledObject first: it scales the Deployment and names the TriggerAuthentication.
+    for (api, kind) in [
+        (dynamic(scaled_object_resource()), "ScaledObject"),
+        (
+            dynamic(trigger_authentication_resource()),
+            "TriggerAuthentication",
+        ),
+        (dynamic(pod_monitor_resource()), "PodMonitor"),
+    ] {
+        delete_one(api, kind, &n.workload, spec, &mut report).await?;
+    }
+    delete_one(
+        Api::<PodDisruptionBudget>::namespaced(client.clone(), ns),
+        "PodDisruptionBudget",
+        &n.workload,
+        spec,
+        &mut report,
+    )
+    .await?;
     delete_one(
         Api::<Deployment>::namespaced(client.clone(), ns),
         "Deployment",

@@ -1,7 +1,10 @@
-//! Pure builders for the objects of one model version: ServiceAccount, Secret, Deployment and,
-//! with autoscaling, a KEDA `ScaledObject`. No I/O; `--dry-run` prints exactly these.
+//! Pure builders for the objects of one model version: ServiceAccount, Secret, Deployment, and
+//! the optional ones ([`super::keda`], [`super::monitor`]). No I/O; `--dry-run` prints exactly
+//! these.
 
 use super::checksum::{ChecksumKey, KEY_ITEM};
+use super::keda::{scaled_object, trigger_authentication};
+use super::monitor::{disruption_budget, pod_monitor};
 use super::names::label_value;
 use super::spec::{Spec, DATA_DIR, TMP_DIR};
 use k8s_openapi::api::apps::v1::{
@@ -13,12 +16,12 @@ use k8s_openapi::api::core::v1::{
     ResourceRequirements, SeccompProfile, Secret, SecretVolumeSource, SecurityContext,
     ServiceAccount, Volume, VolumeMount,
 };
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::ByteString;
-use kube::api::{ApiResource, DynamicObject};
-use serde_json::json;
+use kube::api::DynamicObject;
 use std::collections::BTreeMap;
 
 /// Field manager of every server-side apply.
@@ -61,17 +64,12 @@ pub struct Manifests {
     pub deployment: Deployment,
     /// KEDA autoscaling, when the spec asks for it.
     pub scaled_object: Option<DynamicObject>,
-}
-
-/// KEDA's `ScaledObject` resource.
-pub fn scaled_object_resource() -> ApiResource {
-    ApiResource {
-        group: "keda.sh".into(),
-        version: "v1alpha1".into(),
-        api_version: "keda.sh/v1alpha1".into(),
-        kind: "ScaledObject".into(),
-        plural: "scaledobjects".into(),
-    }
+    /// The scaler's Kafka credentials, when autoscaling needs them.
+    pub trigger_authentication: Option<DynamicObject>,
+    /// Prometheus Operator scraping, when the spec asks for it.
+    pub pod_monitor: Option<DynamicObject>,
+    /// One pod down at a time, when more than one may run.
+    pub disruption_budget: Option<PodDisruptionBudget>,
 }
 
 /// Labels that identify one model version; the Deployment selector.
@@ -97,7 +95,7 @@ pub fn labels(spec: &Spec) -> BTreeMap<String, String> {
     l
 }
 
-fn meta(spec: &Spec, name: &str, extra_annotations: &[(&str, String)]) -> ObjectMeta {
+pub(super) fn meta(spec: &Spec, name: &str, extra_annotations: &[(&str, String)]) -> ObjectMeta {
     let mut annotations =
         BTreeMap::from([(ANNOTATION_REVISION.to_string(), spec.revision.to_string())]);
     for (k, v) in extra_annotations {
@@ -120,6 +118,9 @@ pub fn build(spec: &Spec, key: &ChecksumKey) -> Manifests {
         secret: config_secret(spec, key),
         deployment: deployment(spec, key),
         scaled_object: scaled_object(spec),
+        trigger_authentication: trigger_authentication(spec),
+        pod_monitor: pod_monitor(spec),
+        disruption_budget: disruption_budget(spec),
     }
 }
 
@@ -139,17 +140,29 @@ pub fn service_account(spec: &Spec) -> ServiceAccount {
 }
 
 /// The Secret holding `config.yaml` and the key of its checksum annotation.
+/// The pods mount only `config.yaml`; the other items are for `apply` (the checksum key) and
+/// for KEDA's scaler (`keda-*`, its Kafka credentials, read through the TriggerAuthentication).
 pub fn config_secret(spec: &Spec, key: &ChecksumKey) -> Secret {
+    let mut data = BTreeMap::from([
+        (
+            CONFIG_ITEM.to_string(),
+            ByteString(spec.config_yaml().into_bytes()),
+        ),
+        (KEY_ITEM.to_string(), ByteString(key.stored().into_bytes())),
+    ]);
+    if let Some(auth) = spec
+        .autoscaling
+        .as_ref()
+        .and_then(|a| a.kafka_auth.as_ref())
+    {
+        for (k, v) in auth.secret_items() {
+            data.insert(k, ByteString(v.as_bytes().to_vec()));
+        }
+    }
     Secret {
         metadata: meta(spec, &spec.names.config_secret, &[]),
         type_: Some("Opaque".into()),
-        data: Some(BTreeMap::from([
-            (
-                CONFIG_ITEM.to_string(),
-                ByteString(spec.config_yaml().into_bytes()),
-            ),
-            (KEY_ITEM.to_string(), ByteString(key.stored().into_bytes())),
-        ])),
+        data: Some(data),
         ..Secret::default()
     }
 }
@@ -350,33 +363,9 @@ pub fn deployment(spec: &Spec, key: &ChecksumKey) -> Deployment {
     }
 }
 
-/// The KEDA `ScaledObject` (Kafka lag trigger), when the spec asks for autoscaling.
-pub fn scaled_object(spec: &Spec) -> Option<DynamicObject> {
-    let a = spec.autoscaling.as_ref()?;
-    let source = spec.config.observation_source.as_ref()?;
-    let mut obj = DynamicObject::new(&spec.names.workload, &scaled_object_resource()).data(json!({
-        "spec": {
-            "scaleTargetRef": {"name": spec.names.workload},
-            "minReplicaCount": a.min_replicas,
-            "maxReplicaCount": a.max_replicas,
-            "triggers": [{
-                "type": "kafka",
-                "metadata": {
-                    "bootstrapServers": crate::redact::strip_userinfo(&source.bootstrap_servers),
-                    "consumerGroup": source.group_id,
-                    "topic": source.topic,
-                    "lagThreshold": a.lag_threshold.to_string(),
-                    "offsetResetPolicy": "earliest",
-                },
-            }],
-        }
-    }));
-    obj.metadata = meta(spec, &spec.names.workload, &[]);
-    Some(obj)
-}
-
 /// The manifests as YAML documents separated by `---`, in the order ServiceAccount, Secret,
-/// Deployment, then the optional ones. The Secret is shown with `stringData` so it can be read;
+/// Deployment, then the optional ones (PodDisruptionBudget, TriggerAuthentication,
+/// ScaledObject, PodMonitor). The Secret is shown with `stringData` so it can be read;
 /// its values are replaced by [`REDACTED`] unless `show_secrets`.
 pub fn render_yaml(m: &Manifests, show_secrets: bool) -> Result<String, serde_yaml_ng::Error> {
     let mut secret = serde_yaml_ng::to_value(&m.secret)?;
@@ -404,8 +393,14 @@ pub fn render_yaml(m: &Manifests, show_secrets: bool) -> Result<String, serde_ya
         serde_yaml_ng::to_string(&secret)?,
         serde_yaml_ng::to_string(&m.deployment)?,
     ];
-    if let Some(so) = &m.scaled_object {
-        docs.push(serde_yaml_ng::to_string(so)?);
+    if let Some(pdb) = &m.disruption_budget {
+        docs.push(serde_yaml_ng::to_string(pdb)?);
+    }
+    for o in [&m.trigger_authentication, &m.scaled_object, &m.pod_monitor]
+        .into_iter()
+        .flatten()
+    {
+        docs.push(serde_yaml_ng::to_string(o)?);
     }
     Ok(docs.join("---\n"))
 }

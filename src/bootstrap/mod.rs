@@ -10,6 +10,9 @@
 //! - [`names`]: DNS-1123 object names carrying the identity hash; label values.
 //! - [`owner`]: identity labels checked before writes and deletes; adopting older objects.
 //! - [`manifest`]: pure builders of the objects; `--dry-run` prints them.
+//! - [`keda`]: the ScaledObject and the TriggerAuthentication its Kafka scaler needs on a
+//!   secured cluster (pure).
+//! - [`monitor`]: the optional PodMonitor and the PodDisruptionBudget (pure).
 //! - [`checksum`]: the keyed `config-checksum` annotation (HMAC-SHA256, key in the Secret).
 //! - [`revision`]: the revision rules on a marker ConfigMap with optimistic concurrency.
 //! - [`storage`]: emptyDir size limits; local files only on a named persistent volume.
@@ -26,7 +29,9 @@ pub mod cli;
 pub mod delete;
 pub mod error;
 pub mod kafka;
+pub mod keda;
 pub mod manifest;
+pub mod monitor;
 pub mod names;
 pub mod owner;
 pub mod poll;

@@ -14,6 +14,7 @@
 //!   gcp_service_account: publisher@gcp-project.iam.gserviceaccount.com
 //!   key_secret: publisher-key            # or {name: publisher-key, key: service-account.json}
 //! autoscaling: {min_replicas: 1, max_replicas: 4, lag_threshold: 1000}   # optional (KEDA)
+//! monitoring: {pod_monitor: true, interval: 30s, labels: {release: prom}}  # optional
 //! config:                                # the run config, Merlin's shape
 //!   inference_schema: {...}
 //!   observation_sinks: [...]
@@ -27,6 +28,8 @@
 //! Secret carries as `config.yaml`. Every problem, in the spec and in the config, is reported at
 //! once.
 
+use super::keda::{kafka_auth, KafkaAuth};
+use super::monitor::{read_monitoring, Monitoring};
 use super::names::{is_dns_label, is_dns_subdomain, is_label_key, is_label_value, Names};
 use super::storage::Storage;
 use crate::config::{key_text, scalar_text, Config, Needs, Obj, Problems};
@@ -71,6 +74,8 @@ pub struct Spec {
     pub identity: Identity,
     /// KEDA autoscaling on consumer lag, when asked for.
     pub autoscaling: Option<Autoscaling>,
+    /// PodMonitor settings (none by default).
+    pub monitoring: Monitoring,
     /// emptyDir size limit and the optional persistent volume for local files.
     pub storage: Storage,
     /// The run config as written into the Secret (completed with defaults).
@@ -117,6 +122,9 @@ pub struct Autoscaling {
     pub max_replicas: i32,
     /// Consumer lag per replica that triggers scaling out.
     pub lag_threshold: u64,
+    /// How KEDA's scaler authenticates to Kafka (from the consumer config); `None` for a
+    /// plaintext cluster.
+    pub kafka_auth: Option<KafkaAuth>,
 }
 
 /// Spec-level keys.
@@ -133,6 +141,7 @@ const SPEC_KEYS: &[&str] = &[
     "labels",
     "identity",
     "autoscaling",
+    "monitoring",
     "storage",
     "config",
 ];
@@ -205,13 +214,18 @@ impl Spec {
                 "identity: neither gcp_service_account nor key_secret is set; the publisher will use the node's default credentials".into(),
             );
         }
-        let autoscaling = read_autoscaling(
+        let mut autoscaling = read_autoscaling(
             r.closed_obj(
                 "autoscaling",
                 &["min_replicas", "max_replicas", "lag_threshold"],
                 p,
             ),
             replicas,
+            p,
+        );
+        let monitoring = read_monitoring(
+            r.closed_obj("monitoring", &["pod_monitor", "interval", "labels"], p),
+            |v, p| read_labels_at("monitoring.labels", v, p),
             p,
         );
         let storage = Storage::read(r.get("storage"), p);
@@ -236,6 +250,19 @@ impl Spec {
                         memory_defaults(&mut resources, &c, &mut warnings);
                         check_runtime_fit(&c, &mut problems);
                         storage.check_paths(&c, replicas, &mut problems, &mut warnings);
+                        if let (Some(a), Some(src)) =
+                            (autoscaling.as_mut(), c.observation_source.as_ref())
+                        {
+                            let d = kafka_auth(&src.additional_consumer_config);
+                            let at = "config.observation_source.config.additional_consumer_config";
+                            for w in d.warnings {
+                                warnings.push(format!("autoscaling: {w}"));
+                            }
+                            for msg in d.problems {
+                                problems.push(at, format_args!("{msg} (autoscaling is on)"));
+                            }
+                            a.kafka_auth = d.auth;
+                        }
                         Some(c)
                     }
                     Err(p) => {
@@ -263,6 +290,7 @@ impl Spec {
                     labels,
                     identity,
                     autoscaling,
+                    monitoring,
                     storage,
                     run_config,
                     config,
@@ -532,18 +560,22 @@ fn read_resources(mut m: Obj<'_>, p: &mut Problems) -> Resources {
 
 /// `labels`: any label keys but the reserved prefixes, valid label values.
 fn read_labels(v: Option<&Value>, p: &mut Problems) -> BTreeMap<String, String> {
+    read_labels_at("labels", v, p)
+}
+
+fn read_labels_at(at: &str, v: Option<&Value>, p: &mut Problems) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
     let m = match v {
         None | Some(Value::Null) => return out,
         Some(Value::Mapping(m)) => m,
         Some(_) => {
-            p.push("labels", "must be a mapping of label keys to values");
+            p.push(at, "must be a mapping of label keys to values");
             return out;
         }
     };
     for (k, v) in m {
         let key = key_text(k);
-        let path = format!("labels.{key}");
+        let path = format!("{at}.{key}");
         if !is_label_key(&key) {
             p.push(&path, "not a valid label key");
         } else if RESERVED_LABEL_PREFIXES.iter().any(|p| key.starts_with(p)) {
@@ -654,6 +686,7 @@ fn read_autoscaling(mut m: Obj<'_>, replicas: i32, p: &mut Problems) -> Option<A
         min_replicas: min,
         max_replicas: max,
         lag_threshold,
+        kafka_auth: None,
     })
 }
 

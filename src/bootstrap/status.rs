@@ -2,13 +2,15 @@
 
 use super::error::{is_not_found, BootstrapError};
 use super::kafka::{lag_async, Lag};
-use super::manifest::scaled_object_resource;
+use super::keda::{scaled_object_resource, trigger_authentication_resource};
+use super::monitor::pod_monitor_resource;
 use super::revision::{Marker, Phase};
 use super::rollout::{assess, deployed_revision, Rollout};
 use super::spec::Spec;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, ServiceAccount};
-use kube::api::{Api, DynamicObject};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{Api, ApiResource, DynamicObject};
 use kube::Client;
 use serde::Serialize;
 use std::time::Duration;
@@ -24,6 +26,12 @@ pub struct Objects {
     pub deployment: bool,
     /// KEDA ScaledObject (false also when KEDA is not installed).
     pub scaled_object: bool,
+    /// KEDA TriggerAuthentication (the scaler's Kafka credentials).
+    pub trigger_authentication: bool,
+    /// Prometheus Operator PodMonitor (false also when the operator is not installed).
+    pub pod_monitor: bool,
+    /// PodDisruptionBudget.
+    pub disruption_budget: bool,
     /// Revision marker.
     pub revision_marker: bool,
 }
@@ -100,15 +108,28 @@ pub async fn status(
         .get_opt(&n.marker)
         .await
         .map_err(kube_err("ConfigMap"))?;
-    let scaled =
-        match Api::<DynamicObject>::namespaced_with(client.clone(), ns, &scaled_object_resource())
+    let custom = |r: ApiResource, kind: &'static str| async move {
+        match Api::<DynamicObject>::namespaced_with(client.clone(), ns, &r)
             .get_opt(&n.workload)
             .await
         {
-            Ok(o) => o.is_some(),
-            Err(e) if is_not_found(&e) => false,
-            Err(e) => return Err(kube_err("ScaledObject")(e)),
-        };
+            Ok(o) => Ok(o
+                .filter(|o| super::owner::is_ours(spec, &o.metadata))
+                .is_some()),
+            // The resource itself is unknown: its CRD is not installed.
+            Err(e) if is_not_found(&e) => Ok(false),
+            Err(e) => Err(kube_err(kind)(e)),
+        }
+    };
+    let scaled = custom(scaled_object_resource(), "ScaledObject").await?;
+    let trigger_authentication =
+        custom(trigger_authentication_resource(), "TriggerAuthentication").await?;
+    let pod_monitor = custom(pod_monitor_resource(), "PodMonitor").await?;
+    let disruption_budget = Api::<PodDisruptionBudget>::namespaced(client.clone(), ns)
+        .get_opt(&n.workload)
+        .await
+        .map_err(kube_err("PodDisruptionBudget"))?
+        .is_some_and(|o| super::owner::is_ours(spec, &o.metadata));
     // Objects under these names but labelled for another version are not this version's.
     let sa = sa.filter(|o| ours(&o.metadata));
     let secret = secret.filter(|o| ours(&o.metadata));
@@ -146,6 +167,9 @@ pub async fn status(
             secret: secret.is_some(),
             deployment: dep.is_some(),
             scaled_object: scaled,
+            trigger_authentication,
+            pod_monitor,
+            disruption_budget,
             revision_marker: marker.is_some(),
         },
         deployed_revision: dep.as_ref().map(deployed_revision),

@@ -178,7 +178,7 @@ fn spec_problems_keep_their_wording() {
         "surprise: 1\nmodel: \"\"\nversion: [1]\nrevision: null\nnamespace: Not_Valid\nimage: a b\nimage_pull_policy: Sometimes\nreplicas: 0\nresources: {requests: {cpu: lots, gpu: 1}, limits: 3, other: x}\nlabels: {ok: \"bad value\", app.kubernetes.io/name: x}\nidentity: {gcp_service_account: nobody, key_secret: {name: Bad_Name, key: \"a b\", extra: 1}, who: 1}\nautoscaling: {min_replicas: 0, lag_threshold: x}\n",
     );
     let want = [
-        "surprise: unknown key; expected one of project, model, version, revision, namespace, image, image_pull_policy, replicas, resources, labels, identity, autoscaling, storage, config",
+        "surprise: unknown key; expected one of project, model, version, revision, namespace, image, image_pull_policy, replicas, resources, labels, identity, autoscaling, monitoring, storage, config",
         "project: required",
         "model: must not be empty",
         "version: must be a string",
@@ -291,4 +291,35 @@ fn memory_resources_default_to_the_formula_s_bound() {
     assert_eq!(quantity_bytes("1G"), Some(1_000_000_000));
     assert_eq!(quantity_bytes("1000"), Some(1000));
     assert_eq!(quantity_bytes("1.5Gi"), None);
+}
+
+#[test]
+fn autoscaling_on_a_cluster_its_scaler_cannot_authenticate_to_is_refused() {
+    let secured = |extra: &str| {
+        MINIMAL
+            .replace(
+                "namespace: mlobs",
+                "namespace: mlobs\nautoscaling: {max_replicas: 3}",
+            )
+            .replace(
+                r#"{bootstrap_servers: "kafka:9092"}"#,
+                &format!(r#"{{bootstrap_servers: "kafka:9092", additional_consumer_config: {{security.protocol: SASL_SSL{extra}}}}}"#),
+            )
+    };
+    let p = Spec::parse(&secured("")).unwrap_err().to_string();
+    assert!(
+        p.contains(
+            "config.observation_source.config.additional_consumer_config: sasl.mechanisms GSSAPI"
+        ),
+        "{p}"
+    );
+    let (s, _) = Spec::parse(&secured(
+        ", sasl.mechanisms: SCRAM-SHA-512, sasl.username: u, sasl.password: p",
+    ))
+    .unwrap_or_else(|p| panic!("{p}"));
+    let auth = s.autoscaling.unwrap().kafka_auth.unwrap();
+    assert_eq!((auth.sasl, auth.tls), (Some("scram_sha512"), true));
+    // Without autoscaling nothing is asked of KEDA, so nothing is refused.
+    let plain = secured("").replace("autoscaling: {max_replicas: 3}", "");
+    assert!(Spec::parse(&plain).is_ok());
 }

@@ -1,12 +1,14 @@
 //! A small Kubernetes API server for tests: real HTTP on 127.0.0.1, real JSON, kube-rs on the
 //! other side.
 //!
-//! Supports, for namespaced ServiceAccounts, Secrets, ConfigMaps, Deployments and (optionally)
-//! KEDA ScaledObjects: get, list (with `labelSelector` equality terms), create (201, or 409
+//! Supports, for namespaced ServiceAccounts, Secrets, ConfigMaps, Deployments,
+//! PodDisruptionBudgets and (optionally, as if their CRDs were installed) KEDA ScaledObjects and
+//! TriggerAuthentications and Prometheus Operator PodMonitors: get, list (with `labelSelector` equality terms), create (201, or 409
 //! `AlreadyExists`), replace (resourceVersion precondition → 409 `Conflict`), merge-patch,
 //! server-side apply as an upsert by one manager (the applied object replaces the previous one,
 //! keeping server-set metadata and status), and delete (404 `NotFound` when gone). It validates
-//! object names as DNS-1123 subdomains (422 `Invalid`) and bumps `metadata.generation` when a
+//! object names as DNS-1123 subdomains and custom resources against their CRDs' schemas
+//! ([`super::crd`]), both 422 `Invalid`, and bumps `metadata.generation` when a
 //! Deployment's spec changes. Deployment status is scripted by the test: either every write
 //! completes the rollout at once ([`Rollouts::Complete`]) or the test sets it
 //! ([`FakeApiServer::set_rollout`]). Field ownership of real server-side apply is not modelled.
@@ -107,7 +109,9 @@ impl Drop for FakeApiServer {
 pub(crate) fn object_path(ns: &str, plural: &str, name: &str) -> String {
     let prefix = match plural {
         "deployments" => "/apis/apps/v1",
-        "scaledobjects" => "/apis/keda.sh/v1alpha1",
+        "scaledobjects" | "triggerauthentications" => "/apis/keda.sh/v1alpha1",
+        "podmonitors" => "/apis/monitoring.coreos.com/v1",
+        "poddisruptionbudgets" => "/apis/policy/v1",
         _ => "/api/v1",
     };
     format!("{prefix}/namespaces/{ns}/{plural}/{name}")
@@ -119,7 +123,10 @@ fn kind_of(plural: &str) -> Option<(&'static str, &'static str)> {
         "secrets" => ("Secret", "v1"),
         "configmaps" => ("ConfigMap", "v1"),
         "deployments" => ("Deployment", "apps/v1"),
+        "poddisruptionbudgets" => ("PodDisruptionBudget", "policy/v1"),
         "scaledobjects" => ("ScaledObject", "keda.sh/v1alpha1"),
+        "triggerauthentications" => ("TriggerAuthentication", "keda.sh/v1alpha1"),
+        "podmonitors" => ("PodMonitor", "monitoring.coreos.com/v1"),
         _ => return None,
     })
 }
@@ -241,12 +248,13 @@ fn rollout_status(d: &Value, script: RolloutScript) -> Value {
 }
 
 impl FakeApiServer {
-    /// Starts a fake that knows KEDA's ScaledObject.
+    /// Starts a fake with KEDA's and the Prometheus Operator's CRDs installed.
     pub(crate) async fn start(rollouts: Rollouts) -> FakeApiServer {
         Self::start_with(rollouts, true).await
     }
 
-    /// Starts a fake; `keda` = whether the ScaledObject resource exists.
+    /// Starts a fake; `keda` = whether the custom resources (KEDA's, the Prometheus Operator's)
+    /// exist.
     pub(crate) async fn start_with(rollouts: Rollouts, keda: bool) -> FakeApiServer {
         let store = Arc::new(Mutex::new(Store {
             objects: BTreeMap::new(),
@@ -400,7 +408,7 @@ async fn handle(State(store): State<Arc<Mutex<Store>>>, req: Request) -> Respons
             format!("the server could not find the requested resource {plural}"),
         );
     };
-    if plural == "scaledobjects" && !s.keda {
+    if super::crd::is_custom(plural) && !s.keda {
         // A real API server without the CRD answers a bare 404 page.
         return (StatusCode::NOT_FOUND, "404 page not found\n").into_response();
     }
@@ -500,6 +508,9 @@ async fn handle(State(store): State<Arc<Mutex<Store>>>, req: Request) -> Respons
             }
             let rv = s.next_rv();
             init_new(&mut obj, kind, api_version, &ns, &rv);
+            if let Some(refused) = invalid(plural, &obj) {
+                return refused;
+            }
             finish_write(&mut obj, None, s.rollouts);
             s.objects.insert(key, obj.clone());
             ok(StatusCode::CREATED, &obj)
@@ -523,6 +534,9 @@ async fn handle(State(store): State<Arc<Mutex<Store>>>, req: Request) -> Respons
             }
             let rv = s.next_rv();
             carry_server_fields(&mut obj, &old, kind, api_version, &rv);
+            if let Some(refused) = invalid(plural, &obj) {
+                return refused;
+            }
             finish_write(&mut obj, Some(&old), s.rollouts);
             s.objects.insert(key, obj.clone());
             ok(StatusCode::OK, &obj)
@@ -579,6 +593,9 @@ async fn handle(State(store): State<Arc<Mutex<Store>>>, req: Request) -> Respons
                 Some(o) => carry_server_fields(&mut obj, o, kind, api_version, &rv),
                 None => init_new(&mut obj, kind, api_version, &ns, &rv),
             }
+            if let Some(refused) = invalid(plural, &obj) {
+                return refused;
+            }
             finish_write(&mut obj, old.as_ref(), s.rollouts);
             s.objects.insert(key, obj.clone());
             ok(
@@ -600,6 +617,26 @@ async fn handle(State(store): State<Arc<Mutex<Store>>>, req: Request) -> Respons
             format!("{m} {path}"),
         ),
     }
+}
+
+/// A custom resource that does not fit its CRD's schema: 422 `Invalid`, as the API server
+/// answers, listing every problem.
+fn invalid(plural: &str, obj: &Value) -> Option<Response> {
+    if !super::crd::is_custom(plural) {
+        return None;
+    }
+    let errors = super::crd::validate(plural, obj);
+    (!errors.is_empty()).then(|| {
+        status(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "Invalid",
+            format!(
+                "{plural} {:?} is invalid: {}",
+                obj["metadata"]["name"],
+                errors.join(", ")
+            ),
+        )
+    })
 }
 
 fn init_new(obj: &mut Value, kind: &str, api_version: &str, ns: &str, rv: &str) {

@@ -56,11 +56,16 @@ fn example_spec_dry_run_matches_golden() {
     let stdout = String::from_utf8(out.stdout).unwrap();
     assert!(stdout.contains("config.yaml: <redacted>"));
     check_golden("example-spec.dry-run.yaml", &stdout);
-    // Order: ServiceAccount, Secret, Deployment.
+    // Order: ServiceAccount, Secret, Deployment, then the budget (two replicas).
     let kinds: Vec<&str> = stdout.lines().filter(|l| l.starts_with("kind: ")).collect();
     assert_eq!(
         kinds,
-        ["kind: ServiceAccount", "kind: Secret", "kind: Deployment"]
+        [
+            "kind: ServiceAccount",
+            "kind: Secret",
+            "kind: Deployment",
+            "kind: PodDisruptionBudget"
+        ]
     );
 }
 
@@ -82,6 +87,49 @@ fn key_secret_and_autoscaling_dry_run_matches_golden() {
         "--show-secrets shows the config"
     );
     check_golden("key-secret-autoscaling.dry-run.yaml", &yaml);
+}
+
+/// Autoscaling on a SASL_SSL cluster and a PodMonitor, as `--dry-run` prints them: the
+/// credentials appear only as redacted `keda-*` items of the Secret.
+#[test]
+fn secured_autoscaling_and_pod_monitor_dry_run_matches_golden() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("spec.yaml");
+    let text = std::fs::read_to_string(root().join("deploy/example-spec.yaml"))
+        .unwrap()
+        .replace("# autoscaling: {", "autoscaling: {")
+        .replace("# monitoring: {", "monitoring: {")
+        .replace(
+            "        auto.offset.reset: earliest\n",
+            "        auto.offset.reset: earliest\n        security.protocol: SASL_SSL\n        sasl.mechanisms: PLAIN\n        sasl.username: publisher\n        sasl.password: very-secret\n",
+        );
+    assert!(text.contains("very-secret") && text.contains("\nmonitoring: {"));
+    std::fs::write(&path, &text).unwrap();
+    let out = bin()
+        .args(["bootstrap", "apply", "--dry-run", "--spec"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(!stdout.contains("very-secret"));
+    assert!(stdout.contains("keda-password: <redacted>"));
+    let mut custom = 0;
+    for doc in stdout.split("\n---\n") {
+        let obj: serde_json::Value = serde_yaml_ng::from_str(doc).unwrap();
+        let plural = format!("{}s", obj["kind"].as_str().unwrap().to_lowercase());
+        if super::crd::is_custom(&plural) {
+            assert_eq!(super::crd::validate(&plural, &obj), Vec::<String>::new());
+            custom += 1;
+        }
+    }
+    assert_eq!(custom, 3, "TriggerAuthentication, ScaledObject, PodMonitor");
+    check_golden("secured-autoscaling-pod-monitor.dry-run.yaml", &stdout);
 }
 
 #[test]

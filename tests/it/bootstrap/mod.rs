@@ -3,9 +3,11 @@
 mod apply;
 mod canary;
 mod collide;
+mod crd;
 mod drain;
 mod fake_apiserver;
 mod golden;
+mod secured;
 mod smoke;
 mod upgrade;
 

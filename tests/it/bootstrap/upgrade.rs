@@ -76,7 +76,8 @@ async fn an_upgrade_adopts_the_old_objects_and_keeps_the_consumer_group() {
     assert!(st.objects.deployment && st.objects.secret && st.objects.service_account);
     assert_eq!(st.rollout, "running");
     let r = delete(&c, &v2, None).await.unwrap();
-    assert_eq!(r.deleted.len(), 4, "{r:?}");
+    // Two replicas: the PodDisruptionBudget too.
+    assert_eq!(r.deleted.len(), 5, "{r:?}");
     assert!(fake.names(NS, "deployments").is_empty());
     assert!(fake.names(NS, "configmaps").is_empty());
 }
