@@ -26,7 +26,7 @@ pub(crate) const DELAY: Duration = Duration::from_millis(100);
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 
 #[derive(Clone)]
-struct Server(Arc<AtomicUsize>);
+struct Server(Arc<AtomicUsize>, Duration);
 
 impl tonic::server::NamedService for Server {
     const NAME: &'static str = "google.cloud.bigquery.storage.v1.BigQueryWrite";
@@ -43,6 +43,7 @@ impl Service<http::Request<Body>> for Server {
 
     fn call(&mut self, req: http::Request<Body>) -> Self::Future {
         let requests = Arc::clone(&self.0);
+        let delay = self.1;
         Box::pin(async move {
             if req.uri().path().ends_with("/AppendRows") {
                 let codec =
@@ -50,7 +51,7 @@ impl Service<http::Request<Body>> for Server {
                 // BigQuery takes requests up to 10 MB; tonic's default cap is 4 MiB.
                 Ok(tonic::server::Grpc::new(codec)
                     .max_decoding_message_size(16 << 20)
-                    .streaming(Append(requests), req)
+                    .streaming(Append(requests, delay), req)
                     .await)
             } else {
                 Ok(Status::unimplemented("AppendRows only").into_http())
@@ -59,7 +60,7 @@ impl Service<http::Request<Body>> for Server {
     }
 }
 
-struct Append(Arc<AtomicUsize>);
+struct Append(Arc<AtomicUsize>, Duration);
 
 type Responses = ReceiverStream<Result<AppendRowsResponse, Status>>;
 
@@ -74,6 +75,7 @@ impl Service<tonic::Request<Streaming<AppendRowsRequest>>> for Append {
 
     fn call(&mut self, req: tonic::Request<Streaming<AppendRowsRequest>>) -> Self::Future {
         let requests = Arc::clone(&self.0);
+        let delay = self.1;
         Box::pin(async move {
             let mut inbound = req.into_inner();
             let (tx, rx) = mpsc::channel(1024);
@@ -81,7 +83,7 @@ impl Service<tonic::Request<Streaming<AppendRowsRequest>>> for Append {
             tokio::spawn(async move {
                 while let Ok(Some(_)) = inbound.message().await {
                     requests.fetch_add(1, Ordering::SeqCst);
-                    if due_tx.send(tokio::time::Instant::now() + DELAY).is_err() {
+                    if due_tx.send(tokio::time::Instant::now() + delay).is_err() {
                         return;
                     }
                 }
@@ -112,8 +114,15 @@ pub(crate) struct SlowAck {
 }
 
 impl SlowAck {
-    /// Starts one on 127.0.0.1 (any port).
+    /// Starts one on 127.0.0.1 (any port), answering [`DELAY`] after each request.
+    #[allow(dead_code)]
     pub(crate) async fn start() -> SlowAck {
+        Self::start_with(DELAY).await
+    }
+
+    /// Starts one answering `delay` after each request (a delay longer than the run: a stalled
+    /// sink).
+    pub(crate) async fn start_with(delay: Duration) -> SlowAck {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
@@ -121,7 +130,7 @@ impl SlowAck {
         let requests = Arc::new(AtomicUsize::new(0));
         tokio::spawn(
             tonic::transport::Server::builder()
-                .add_service(Server(Arc::clone(&requests)))
+                .add_service(Server(Arc::clone(&requests), delay))
                 .serve_with_incoming(TcpListenerStream::new(listener)),
         );
         SlowAck { url, requests }
