@@ -1,6 +1,7 @@
 //! A stand-in AppendRows server that acknowledges every request itself, `DELAY` (100 ms) after
 //! it arrived, in order per connection and pipelined (it reads on while earlier requests wait):
-//! a BigQuery whose append round trip is 100 ms and whose throughput is unbounded. It keeps
+//! a BigQuery whose append round trip is 100 ms and whose throughput is unbounded (HTTP/2
+//! windows large enough that flow control never waits). It keeps
 //! nothing. Used by `bigquery::pipelined` and by `examples/bq_pipeline.rs` (rows/s before and
 //! after pipelining, docs/performance.md).
 
@@ -22,6 +23,9 @@ use tonic::codegen::{http, Service};
 use tonic::Status;
 
 pub(crate) const DELAY: Duration = Duration::from_millis(100);
+
+/// HTTP/2 stream and connection window: four 4 MB requests in flight per connection.
+const WINDOW: u32 = 16 << 20;
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 
@@ -128,8 +132,14 @@ impl SlowAck {
             .expect("bind");
         let url = format!("http://{}", listener.local_addr().expect("addr"));
         let requests = Arc::new(AtomicUsize::new(0));
+        // HTTP/2 windows of 16 MiB, so that flow control bounds nothing: with tonic's default
+        // windows a 2 MB request waited for window updates (135 ms from send to answer against
+        // the 100 ms delay, on the bench's shared cores), a throughput bound this stand-in does
+        // not claim to have (docs/performance.md, "Footprint at the defaults").
         tokio::spawn(
             tonic::transport::Server::builder()
+                .initial_stream_window_size(Some(WINDOW))
+                .initial_connection_window_size(Some(WINDOW))
                 .add_service(Server(Arc::clone(&requests), delay))
                 .serve_with_incoming(TcpListenerStream::new(listener)),
         );
