@@ -4,9 +4,14 @@
 
 use super::checksum::{ChecksumKey, KEY_ITEM};
 use super::keda::{scaled_object, trigger_authentication};
+use super::meta::{labels, meta, selector_labels};
+pub use super::meta::{
+    ANNOTATION_REVISION, APP_NAME, FIELD_MANAGER, LABEL_MODEL, LABEL_PROJECT, LABEL_VERSION,
+    PORT_NAME,
+};
 use super::monitor::{disruption_budget, pod_monitor};
-use super::names::label_value;
-use super::spec::{Spec, DATA_DIR, TMP_DIR};
+use super::spec::Spec;
+pub use super::storage::{CONFIG_DIR, DATA_DIR, KEY_DIR, TMP_DIR};
 use k8s_openapi::api::apps::v1::{
     Deployment, DeploymentSpec, DeploymentStrategy, RollingUpdateDeployment,
 };
@@ -24,30 +29,12 @@ use k8s_openapi::ByteString;
 use kube::api::DynamicObject;
 use std::collections::BTreeMap;
 
-/// Field manager of every server-side apply.
-pub const FIELD_MANAGER: &str = "observation-publisher";
-/// Annotation holding the spec revision, on every object and on the pod template.
-pub const ANNOTATION_REVISION: &str = "observation-publisher.caraml.dev/revision";
 /// Pod-template annotation holding the keyed digest of `config.yaml` (see [`super::checksum`]).
 pub const ANNOTATION_CONFIG_CHECKSUM: &str = "observation-publisher.caraml.dev/config-checksum";
 /// Workload-identity annotation on the ServiceAccount.
 pub const ANNOTATION_GCP_SA: &str = "iam.gke.io/gcp-service-account";
-/// Label keys of the version identity (also the Deployment selector).
-pub const LABEL_PROJECT: &str = "observation-publisher.caraml.dev/project";
-/// See [`LABEL_PROJECT`].
-pub const LABEL_MODEL: &str = "observation-publisher.caraml.dev/model";
-/// See [`LABEL_PROJECT`].
-pub const LABEL_VERSION: &str = "observation-publisher.caraml.dev/model-version";
-/// `app.kubernetes.io/name` value.
-pub const APP_NAME: &str = "observation-publisher";
-/// Where the config Secret is mounted.
-pub const CONFIG_DIR: &str = "/etc/observation-publisher";
-/// Where the key Secret is mounted, when one is named.
-pub const KEY_DIR: &str = "/var/run/secrets/gcp";
 /// Item of the config Secret.
 pub const CONFIG_ITEM: &str = "config.yaml";
-/// Name of the metrics/probe port (Merlin's, so existing monitors keep matching).
-pub const PORT_NAME: &str = "prom-metric";
 /// Pod user and group: a fixed non-root id (the Dockerfile creates it).
 pub const RUN_AS: i64 = 65532;
 /// What a redacted Secret value is replaced with in `--dry-run` output.
@@ -70,44 +57,6 @@ pub struct Manifests {
     pub pod_monitor: Option<DynamicObject>,
     /// One pod down at a time, when more than one may run.
     pub disruption_budget: Option<PodDisruptionBudget>,
-}
-
-/// Labels that identify one model version; the Deployment selector.
-pub fn selector_labels(spec: &Spec) -> BTreeMap<String, String> {
-    BTreeMap::from([
-        ("app.kubernetes.io/name".to_string(), APP_NAME.to_string()),
-        (LABEL_PROJECT.to_string(), label_value(&spec.project)),
-        (LABEL_MODEL.to_string(), label_value(&spec.model)),
-        (LABEL_VERSION.to_string(), label_value(&spec.version)),
-    ])
-}
-
-/// Labels on every object and pod: the selector labels, the standard ones and the spec's own.
-pub fn labels(spec: &Spec) -> BTreeMap<String, String> {
-    let mut l = spec.labels.clone();
-    l.extend(selector_labels(spec));
-    l.insert(
-        "app.kubernetes.io/instance".into(),
-        spec.names.workload.clone(),
-    );
-    l.insert("app.kubernetes.io/component".into(), "worker".into());
-    l.insert("app.kubernetes.io/managed-by".into(), FIELD_MANAGER.into());
-    l
-}
-
-pub(super) fn meta(spec: &Spec, name: &str, extra_annotations: &[(&str, String)]) -> ObjectMeta {
-    let mut annotations =
-        BTreeMap::from([(ANNOTATION_REVISION.to_string(), spec.revision.to_string())]);
-    for (k, v) in extra_annotations {
-        annotations.insert((*k).to_string(), v.clone());
-    }
-    ObjectMeta {
-        name: Some(name.to_string()),
-        namespace: Some(spec.namespace.clone()),
-        labels: Some(labels(spec)),
-        annotations: Some(annotations),
-        ..ObjectMeta::default()
-    }
 }
 
 /// Builds every object of the version; `key` is the config Secret's checksum key

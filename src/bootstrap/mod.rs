@@ -9,9 +9,10 @@
 //! - [`spec`]: the publisher spec and its validation (all problems at once).
 //! - [`names`]: DNS-1123 object names carrying the identity hash; label values.
 //! - [`owner`]: identity labels checked before writes and deletes; adopting older objects.
+//! - [`meta`]: identity labels, the revision annotation and the label keys every object carries.
 //! - [`manifest`]: pure builders of the objects; `--dry-run` prints them.
-//! - [`keda`]: the ScaledObject and the TriggerAuthentication its Kafka scaler needs on a
-//!   secured cluster (pure).
+//! - [`kafka_auth`]: how KEDA's Kafka scaler authenticates, from the consumer's settings (pure).
+//! - [`keda`]: the ScaledObject and the TriggerAuthentication (pure).
 //! - [`monitor`]: the optional PodMonitor and the PodDisruptionBudget (pure).
 //! - [`checksum`]: the keyed `config-checksum` annotation (HMAC-SHA256, key in the Secret).
 //! - [`revision`]: the revision rules on a marker ConfigMap with optimistic concurrency.
@@ -29,8 +30,10 @@ pub mod cli;
 pub mod delete;
 pub mod error;
 pub mod kafka;
+pub mod kafka_auth;
 pub mod keda;
 pub mod manifest;
+pub mod meta;
 pub mod monitor;
 pub mod names;
 pub mod owner;

@@ -199,6 +199,32 @@ pub fn is_label_key(key: &str) -> bool {
     prefix.is_none_or(is_dns_subdomain) && !name.is_empty() && is_label_value(name)
 }
 
+/// Whether `q` looks like a Kubernetes quantity: a decimal number with an optional SI, binary or
+/// exponent suffix.
+pub fn is_quantity(q: &str) -> bool {
+    let num_end = q
+        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '+' || c == '-'))
+        .unwrap_or(q.len());
+    let (num, suffix) = q.split_at(num_end);
+    let num = num.strip_prefix('+').unwrap_or(num);
+    let digits_ok = !num.is_empty()
+        && !num.starts_with('-')
+        && num.chars().filter(|c| *c == '.').count() <= 1
+        && num.chars().any(|c| c.is_ascii_digit())
+        && num.chars().all(|c| c.is_ascii_digit() || c == '.');
+    let suffix_ok = [
+        "", "m", "k", "M", "G", "T", "P", "E", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei",
+    ]
+    .contains(&suffix)
+        || suffix.strip_prefix(['e', 'E']).is_some_and(|e| {
+            !e.is_empty()
+                && e.trim_start_matches(['+', '-'])
+                    .chars()
+                    .all(|c| c.is_ascii_digit())
+        });
+    digits_ok && suffix_ok
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

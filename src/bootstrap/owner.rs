@@ -12,7 +12,8 @@
 //! Both need only `get` on the objects; nothing lists.
 
 use super::error::BootstrapError;
-use super::manifest::{selector_labels, CONFIG_ITEM, LABEL_MODEL, LABEL_PROJECT, LABEL_VERSION};
+use super::manifest::CONFIG_ITEM;
+use super::meta::{selector_labels, LABEL_MODEL, LABEL_PROJECT, LABEL_VERSION};
 use super::names::Names;
 use super::spec::{default_group, legacy_default_group, Spec};
 use k8s_openapi::api::apps::v1::Deployment;

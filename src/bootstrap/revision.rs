@@ -18,7 +18,7 @@
 //! - the same revision again is idempotent: it is re-applied, which changes nothing.
 
 use super::error::BootstrapError;
-use super::manifest::{labels, ANNOTATION_REVISION};
+use super::meta::{labels, ANNOTATION_REVISION};
 use super::poll::{pause_until, Backoff};
 use super::rollout::{assess, deployed_revision, Rollout};
 use super::spec::Spec;

@@ -5,7 +5,7 @@
 //! spec.replicas`; `replicas ≤ updatedReplicas`; `availableReplicas ≥ updatedReplicas`. The
 //! strict variant also wants the revision annotation to be the expected revision.
 
-use super::manifest::ANNOTATION_REVISION;
+use super::meta::ANNOTATION_REVISION;
 use k8s_openapi::api::apps::v1::Deployment;
 use serde::Serialize;
 

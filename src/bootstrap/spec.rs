@@ -28,19 +28,17 @@
 //! Secret carries as `config.yaml`. Every problem, in the spec and in the config, is reported at
 //! once.
 
-use super::keda::{kafka_auth, KafkaAuth};
-use super::monitor::{read_monitoring, Monitoring};
-use super::names::{is_dns_label, is_dns_subdomain, is_label_key, is_label_value, Names};
+use super::kafka_auth::{kafka_auth, KafkaAuth};
+use super::names::{
+    is_dns_label, is_dns_subdomain, is_label_key, is_label_value, is_quantity, Names,
+};
 use super::storage::Storage;
+pub use super::storage::{DATA_DIR, TMP_DIR};
 use crate::config::{key_text, scalar_text, Config, Needs, Obj, Problems};
 use serde_yaml_ng::{Mapping, Value};
 use std::collections::BTreeMap;
 use std::path::Path;
 
-/// Directory the publisher's working directory points at; an `emptyDir` is mounted there.
-pub const DATA_DIR: &str = "/var/lib/observation-publisher";
-/// Scratch directory; an `emptyDir` is mounted there.
-pub const TMP_DIR: &str = "/tmp";
 /// Default item of the key Secret holding the GCP service-account key (Merlin's name).
 pub const DEFAULT_KEY_ITEM: &str = "service-account.json";
 /// Label and annotation prefixes reserved for the objects bootstrap writes.
@@ -690,31 +688,10 @@ fn read_autoscaling(mut m: Obj<'_>, replicas: i32, p: &mut Problems) -> Option<A
     })
 }
 
-/// Whether `q` looks like a Kubernetes quantity: a decimal number with an optional SI, binary or
-/// exponent suffix.
-pub fn is_quantity(q: &str) -> bool {
-    let num_end = q
-        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '+' || c == '-'))
-        .unwrap_or(q.len());
-    let (num, suffix) = q.split_at(num_end);
-    let num = num.strip_prefix('+').unwrap_or(num);
-    let digits_ok = !num.is_empty()
-        && !num.starts_with('-')
-        && num.chars().filter(|c| *c == '.').count() <= 1
-        && num.chars().any(|c| c.is_ascii_digit())
-        && num.chars().all(|c| c.is_ascii_digit() || c == '.');
-    let suffix_ok = [
-        "", "m", "k", "M", "G", "T", "P", "E", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei",
-    ]
-    .contains(&suffix)
-        || suffix.strip_prefix(['e', 'E']).is_some_and(|e| {
-            !e.is_empty()
-                && e.trim_start_matches(['+', '-'])
-                    .chars()
-                    .all(|c| c.is_ascii_digit())
-        });
-    digits_ok && suffix_ok
-}
+mod monitoring;
+
+use monitoring::read_monitoring;
+pub use monitoring::{is_prometheus_duration, Monitoring, DEFAULT_SCRAPE_INTERVAL};
 
 #[cfg(test)]
 pub(crate) mod tests;

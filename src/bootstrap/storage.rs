@@ -15,11 +15,19 @@
 //! persistent volume the spec names; the Kafka dead-letter target and the BIGQUERY sink are what
 //! a Deployment should use.
 
-use super::names::is_dns_subdomain;
-use super::spec::{is_quantity, DATA_DIR, TMP_DIR};
+use super::names::{is_dns_subdomain, is_quantity};
 use crate::config::{Config, DeadLetter, Obj, Problems};
 use serde_yaml_ng::Value;
 use std::path::{Component, Path, PathBuf};
+
+/// Directory the publisher's working directory points at; an `emptyDir` is mounted there.
+pub const DATA_DIR: &str = "/var/lib/observation-publisher";
+/// Scratch directory; an `emptyDir` is mounted there.
+pub const TMP_DIR: &str = "/tmp";
+/// Where the config Secret is mounted.
+pub const CONFIG_DIR: &str = "/etc/observation-publisher";
+/// Where the key Secret is mounted, when one is named.
+pub const KEY_DIR: &str = "/var/run/secrets/gcp";
 
 /// Default `sizeLimit` of each generated `emptyDir`.
 pub const DEFAULT_SIZE_LIMIT: &str = "1Gi";
@@ -105,8 +113,8 @@ impl Storage {
                 || mount_path == Path::new("/")
                 || mount_path == Path::new(DATA_DIR)
                 || mount_path == Path::new(TMP_DIR)
-                || mount_path.starts_with(super::manifest::CONFIG_DIR)
-                || mount_path.starts_with(super::manifest::KEY_DIR);
+                || mount_path.starts_with(CONFIG_DIR)
+                || mount_path.starts_with(KEY_DIR);
             if bad_mount {
                 problems.push(
                         "storage.persistent.mount_path",

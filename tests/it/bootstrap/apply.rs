@@ -363,7 +363,7 @@ async fn losing_the_marker_create_race_to_a_newer_revision_supersedes() {
     let s = spec("sample", "credit-model", "3", 1, "");
     let key = object_path(NS, "configmaps", &s.names.marker);
     let name = s.names.marker.clone();
-    let labels = observation_publisher::bootstrap::manifest::labels(&s);
+    let labels = observation_publisher::bootstrap::meta::labels(&s);
     fake.before_next(Method::POST, "/configmaps", move |st| {
         st.insert(
             &key,
