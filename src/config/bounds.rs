@@ -15,6 +15,12 @@ const KIB: u64 = 1 << 10;
 const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;
 const TIB: u64 = 1 << 40;
+
+/// BigQuery's own cap on one serialized AppendRows request: "10 MB", which Google's Java client
+/// reads as 10,000,000 bytes.
+pub const MAX_APPEND_REQUEST_BYTES: u64 = 10_000_000;
+/// Largest `connections` of a BIGQUERY sink.
+pub const MAX_CONNECTIONS: u32 = 16;
 const MS: Duration = Duration::from_millis(1);
 const SEC: Duration = Duration::from_secs(1);
 const HOUR: Duration = Duration::from_secs(3600);
@@ -56,14 +62,12 @@ pub(crate) const COMMIT_INTERVAL: RangeInclusive<Duration> = MS..=HOUR;
 /// `consumer.session_timeout`: librdkafka's own range for `session.timeout.ms`, 1 ms to 1 h.
 pub(crate) const SESSION_TIMEOUT: RangeInclusive<Duration> = MS..=HOUR;
 /// A BIGQUERY sink's `max_request_bytes`: 64 KiB to BigQuery's AppendRows cap (10 MB).
-pub(crate) const APPEND_REQUEST_BYTES: RangeInclusive<u64> =
-    (64 * KIB)..=super::merlin::MAX_APPEND_REQUEST_BYTES;
+pub(crate) const APPEND_REQUEST_BYTES: RangeInclusive<u64> = (64 * KIB)..=MAX_APPEND_REQUEST_BYTES;
 /// A BIGQUERY sink's `max_inflight_bytes`: 64 KiB to 64 GiB (and at least `max_request_bytes`).
 pub(crate) const SINK_INFLIGHT_BYTES: RangeInclusive<u64> = (64 * KIB)..=(64 * GIB);
 
 /// A BIGQUERY sink's `connections` (AppendRows connections to the `_default` stream): 1 to 16.
-pub(crate) const APPEND_CONNECTIONS: RangeInclusive<u64> =
-    1..=(super::merlin::MAX_CONNECTIONS as u64);
+pub(crate) const APPEND_CONNECTIONS: RangeInclusive<u64> = 1..=(MAX_CONNECTIONS as u64);
 /// An ARIZE sink's `request_timeout` and `connect_timeout`: 1 ms to 1 h.
 pub(crate) const ARIZE_TIMEOUT: RangeInclusive<Duration> = MS..=HOUR;
 /// An ARIZE sink's `max_request_bytes`: 64 KiB to 1 GiB.

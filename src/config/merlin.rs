@@ -127,7 +127,7 @@ pub struct BigQuerySink {
     /// Ours: how requests are authenticated (`auth: adc | none`).
     pub auth: BigQueryAuth,
     /// Ours: upper bound of one serialized AppendRows request (`max_request_bytes`, default 4 MB,
-    /// at most [`MAX_APPEND_REQUEST_BYTES`]).
+    /// at most [`super::MAX_APPEND_REQUEST_BYTES`]).
     pub max_request_bytes: u64,
     /// Ours: upper bound of the bytes sent but not yet acknowledged (`max_inflight_bytes`).
     pub max_inflight_bytes: u64,
@@ -140,7 +140,7 @@ pub struct BigQuerySink {
     /// left by at-least-once delivery can be told apart and removed by source position.
     pub kafka_columns: bool,
     /// Ours: AppendRows connections to the table's `_default` stream (`connections`, default
-    /// [`DEFAULT_CONNECTIONS`], 1 to [`MAX_CONNECTIONS`]); batches go to them in turn, each
+    /// [`DEFAULT_CONNECTIONS`], 1 to [`super::MAX_CONNECTIONS`]); batches go to them in turn, each
     /// pipelining its requests, together within `max_inflight_bytes`. Exactly-once ignores it
     /// (one COMMITTED stream per partition).
     pub connections: u32,
@@ -148,12 +148,7 @@ pub struct BigQuerySink {
 
 /// Default `connections` (chosen by measurement: docs/performance.md, "BigQuery appends").
 pub const DEFAULT_CONNECTIONS: u32 = 4;
-/// Largest `connections`.
-pub const MAX_CONNECTIONS: u32 = 16;
 
-/// BigQuery's own cap on one serialized AppendRows request: "10 MB", which Google's Java client
-/// reads as 10,000,000 bytes.
-pub const MAX_APPEND_REQUEST_BYTES: u64 = 10_000_000;
 /// Default `max_request_bytes`: 4 MB, twice a batch at the default in-flight budget (a larger
 /// batch is split into several requests), and four connections' worth fit the default
 /// `max_inflight_bytes`, so the pool's share of the memory formula stays 16 MiB.
@@ -418,7 +413,7 @@ fn read_maxcompute(
     // Merlin's value as written (its own test config has `access_url: url`, which the pod's
     // environment replaces, e.g. OBS_PUBLISHER__OBSERVATION_SINKS__1__CONFIG__ACCESS_URL):
     // `check-config` accepts the file as written; `run` checks the URL where the sink starts
-    // (sink::maxcompute::check_access_url, exit 2 with the key named).
+    // (`check_access_url`, exit 2 with the key named).
     let access_url = c
         .req_string("access_url", problems)
         .trim_end_matches('/')
@@ -605,5 +600,24 @@ fn read_bigquery_options(c: &mut Obj<'_>, problems: &mut Problems) -> BigQueryOp
         emulator_compat,
         kafka_columns,
         connections,
+    }
+}
+
+/// Whether `access_url` is an http(s) URL of MaxCompute's endpoint, as `run` needs it. Not a
+/// validation problem of the file: Merlin's own fixture has `access_url: url`, which
+/// `check-config` accepts (an `OBS_PUBLISHER__OBSERVATION_SINKS__N__CONFIG__ACCESS_URL`
+/// variable usually replaces it in the pod); the sink checks it where it starts (exit 2).
+pub fn check_access_url(url: &str) -> Result<(), String> {
+    let ok = reqwest::Url::parse(url)
+        .is_ok_and(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some());
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "access_url {:?} is not an http(s):// URL of MaxCompute's endpoint (e.g. \
+             https://service.<region>.maxcompute.aliyun.com/api); set it in the file or with \
+             OBS_PUBLISHER__OBSERVATION_SINKS__<index>__CONFIG__ACCESS_URL",
+            crate::redact::strip_userinfo(url)
+        ))
     }
 }

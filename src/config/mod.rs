@@ -31,17 +31,17 @@ mod schema;
 mod understood;
 mod value;
 
-pub use bounds::ARROW_STRING_LIMIT;
+pub use bounds::{ARROW_STRING_LIMIT, MAX_APPEND_REQUEST_BYTES, MAX_CONNECTIONS};
 pub use gen::{Dist, GenColumn, DEFAULT_NULLS};
 pub use load::{
     apply_env, apply_sets, load_value, override_scrubber, redact, redact_collect, ENV_PREFIX,
 };
 pub use merlin::{
-    ArizeSink, BigQueryAuth, BigQuerySink, KafkaSource, MaxComputeSink, RetryConfig, SinkConfig,
-    DEFAULT_ARIZE_CONNECT_TIMEOUT, DEFAULT_ARIZE_MAX_REQUEST_BYTES, DEFAULT_ARIZE_REQUEST_TIMEOUT,
-    DEFAULT_ARIZE_URI, DEFAULT_CONNECTIONS, DEFAULT_MAX_INFLIGHT_BYTES, DEFAULT_MAX_REQUEST_BYTES,
-    DEFAULT_REST_BASE_URL, DEFAULT_STORAGE_ENDPOINT, FORBIDDEN_CONSUMER_KEYS,
-    MAX_APPEND_REQUEST_BYTES, MAX_CONNECTIONS,
+    check_access_url, ArizeSink, BigQueryAuth, BigQuerySink, KafkaSource, MaxComputeSink,
+    RetryConfig, SinkConfig, DEFAULT_ARIZE_CONNECT_TIMEOUT, DEFAULT_ARIZE_MAX_REQUEST_BYTES,
+    DEFAULT_ARIZE_REQUEST_TIMEOUT, DEFAULT_ARIZE_URI, DEFAULT_CONNECTIONS,
+    DEFAULT_MAX_INFLIGHT_BYTES, DEFAULT_MAX_REQUEST_BYTES, DEFAULT_REST_BASE_URL,
+    DEFAULT_STORAGE_ENDPOINT, FORBIDDEN_CONSUMER_KEYS,
 };
 pub use merlin::{
     DEFAULT_MAXCOMPUTE_CONNECT_TIMEOUT, DEFAULT_MAXCOMPUTE_INTERVAL,
@@ -213,12 +213,11 @@ impl Config {
                 match s {
                     SinkConfig::BigQuery(_) => {}
                     SinkConfig::Arize(_) => {
-                        if let Some(schema) = &schema {
-                            if let Err(e) = crate::sink::arize::schema::model_type(
-                                &schema.model_prediction_output,
-                            ) {
-                                problems.push(&format!("observation_sinks[{i}].type"), e);
-                            }
+                        if let Some(why) = schema
+                            .as_ref()
+                            .and_then(|s| s.model_prediction_output.arize_unsupported())
+                        {
+                            problems.push(&format!("observation_sinks[{i}].type"), why);
                         }
                     }
                     // `access_url` is checked where the sink starts (`run`, exit 2): Merlin's

@@ -86,6 +86,14 @@ pub enum ModelOutput {
 }
 
 impl ModelOutput {
+    /// Why an ARIZE sink cannot take this output class, if it cannot: Merlin's Arize sink maps
+    /// binary classification, regression and ranking only.
+    pub fn arize_unsupported(&self) -> Option<&'static str> {
+        matches!(self, ModelOutput::Multiclass { .. }).then_some(
+            "MulticlassClassificationOutput cannot be sent to Arize: Merlin's Arize sink has no mapping for it (only binary classification, regression and ranking); remove the ARIZE sink or use another output class",
+        )
+    }
+
     /// The prediction (score) columns, in table order.
     pub fn score_columns(&self) -> Vec<&str> {
         match self {

@@ -120,8 +120,8 @@ fn maxcompute_sinks_are_accepted_for_run_with_merlins_access_url_as_written() {
         parse(&y, Needs::RUN).unwrap();
         parse(&y, Needs::SCHEMA).unwrap();
     }
-    assert!(crate::sink::maxcompute::check_access_url("http://u/api").is_ok());
-    let e = crate::sink::maxcompute::check_access_url("url").unwrap_err();
+    assert!(check_access_url("http://u/api").is_ok());
+    let e = check_access_url("url").unwrap_err();
     assert!(e.to_string().contains("access_url \"url\""), "{e}");
 }
 

@@ -137,7 +137,7 @@ pub fn merlin_keys(root: &Value, cfg: &Config) -> Vec<Understood> {
                     );
                     // Checked by `run`, not here: Merlin's own fixture has the placeholder `url`.
                     let url_ok = matches!(sink, Some(SinkConfig::MaxCompute(m))
-                        if crate::sink::maxcompute::check_access_url(&m.access_url).is_ok());
+                        if super::check_access_url(&m.access_url).is_ok());
                     add(
                         format!("{base}.access_url"),
                         c.get("access_url"),

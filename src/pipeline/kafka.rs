@@ -228,17 +228,6 @@ pub(crate) fn other_group_reader(
     }
 }
 
-/// Serves what a client that is never subscribed has queued, without waiting: its events are
-/// errors (rdkafka returns them from `poll` rather than logging them), logged here at debug
-/// level since the consumer beside it reports the same brokers' troubles.
-pub(super) fn serve_events(client: &BaseConsumer) {
-    while let Some(event) = client.poll(Duration::ZERO) {
-        if let Err(e) = event {
-            tracing::debug!(error = %e, "start_from's group reader");
-        }
-    }
-}
-
 impl RebalanceListener for Listener {
     fn assigning(&self, consumer: &BaseConsumer<SourceContext>, tpl: &mut TopicPartitionList) {
         self.start_offsets(consumer, tpl);
@@ -483,7 +472,7 @@ pub(crate) fn run(
                     commit(&mut st, &consumer, None, CommitMode::Sync);
                     last_commit = now;
                     if let Some(other) = &cfg.other_group {
-                        serve_events(other);
+                        start_from::serve_events(other);
                     }
                 }
                 (

@@ -84,7 +84,7 @@ fn resolve(
                 // It could not be made; `other_group_reader` said why.
                 return Ok(fresh.iter().map(|p| (*p, None)).collect());
             };
-            super::kafka::serve_events(other);
+            serve_events(other);
             let mut q = TopicPartitionList::new();
             for p in fresh {
                 q.add_partition(topic, *p);
@@ -194,6 +194,17 @@ pub(super) fn retry(
     if resume.count() > 0 {
         if let Err(e) = consumer.resume(&resume) {
             tracing::error!(error = %e, "cannot resume partitions after reading their start");
+        }
+    }
+}
+
+/// Serves what a client that is never subscribed has queued, without waiting: its events are
+/// errors (rdkafka returns them from `poll` rather than logging them), logged here at debug
+/// level since the consumer beside it reports the same brokers' troubles.
+pub(super) fn serve_events(client: &BaseConsumer) {
+    while let Some(event) = client.poll(Duration::ZERO) {
+        if let Err(e) = event {
+            tracing::debug!(error = %e, "start_from's group reader");
         }
     }
 }

@@ -88,7 +88,7 @@ pub fn model_type(out: &ModelOutput) -> Result<ArizeModelType, Unsupported> {
         ModelOutput::Regression { .. } => Ok(ArizeModelType::Numeric),
         ModelOutput::Ranking { .. } => Ok(ArizeModelType::Ranking),
         ModelOutput::Multiclass { .. } => Err(Unsupported(
-            "MulticlassClassificationOutput cannot be sent to Arize: Merlin's Arize sink has no mapping for it (only binary classification, regression and ranking); remove the ARIZE sink or use another output class".into(),
+            out.arize_unsupported().unwrap_or_default().into(),
         )),
     }
 }

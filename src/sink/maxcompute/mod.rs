@@ -59,22 +59,9 @@ pub struct MaxComputeSink {
     urgent: Arc<watch::Sender<Option<tokio::time::Instant>>>,
 }
 
-/// Checks `access_url` where the sink starts: Merlin's own fixture has `access_url: url`, which
-/// `check-config` accepts (an `OBS_PUBLISHER__OBSERVATION_SINKS__N__CONFIG__ACCESS_URL`
-/// variable usually replaces it in the pod); `run` needs a URL.
+/// Checks `access_url` where the sink starts ([`crate::config::check_access_url`]).
 pub fn check_access_url(url: &str) -> Result<(), StartError> {
-    let ok = reqwest::Url::parse(url)
-        .is_ok_and(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some());
-    if ok {
-        Ok(())
-    } else {
-        Err(StartError::Config(format!(
-            "access_url {:?} is not an http(s):// URL of MaxCompute's endpoint (e.g. \
-             https://service.<region>.maxcompute.aliyun.com/api); set it in the file or with \
-             OBS_PUBLISHER__OBSERVATION_SINKS__<index>__CONFIG__ACCESS_URL",
-            crate::redact::strip_userinfo(url)
-        )))
-    }
+    crate::config::check_access_url(url).map_err(StartError::Config)
 }
 
 impl MaxComputeSink {
