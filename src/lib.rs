@@ -23,19 +23,17 @@
 //! - [`commands`]: the offline commands (`convert`, `gen`, `schema`, `check-config`).
 //! - [`batch`]: the batcher: decoder + flush policy (rows, bytes, linger) + source coordinates.
 //! - [`commit`]: the pure offset tracker (commit only the contiguous acknowledged prefix).
-//! - [`sink`]: the `Sink` seam, retry with backoff, the embedded Parquet sink.
+//! - [`sink`]: the `Sink` seam and what every sink shares (errors, retry with backoff), and one
+//!   folder per sink: Parquet (the embedded default), BigQuery, Arize, MaxCompute.
 //! - [`deadletter`]: dead-letter targets (Kafka topic, file).
 //! - [`source`]: Kafka consumer settings and context (rebalances, statistics).
 //! - [`pipeline`]: `run`: wires source → decode → batch → sinks → commit.
 //! - [`metrics`], [`server`], [`telemetry`], [`shutdown`]: operating the daemon.
-//! - [`bigquery`]: the BigQuery sink's writer (Storage Write API, Arrow rows) and table management.
-//! - [`maxcompute`]: MaxCompute protocol pieces (signing, Tunnel records, DDL), checked by pyodps.
 //! - [`merlin_entry`]: Merlin's container command (`python -m publisher +environment=NAME`).
 //! - [`bootstrap`]: one publisher Deployment per model version on Kubernetes.
 
 pub mod backoff;
 pub mod batch;
-pub mod bigquery;
 pub mod bootstrap;
 pub mod cli;
 pub mod commands;
@@ -47,7 +45,6 @@ pub mod footprint;
 pub mod framing;
 pub mod gen;
 pub(crate) mod mapped;
-pub mod maxcompute;
 pub mod merlin_entry;
 pub mod metrics;
 pub mod naming;

@@ -1,7 +1,7 @@
 //! Counting at the end (and during a sink outage): committed offsets of the publishers' group,
 //! the dead-letter topic, and every row in the BigQuery table.
 
-use observation_publisher::bigquery::TableManager;
+use observation_publisher::sink::bigquery::TableManager;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Headers, Message};

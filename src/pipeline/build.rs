@@ -7,11 +7,12 @@ use crate::config::{Config, DeadLetter as DeadLetterCfg, KafkaSource, SinkConfig
 use crate::deadletter::{self, OutcomeFn};
 use crate::server::Health;
 use crate::sink::arize::ArizeSink;
-use crate::sink::bigquery::{BigQueryTableSink, StartError};
-use crate::sink::exactly_once::{ExactlyOnceSink, PartitionStarts};
+use crate::sink::bigquery::exactly_once::{ExactlyOnceSink, PartitionStarts};
+use crate::sink::bigquery::sink::BigQueryTableSink;
 use crate::sink::maxcompute::MaxComputeSink;
 use crate::sink::parquet::ParquetSink;
 use crate::sink::Sink;
+use crate::sink::StartError;
 use crate::source::{self, SourceContext};
 use rdkafka::config::FromClientConfigAndContext;
 use rdkafka::consumer::BaseConsumer;

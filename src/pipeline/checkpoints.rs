@@ -11,8 +11,8 @@
 //! Starting a partition whose checkpoint is unknown would skip nothing, not fence the old
 //! stream, and overwrite the checkpoint with `carried: 0`: duplicates nothing could remove.
 
-use crate::bigquery::exactly_once::Checkpoint;
 use crate::commit::Partition;
+use crate::sink::bigquery::checkpoint::Checkpoint;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 

@@ -73,7 +73,7 @@ fn settle(
 /// Exactly-once: records the new streams the sink opened in the group's commit, synchronously,
 /// before the sink writes a row into them, where the ledger says.
 fn register(st: &mut State, consumer: &BaseConsumer<SourceContext>) {
-    use crate::sink::exactly_once::Registered;
+    use crate::sink::bigquery::exactly_once::Registered;
     for r in st.take_registrations() {
         let Some(offset) = st.ledger.stream_opened(r.partition, r.epoch, r.offset) else {
             let _ = r.done.send(Registered::Stale);

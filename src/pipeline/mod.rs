@@ -41,7 +41,7 @@ mod state;
 use crate::batch::Batcher;
 use crate::config::{Config, Delivery, KafkaSource};
 use crate::server::{self, Health};
-use crate::sink::exactly_once::PartitionStarts;
+use crate::sink::bigquery::exactly_once::PartitionStarts;
 use crate::sink::RevokeHook;
 use crate::source::SourceContext;
 use crate::table::TableLayout;

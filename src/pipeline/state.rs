@@ -15,7 +15,7 @@ use crate::batch::{Batch, Batcher};
 use crate::commit::Partition;
 use crate::deadletter::{self, DeadLetter, Failure, Outcome};
 use crate::server::Health;
-use crate::sink::exactly_once::{PartitionStarts, Registration};
+use crate::sink::bigquery::exactly_once::{PartitionStarts, Registration};
 use crate::sink::StreamCheckpoint;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::Ordering;
@@ -511,9 +511,9 @@ impl State {
         if let Some(starts) = &self.starts {
             if let Ok(mut s) = starts.starts.lock() {
                 for (p, epoch) in epochs {
-                    let cp = checkpoints
-                        .get(&p)
-                        .and_then(|m| crate::bigquery::exactly_once::Checkpoint::from_metadata(m));
+                    let cp = checkpoints.get(&p).and_then(|m| {
+                        crate::sink::bigquery::checkpoint::Checkpoint::from_metadata(m)
+                    });
                     s.insert(p, (epoch, cp));
                 }
             }

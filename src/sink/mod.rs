@@ -25,7 +25,8 @@
 //! not) it calls [`Sink::close`] on every sink: a sink releases what it holds outside the
 //! process there (the MAXCOMPUTE sink drops its staging table).
 //!
-//! Sinks:
+//! Sinks, one folder each holding everything the sink needs (its protocol client, table or
+//! schema management, request building and the adapter to this seam):
 //! - [`parquet::ParquetSink`]: the embedded default, local Parquet files under `dt=YYYY-MM-DD/`.
 //! - [`bigquery::BigQueryTableSink`]: BigQuery through the Storage Write API.
 //! - [`arize::ArizeSink`]: Arize's pandas-logger endpoint (what Merlin sends through arize 7.10.2).
@@ -34,7 +35,6 @@
 
 pub mod arize;
 pub mod bigquery;
-pub mod exactly_once;
 pub mod maxcompute;
 pub mod parquet;
 pub mod retry;
@@ -83,6 +83,18 @@ pub struct StreamCheckpoint {
 /// The future a [`Sink::write`] returns.
 pub type WriteFuture<'a> =
     Pin<Box<dyn Future<Output = Result<WriteReport, SinkError>> + Send + 'a>>;
+
+/// Why a sink could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The configuration cannot work (changed column type, missing dataset or table, bad
+    /// endpoint or credentials): exit 2.
+    #[error("{0}")]
+    Config(String),
+    /// The service is unreachable or refused for now: retry.
+    #[error("{0}")]
+    Unavailable(String),
+}
 
 /// Where a submitted batch stands in a sink; see the module docs.
 pub enum Progress {

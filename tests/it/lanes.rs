@@ -12,7 +12,7 @@ use crate::maxcompute::fake::{http, Fake, ACCESS_ID, DATASET, SECRET};
 use crate::runtime::{
     committed_total, create_topic, expected_rows, logs_at, produce, stop, unique, wait_for, Setup,
 };
-use observation_publisher::maxcompute::ddl::table_name;
+use observation_publisher::sink::maxcompute::ddl::table_name;
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

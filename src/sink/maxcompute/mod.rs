@@ -16,24 +16,44 @@
 //! - [`Sink::revoke_hook`]: a revoke moves what is staged at once, and keeps moving what is
 //!   staged until the revoke's deadline, so its rows are committed by the revoke.
 //! - [`Sink::close`]: stops the mover and drops the staging table.
+//!
+//! The protocol pieces, pure and verified against pyodps (tests/it/maxcompute; docs/maxcompute.md
+//! records the wire facts):
+//! - [`sign`]: V2 signing (`Authorization: ODPS <id>:base64(HMAC-SHA1)`); secrets never printed.
+//! - [`record`]: the Tunnel's protobuf-like record stream with CRC32C checksums.
+//! - [`encode`]: Arrow batches of the model's table → records, tags from the table's schema.
+//! - [`schema`]: MaxCompute column types.
+//! - [`ddl`]: Merlin's table name, create and alter statements; a changed type is refused.
+//! - [`wire`]: the bodies sent and read (SQL instance XML, task status, table and session schema).
+//! - [`error`]: every failure classified for the sink seam (retry, needs a fix, rows refused).
+//! - [`instance`]: what a poll of an SQL instance says, compared as pyodps compares it.
+//! - [`client`]: the signed HTTP clients (SQL instances, table lookup, Tunnel upload sessions).
 
+pub mod client;
+pub mod ddl;
+pub mod encode;
+pub mod error;
+pub mod instance;
 pub mod mover;
+pub mod record;
+pub mod schema;
+pub mod sign;
 pub mod tables;
 pub mod upload;
+pub mod wire;
 
-use super::bigquery::StartError;
 use super::{
-    Acknowledgement, CloseFuture, Progress, RevokeHook, Sink, SinkError, SinkErrorKind,
+    Acknowledgement, CloseFuture, Progress, RevokeHook, Sink, SinkError, SinkErrorKind, StartError,
     SubmitFuture, WriteReport,
 };
 use crate::backoff::Backoff;
 use crate::batch::Batch;
 use crate::config::{Config, MaxComputeSink as MaxComputeConfig};
-use crate::maxcompute::client::{self, Client, ClientOptions};
-use crate::maxcompute::ddl::{self, SQL_SETTINGS};
-use crate::maxcompute::schema::TableColumn;
 use crate::table::TableLayout;
+use client::{Client, ClientOptions};
+use ddl::SQL_SETTINGS;
 use mover::{Epochs, Mover};
+use schema::TableColumn;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{watch, Mutex, Semaphore};

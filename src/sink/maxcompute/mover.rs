@@ -11,9 +11,9 @@
 
 use super::tables;
 use crate::backoff::Backoff;
-use crate::maxcompute::client::{CallError, Client, Polled};
-use crate::maxcompute::ddl::SQL_SETTINGS;
-use crate::maxcompute::schema::TableColumn;
+use crate::sink::maxcompute::client::{CallError, Client, Polled};
+use crate::sink::maxcompute::ddl::SQL_SETTINGS;
+use crate::sink::maxcompute::schema::TableColumn;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;

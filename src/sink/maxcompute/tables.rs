@@ -2,11 +2,11 @@
 //! process's staging table (its name, and the statements that fill, move and drop it). The
 //! names and statements are pure; [`ensure_target`] and [`reset_staging`] are the thin I/O.
 
-use crate::maxcompute::client::{CallError, Client};
-use crate::maxcompute::ddl::{self, qualified, quote_ident, SQL_SETTINGS};
-use crate::maxcompute::error::Class;
-use crate::maxcompute::schema::TableColumn;
-use crate::sink::bigquery::StartError;
+use crate::sink::maxcompute::client::{CallError, Client};
+use crate::sink::maxcompute::ddl::{self, qualified, quote_ident, SQL_SETTINGS};
+use crate::sink::maxcompute::error::Class;
+use crate::sink::maxcompute::schema::TableColumn;
+use crate::sink::StartError;
 
 /// MaxCompute's longest table name.
 pub const MAX_TABLE_NAME: usize = 128;
@@ -195,7 +195,7 @@ pub async fn reset_staging(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::maxcompute::schema::OdpsType;
+    use crate::sink::maxcompute::schema::OdpsType;
 
     #[test]
     fn staging_names_are_per_instance_bounded_and_distinct() {

@@ -8,10 +8,10 @@
 //! again whole.
 
 use super::mover::Epochs;
-use crate::maxcompute::client::{CallError, Client};
-use crate::maxcompute::encode::RecordEncoder;
-use crate::maxcompute::error::Class;
-use crate::maxcompute::record::BlockWriter;
+use crate::sink::maxcompute::client::{CallError, Client};
+use crate::sink::maxcompute::encode::RecordEncoder;
+use crate::sink::maxcompute::error::Class;
+use crate::sink::maxcompute::record::BlockWriter;
 use crate::sink::{RejectedRow, SinkError, SinkErrorKind};
 use arrow_array::RecordBatch;
 use std::ops::Range;

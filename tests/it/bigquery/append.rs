@@ -4,7 +4,7 @@ use super::*;
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Float64Type, Int64Type, TimestampMicrosecondType};
 use arrow_array::{Array, ArrayRef, StringArray};
-use observation_publisher::bigquery::AppendWriter;
+use observation_publisher::sink::bigquery::AppendWriter;
 use std::collections::HashMap;
 
 fn writer(f: &Fixture, opts: WriterOptions) -> AppendWriter {
@@ -137,7 +137,7 @@ async fn pipelined_appends_all_land_once() {
 async fn a_batch_over_max_request_bytes_is_split_and_lands_once() {
     let f = Fixture::new("split").await;
     let batch = f.batch(3, 2_000, 2);
-    let encoded = observation_publisher::bigquery::encode::batch_bytes(&batch)
+    let encoded = observation_publisher::sink::bigquery::encode::batch_bytes(&batch)
         .expect("ipc")
         .len();
     let opts = WriterOptions {
@@ -180,7 +180,7 @@ async fn a_size_cap_rejection_is_split_and_resent() {
         .collect();
     cols[5] = Arc::new(merchants);
     let batch = RecordBatch::try_new(base.schema(), cols).expect("batch");
-    let encoded = observation_publisher::bigquery::encode::batch_bytes(&batch)
+    let encoded = observation_publisher::sink::bigquery::encode::batch_bytes(&batch)
         .expect("ipc")
         .len();
     assert!(
@@ -256,9 +256,9 @@ async fn a_missing_table_makes_the_writer_unhealthy_until_it_exists() {
 #[tokio::test]
 async fn rows_outside_the_partition_range_are_rejected_before_sending() {
     use arrow_array::TimestampMicrosecondArray;
-    use observation_publisher::bigquery::exactly_once::resume_partition;
-    use observation_publisher::bigquery::validate::{now_micros, PartitionWindow};
-    use observation_publisher::bigquery::RejectReason;
+    use observation_publisher::sink::bigquery::checkpoint::resume_partition;
+    use observation_publisher::sink::bigquery::validate::{now_micros, PartitionWindow};
+    use observation_publisher::sink::bigquery::RejectReason;
 
     let f = Fixture::new("window").await;
     let base = f.batch(11, 10, 1);

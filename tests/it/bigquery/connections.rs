@@ -7,7 +7,7 @@
 //! saw a writer wait on one until its drain deadline). BigQuery has no such limit.
 
 use super::*;
-use observation_publisher::bigquery::AppendWriter;
+use observation_publisher::sink::bigquery::AppendWriter;
 
 #[tokio::test]
 async fn ten_connections_open_at_once_are_all_answered() {

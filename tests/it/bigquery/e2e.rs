@@ -738,7 +738,7 @@ async fn a_unicode_feature_name_lands_in_bigquery_end_to_end() {
 
     let table = format!("`{PROJECT}.{dataset}.prediction_log_demo_fraud_detector`");
     let t = manager()
-        .get_table(&observation_publisher::bigquery::TableRef {
+        .get_table(&observation_publisher::sink::bigquery::TableRef {
             project: PROJECT.into(),
             dataset: dataset.clone(),
             table: "prediction_log_demo_fraud_detector".into(),

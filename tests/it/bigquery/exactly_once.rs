@@ -3,8 +3,8 @@
 
 use super::proxy::{Fault, Proxy, Script};
 use super::*;
-use observation_publisher::bigquery::exactly_once::{resume_partition, Checkpoint};
-use observation_publisher::bigquery::{AppendWriter, WriterError};
+use observation_publisher::sink::bigquery::checkpoint::{resume_partition, Checkpoint};
+use observation_publisher::sink::bigquery::{AppendWriter, WriterError};
 use tonic::Code;
 
 fn any_port() -> std::net::SocketAddr {

@@ -4,7 +4,7 @@
 use super::proxy::{Fault, Proxy, Script};
 use super::*;
 use arrow_array::cast::AsArray;
-use observation_publisher::bigquery::{AppendWriter, RejectReason};
+use observation_publisher::sink::bigquery::{AppendWriter, RejectReason};
 use std::collections::HashSet;
 use tonic::Code;
 
@@ -303,7 +303,7 @@ async fn in_flight_bytes_bound_appends_while_bigquery_is_down() {
         .and_then(|l| l.local_addr())
         .expect("free port");
     let first = f.batch(1_100, 10, 2);
-    let size = observation_publisher::bigquery::encode::batch_bytes(&first)
+    let size = observation_publisher::sink::bigquery::encode::batch_bytes(&first)
         .expect("ipc")
         .len();
     // Room for one batch only.

@@ -6,7 +6,7 @@
 //! rows and reads them back. Not run in CI.
 
 use super::*;
-use observation_publisher::bigquery::AppendWriter;
+use observation_publisher::sink::bigquery::AppendWriter;
 
 #[tokio::test]
 #[ignore = "needs BigQuery credentials"]
@@ -22,7 +22,7 @@ async fn live_bigquery_round_trip() {
     sink.rest_base_url = observation_publisher::config::DEFAULT_REST_BASE_URL.into();
     sink.auth = observation_publisher::config::BigQueryAuth::Adc;
     sink.emulator_compat = false;
-    let (client, tables) = observation_publisher::bigquery::connect(&sink)
+    let (client, tables) = observation_publisher::sink::bigquery::connect(&sink)
         .await
         .expect("credentials");
     let spec = TableSpec::from_config(&config, &sink).expect("spec");

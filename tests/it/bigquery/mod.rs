@@ -20,13 +20,13 @@ mod slow_ack;
 mod tables;
 
 use arrow_array::RecordBatch;
-use observation_publisher::bigquery::table::{QueryResult, RestOptions};
-use observation_publisher::bigquery::{
-    StorageClient, TableManager, TableRef, TableSpec, WriterOptions,
-};
 use observation_publisher::config::{BigQuerySink, Config, Needs};
 use observation_publisher::decode::Decoder;
 use observation_publisher::gen::{GenOptions, Generator};
+use observation_publisher::sink::bigquery::table::{QueryResult, RestOptions};
+use observation_publisher::sink::bigquery::{
+    StorageClient, TableManager, TableRef, TableSpec, WriterOptions,
+};
 use observation_publisher::table::TableLayout;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;

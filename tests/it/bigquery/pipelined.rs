@@ -12,10 +12,10 @@
 
 use super::slow_ack::SlowAck;
 use observation_publisher::batch::{Batch, Batcher};
-use observation_publisher::bigquery::{StorageClient, TableRef, WriterOptions};
 use observation_publisher::config::Batching;
 use observation_publisher::gen::{GenOptions, Generator};
 use observation_publisher::sink::bigquery::BigQueryTableSink;
+use observation_publisher::sink::bigquery::{StorageClient, TableRef, WriterOptions};
 use observation_publisher::sink::{Progress, Sink};
 use observation_publisher::table::TableLayout;
 use std::sync::Arc;

@@ -6,12 +6,12 @@
 //! (create, get, finalize) are forwarded untouched. The chaos harness (`examples/chaos`) uses
 //! this file too, injecting faults while load runs ([`Proxy::inject`]).
 
-use observation_publisher::bigquery::proto::{
+use observation_publisher::sink::bigquery::proto::{
     append_rows_request, append_rows_response, rpc, AppendRowsRequest, AppendRowsResponse,
     CreateWriteStreamRequest, FinalizeWriteStreamRequest, FinalizeWriteStreamResponse,
     GetWriteStreamRequest, RowError, WriteStream,
 };
-use observation_publisher::bigquery::StorageClient;
+use observation_publisher::sink::bigquery::StorageClient;
 use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
 use std::future::Future;
@@ -278,7 +278,9 @@ fn in_band(code: Code) -> AppendRowsResponse {
 }
 
 fn schema_mismatch() -> AppendRowsResponse {
-    use observation_publisher::bigquery::proto::{storage_error::StorageErrorCode, StorageError};
+    use observation_publisher::sink::bigquery::proto::{
+        storage_error::StorageErrorCode, StorageError,
+    };
     use prost::Message;
     let detail = StorageError {
         code: StorageErrorCode::SchemaMismatchExtraFields as i32,

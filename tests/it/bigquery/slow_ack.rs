@@ -5,7 +5,7 @@
 //! nothing. Used by `bigquery::pipelined` and by `examples/bq_pipeline.rs` (rows/s before and
 //! after pipelining, docs/performance.md).
 
-use observation_publisher::bigquery::proto::{
+use observation_publisher::sink::bigquery::proto::{
     append_rows_response, AppendRowsRequest, AppendRowsResponse,
 };
 use std::convert::Infallible;

@@ -1,8 +1,8 @@
 //! Table management against the emulator's REST API.
 
 use super::*;
-use observation_publisher::bigquery::table::normalize_type;
-use observation_publisher::bigquery::{AppendWriter, TableError};
+use observation_publisher::sink::bigquery::table::normalize_type;
+use observation_publisher::sink::bigquery::{AppendWriter, TableError};
 
 #[tokio::test]
 async fn table_is_created_with_schema_partitioning_expiration_and_clustering() {

@@ -1,4 +1,4 @@
-//! Our MaxCompute clients (src/maxcompute/client.rs) against the fake endpoint, with the faults
+//! Our MaxCompute clients (src/sink/maxcompute/client.rs) against the fake endpoint, with the faults
 //! it injects on request (`POST /__fake/faults`): each surfaces as the right class, and a retried
 //! upload commits every row exactly once (checked in the fake's table, decoded by pyodps's
 //! reader). One fake process for the whole test.
@@ -6,12 +6,12 @@
 use super::encode::{batch, binary, rows};
 use super::fake::{as_maps, columns, Fake, ACCESS_ID, DATASET, PROJECT, SECRET};
 use bytes::Bytes;
-use observation_publisher::maxcompute::client::{CallError, Client, ClientOptions};
-use observation_publisher::maxcompute::ddl::{create_table_sql, SQL_SETTINGS};
-use observation_publisher::maxcompute::encode::RecordEncoder;
-use observation_publisher::maxcompute::error::Class;
-use observation_publisher::maxcompute::record::BlockWriter;
-use observation_publisher::maxcompute::sign::Credentials;
+use observation_publisher::sink::maxcompute::client::{CallError, Client, ClientOptions};
+use observation_publisher::sink::maxcompute::ddl::{create_table_sql, SQL_SETTINGS};
+use observation_publisher::sink::maxcompute::encode::RecordEncoder;
+use observation_publisher::sink::maxcompute::error::Class;
+use observation_publisher::sink::maxcompute::record::BlockWriter;
+use observation_publisher::sink::maxcompute::sign::Credentials;
 use observation_publisher::sink::SinkErrorKind;
 use serde_json::{json, Value as Json};
 use std::sync::Arc;

@@ -10,9 +10,9 @@ use arrow_array::{
     TimestampMicrosecondArray,
 };
 use observation_publisher::config::{FeatureType, InferenceSchema, ModelOutput};
-use observation_publisher::maxcompute::encode::RecordEncoder;
-use observation_publisher::maxcompute::record::BlockWriter;
-use observation_publisher::maxcompute::schema::TableColumn;
+use observation_publisher::sink::maxcompute::encode::RecordEncoder;
+use observation_publisher::sink::maxcompute::record::BlockWriter;
+use observation_publisher::sink::maxcompute::schema::TableColumn;
 use observation_publisher::table::TableLayout;
 use serde_json::{json, Value as Json};
 use std::sync::Arc;

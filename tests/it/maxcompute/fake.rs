@@ -5,13 +5,13 @@
 
 use super::encode::{binary, block, plain, rows, Row};
 use super::python;
-use observation_publisher::maxcompute::ddl::{
+use observation_publisher::sink::maxcompute::ddl::{
     add_columns_sql, create_table_sql, missing_columns, qualified, table_name, SQL_SETTINGS,
 };
-use observation_publisher::maxcompute::encode::RecordEncoder;
-use observation_publisher::maxcompute::record::BlockWriter;
-use observation_publisher::maxcompute::schema::{OdpsType, TableColumn};
-use observation_publisher::maxcompute::sign::{
+use observation_publisher::sink::maxcompute::encode::RecordEncoder;
+use observation_publisher::sink::maxcompute::record::BlockWriter;
+use observation_publisher::sink::maxcompute::schema::{OdpsType, TableColumn};
+use observation_publisher::sink::maxcompute::sign::{
     authorization, http_date, Credentials, RequestToSign,
 };
 use observation_publisher::table::TableLayout;
@@ -301,7 +301,7 @@ fn pyodps_client_runs_our_ddl_and_the_tunnel_on_the_fake() {
 
 /// The SQL task body pyodps posts (odps/models/instances.py), settings as a JSON property.
 fn instance_xml(sql: &str) -> String {
-    observation_publisher::maxcompute::wire::instance_xml(sql, SQL_SETTINGS)
+    observation_publisher::sink::maxcompute::wire::instance_xml(sql, SQL_SETTINGS)
 }
 
 #[test]

@@ -4,7 +4,7 @@
 //! `Authorization`.
 
 use super::{oracle, VERSIONS};
-use observation_publisher::maxcompute::sign::{
+use observation_publisher::sink::maxcompute::sign::{
     authorization, canonical_string, Credentials, RequestToSign,
 };
 use serde_json::{json, Value as Json};

@@ -21,7 +21,7 @@ use arrow_array::cast::AsArray;
 use arrow_array::types::{Float64Type, Int64Type, TimestampMicrosecondType};
 use arrow_array::Array;
 use arrow_schema::DataType;
-use observation_publisher::maxcompute::ddl::table_name;
+use observation_publisher::sink::maxcompute::ddl::table_name;
 use serde_json::{json, Map, Value as Json};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -413,9 +413,9 @@ fn faults_lose_nothing_and_commit_nothing_early() {
 /// whose type changed ends `run` with exit 2 naming the column (as BIGQUERY), before anything is
 /// consumed.
 /// A client of the fake, as the sink builds it.
-fn client(fake: &Fake) -> observation_publisher::maxcompute::client::Client {
-    use observation_publisher::maxcompute::client::{Client, ClientOptions};
-    use observation_publisher::maxcompute::sign::Credentials;
+fn client(fake: &Fake) -> observation_publisher::sink::maxcompute::client::Client {
+    use observation_publisher::sink::maxcompute::client::{Client, ClientOptions};
+    use observation_publisher::sink::maxcompute::sign::Credentials;
     Client::new(
         ClientOptions {
             endpoint: format!("http://127.0.0.1:{}/api", fake.port),
@@ -433,8 +433,8 @@ fn client(fake: &Fake) -> observation_publisher::maxcompute::client::Client {
 }
 
 /// The model's columns as the sink declares them.
-fn model_columns() -> Vec<observation_publisher::maxcompute::schema::TableColumn> {
-    use observation_publisher::maxcompute::schema::TableColumn;
+fn model_columns() -> Vec<observation_publisher::sink::maxcompute::schema::TableColumn> {
+    use observation_publisher::sink::maxcompute::schema::TableColumn;
     use observation_publisher::table::TableLayout;
     let cfg = crate::common::local_config();
     TableColumn::from_layout(&TableLayout::from_config(&cfg).columns)
@@ -445,7 +445,7 @@ fn model_columns() -> Vec<observation_publisher::maxcompute::schema::TableColumn
 /// again and whatever it still lacks is added.
 #[test]
 fn a_target_created_by_another_instance_between_read_and_create_is_used() {
-    use observation_publisher::maxcompute::ddl::{create_table_sql, SQL_SETTINGS};
+    use observation_publisher::sink::maxcompute::ddl::{create_table_sql, SQL_SETTINGS};
     use observation_publisher::sink::maxcompute::tables::ensure_target;
 
     let fake = Fake::start();
@@ -490,8 +490,8 @@ fn a_target_created_by_another_instance_between_read_and_create_is_used() {
 
 #[test]
 fn start_adds_missing_columns_and_refuses_a_changed_type() {
-    use observation_publisher::maxcompute::ddl::{create_table_sql, SQL_SETTINGS};
-    use observation_publisher::maxcompute::schema::OdpsType;
+    use observation_publisher::sink::maxcompute::ddl::{create_table_sql, SQL_SETTINGS};
+    use observation_publisher::sink::maxcompute::schema::OdpsType;
 
     let fake = Fake::start();
     let model = model_columns();

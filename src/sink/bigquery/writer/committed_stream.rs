@@ -1,4 +1,4 @@
-//! COMMITTED streams (exactly-once, explicit offsets; see [`crate::bigquery::exactly_once`]).
+//! COMMITTED streams (exactly-once, explicit offsets; see [`crate::sink::bigquery::checkpoint`]).
 //!
 //! Rows are never dropped: the stream's row count must stay a function of the messages. A
 //! re-send is identical (same offset), so it cannot land twice. An ALREADY_EXISTS counts as
@@ -9,9 +9,9 @@
 
 use super::policy::{Lost, StreamPolicy, Verdict};
 use super::request::Req;
-use crate::bigquery::error::{Action, ErrorInfo};
-use crate::bigquery::metrics as m;
-use crate::bigquery::proto::{append_rows_response, AppendRowsResponse};
+use crate::sink::bigquery::error::{Action, ErrorInfo};
+use crate::sink::bigquery::metrics as m;
+use crate::sink::bigquery::proto::{append_rows_response, AppendRowsResponse};
 use std::ops::Range;
 use tracing::debug;
 
@@ -82,7 +82,7 @@ impl StreamPolicy for CommittedStream {
         let status = match &resp.response {
             Some(append_rows_response::Response::AppendResult(_)) => return Verdict::Accept,
             Some(append_rows_response::Response::Error(status)) => status.clone(),
-            None => crate::bigquery::proto::rpc::Status {
+            None => crate::sink::bigquery::proto::rpc::Status {
                 code: tonic::Code::Unknown as i32,
                 message: "AppendRows response with neither a result nor an error".into(),
                 details: Vec::new(),
@@ -120,7 +120,7 @@ impl StreamPolicy for CommittedStream {
 /// Committed streams: errors after which the writer must stop rather than retry. `resent`:
 /// the request was sent before (only then may ALREADY_EXISTS be a lost answer).
 fn committed_stops(info: &ErrorInfo, resent: bool) -> bool {
-    use crate::bigquery::proto::storage_error::StorageErrorCode as S;
+    use crate::sink::bigquery::proto::storage_error::StorageErrorCode as S;
     if matches!(
         info.storage_code,
         Some(
@@ -148,7 +148,7 @@ fn committed_stops(info: &ErrorInfo, resent: bool) -> bool {
 mod tests {
     use super::super::policy::testing::*;
     use super::*;
-    use crate::bigquery::proto::storage_error::StorageErrorCode as S;
+    use crate::sink::bigquery::proto::storage_error::StorageErrorCode as S;
     use tonic::Code;
 
     #[test]

@@ -24,15 +24,15 @@
 //! fenced stream stops that partition without acknowledging (see `docs/bigquery.md` for the
 //! guarantee and its limits).
 
-use super::{
-    RejectedRow, Sink, SinkError, SinkErrorKind, StreamCheckpoint, SubmitFuture, WriteReport,
-};
 use crate::batch::Batch;
-use crate::bigquery::exactly_once::{resume_partition, Checkpoint};
-use crate::bigquery::validate::{self, PartitionWindow};
-use crate::bigquery::{self, AppendWriter, StorageClient, TableRef, WriterOptions};
 use crate::commit::Partition;
 use crate::config::{BigQuerySink as BigQueryConfig, Config};
+use crate::sink::bigquery::checkpoint::{resume_partition, Checkpoint};
+use crate::sink::bigquery::validate::{self, PartitionWindow};
+use crate::sink::bigquery::{self, AppendWriter, StorageClient, TableRef, WriterOptions};
+use crate::sink::{
+    RejectedRow, Sink, SinkError, SinkErrorKind, StreamCheckpoint, SubmitFuture, WriteReport,
+};
 use arrow_array::{RecordBatch, UInt32Array};
 use arrow_schema::SchemaRef;
 use std::collections::HashMap;
@@ -217,8 +217,8 @@ impl ExactlyOnceSink {
         cfg: &Config,
         sink: &BigQueryConfig,
         starts: PartitionStarts,
-    ) -> Result<Self, super::bigquery::StartError> {
-        let p = super::bigquery::prepare(cfg, sink).await?;
+    ) -> Result<Self, crate::sink::StartError> {
+        let p = super::sink::prepare(cfg, sink).await?;
         let mut opts = bigquery::writer_options(sink);
         let window = opts.partition_window.take();
         Ok(ExactlyOnceSink {
@@ -311,7 +311,7 @@ impl ExactlyOnceSink {
             Arc::clone(&self.schema),
             self.opts.clone(),
         )
-        .map_err(super::bigquery::sink_error)?;
+        .map_err(super::sink::sink_error)?;
         self.readiness.follow(writer.health());
         self.parts.insert(
             p,
@@ -392,7 +392,7 @@ impl ExactlyOnceSink {
                         tracing::warn!(partition = p, error = %e, "exactly-once: writer stopped; reconnected at row {}", part.next_row);
                         return Err(err(SinkErrorKind::Unavailable, true, e));
                     }
-                    return Err(super::bigquery::sink_error(e));
+                    return Err(super::sink::sink_error(e));
                 }
             };
             if !outcome.rejected.is_empty() {
@@ -490,7 +490,7 @@ fn take(records: &RecordBatch, rows: &[u32]) -> Result<RecordBatch, SinkError> {
 impl ExactlyOnceSink {
     /// Writes one batch on the partitions' COMMITTED streams and returns its checkpoints.
     async fn write_now(&mut self, batch: Arc<Batch>) -> Result<WriteReport, SinkError> {
-        let records = super::bigquery::rows_to_write(&batch, self.kafka_schema.as_ref())?;
+        let records = super::sink::rows_to_write(&batch, self.kafka_schema.as_ref())?;
         if !std::ptr::eq(self.progress.batch.as_ptr(), Arc::as_ptr(&batch)) {
             self.progress = Progress {
                 batch: Arc::downgrade(&batch),
@@ -539,7 +539,7 @@ impl Sink for ExactlyOnceSink {
     /// (so a partition's batches land in order and a failed one is retried before the next is
     /// taken); the acknowledgement is then ready.
     fn submit(&mut self, batch: Arc<Batch>) -> SubmitFuture<'_> {
-        Box::pin(async move { self.write_now(batch).await.map(super::written) })
+        Box::pin(async move { self.write_now(batch).await.map(crate::sink::written) })
     }
 
     fn health(&self) -> Option<tokio::sync::watch::Receiver<bool>> {
@@ -583,14 +583,14 @@ mod tests {
         let outside = w.outside(&sub.rows, now);
         sub.refuse(
             &outside,
-            crate::bigquery::RejectReason::OutsidePartitionRange,
+            crate::sink::bigquery::RejectReason::OutsidePartitionRange,
             "m",
         )
         .unwrap();
         assert_eq!(sub.index, [0, 2, 4]);
         assert_eq!(sub.rows.num_rows(), 3);
         // A second refusal counts positions in what is left, and names batch rows.
-        sub.refuse(&[1], crate::bigquery::RejectReason::TooLarge, "m")
+        sub.refuse(&[1], crate::sink::bigquery::RejectReason::TooLarge, "m")
             .unwrap();
         assert_eq!(sub.index, [0, 4]);
         let refused: Vec<(usize, &str)> = sub.refused.iter().map(|r| (r.row, r.code)).collect();

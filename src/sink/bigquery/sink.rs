@@ -1,5 +1,5 @@
 //! The BigQuery sink: the runtime's [`Sink`] over a small pool of Storage Write writers
-//! ([`crate::bigquery::writer::AppendWriter`], each one persistent AppendRows connection on the
+//! ([`crate::sink::bigquery::writer::AppendWriter`], each one persistent AppendRows connection on the
 //! table's `_default` stream, at-least-once; `connections` of them).
 //!
 //! At start-up the table is created or migrated (add-only columns, partition expiration); a
@@ -12,26 +12,18 @@
 //! at-least-once needs none. Transient failures are retried inside the writer, so during an
 //! outage an acknowledgement simply waits (readiness follows the writers' health).
 
-use super::{Progress, RejectedRow, Sink, SinkError, SinkErrorKind, SubmitFuture, WriteReport};
 use crate::batch::Batch;
-use crate::bigquery::{self, AppendWriter, StorageClient, TableManager, TableSpec, WriterError};
 use crate::config::{BigQuerySink as BigQueryConfig, Config};
+use crate::sink::bigquery::{
+    self, AppendWriter, StorageClient, TableManager, TableSpec, WriterError,
+};
+use crate::sink::{
+    Progress, RejectedRow, Sink, SinkError, SinkErrorKind, StartError, SubmitFuture, WriteReport,
+};
 use crate::table::{TableLayout, KAFKA_COLUMNS};
 use arrow_array::{ArrayRef, Int64Array, RecordBatch};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use std::sync::Arc;
-
-/// Why the sink could not start.
-#[derive(Debug, thiserror::Error)]
-pub enum StartError {
-    /// The configuration cannot work (changed column type, missing dataset, bad endpoint or
-    /// credentials): exit 2.
-    #[error("{0}")]
-    Config(String),
-    /// BigQuery is unreachable or refused for now: retry.
-    #[error("{0}")]
-    Unavailable(String),
-}
 
 /// Writes batches into the model's table.
 pub struct BigQueryTableSink {
@@ -240,7 +232,7 @@ impl Sink for BigQueryTableSink {
             let writer = &self.writers[self.next % self.writers.len()];
             self.next = (self.next + 1) % self.writers.len();
             let pending = writer.append(records).await.map_err(sink_error)?;
-            let ack: super::Acknowledgement = Box::pin(async move {
+            let ack: crate::sink::Acknowledgement = Box::pin(async move {
                 let outcome = pending.await.map_err(sink_error)?;
                 Ok(Progress::Written(WriteReport {
                     rejected: outcome

@@ -6,12 +6,12 @@ use super::default_stream::DefaultStream;
 use super::driver::{Driver, Evolution};
 use super::policy::StreamPolicy;
 use super::request::{prepare, Job};
-use crate::bigquery::client::StorageClient;
-use crate::bigquery::encode::{payload_budget, schema_bytes};
-use crate::bigquery::metrics as m;
-use crate::bigquery::table::{TableManager, TableSpec};
-use crate::bigquery::validate::{now_micros, PartitionWindow};
-use crate::bigquery::TableRef;
+use crate::sink::bigquery::client::StorageClient;
+use crate::sink::bigquery::encode::{payload_budget, schema_bytes};
+use crate::sink::bigquery::metrics as m;
+use crate::sink::bigquery::table::{TableManager, TableSpec};
+use crate::sink::bigquery::validate::{now_micros, PartitionWindow};
+use crate::sink::bigquery::TableRef;
 use arrow_array::RecordBatch;
 use arrow_schema::{ArrowError, SchemaRef};
 use std::future::Future;
@@ -195,7 +195,7 @@ impl AppendWriter {
     }
 
     /// Starts a writer on an existing COMMITTED stream `stream` (see
-    /// [`super::exactly_once`]), appending at explicit offsets from `next_offset` on. Batches
+    /// [`crate::sink::bigquery::checkpoint`]), appending at explicit offsets from `next_offset` on. Batches
     /// must be appended in row order (one task per partition). `partition` labels the offset
     /// metric.
     pub fn start_committed(

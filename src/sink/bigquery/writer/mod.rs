@@ -1,6 +1,6 @@
 //! The writer: one persistent bidirectional AppendRows stream per table (the `_default`
 //! stream, at-least-once) or per partition (a COMMITTED stream with explicit offsets,
-//! exactly-once: see [`super::exactly_once`]), fed from a channel, many requests in flight,
+//! exactly-once: see [`crate::sink::bigquery::checkpoint`]), fed from a channel, many requests in flight,
 //! bounded by bytes.
 //!
 //! # Guarantee

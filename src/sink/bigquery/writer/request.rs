@@ -2,8 +2,8 @@
 //! request the driver does when BigQuery refuses part of it.
 
 use super::api::{AppendOutcome, RejectReason, RejectedRow};
-use crate::bigquery::encode::{batch_bytes, oversized_message, split_to_fit};
-use crate::bigquery::validate::{kept, PartitionWindow, OUTSIDE_MESSAGE};
+use crate::sink::bigquery::encode::{batch_bytes, oversized_message, split_to_fit};
+use crate::sink::bigquery::validate::{kept, PartitionWindow, OUTSIDE_MESSAGE};
 use arrow_array::{RecordBatch, UInt32Array};
 use arrow_schema::ArrowError;
 use bytes::Bytes;

@@ -10,8 +10,8 @@
 use super::api::RejectReason;
 use super::driver::Evolution;
 use super::request::Req;
-use crate::bigquery::error::ErrorInfo;
-use crate::bigquery::proto::AppendRowsResponse;
+use crate::sink::bigquery::error::ErrorInfo;
+use crate::sink::bigquery::proto::AppendRowsResponse;
 use std::ops::Range;
 
 /// What the driver does with the request an answer was for.
@@ -80,10 +80,10 @@ pub(super) mod testing {
     //! Requests and answers for the policies' unit tests.
 
     use super::*;
-    use crate::bigquery::proto::append_rows_response::{self, AppendResult};
-    use crate::bigquery::proto::{rpc, storage_error};
-    use crate::bigquery::proto::{RowError, StorageError};
-    use crate::bigquery::writer::request::RowMap;
+    use crate::sink::bigquery::proto::append_rows_response::{self, AppendResult};
+    use crate::sink::bigquery::proto::{rpc, storage_error};
+    use crate::sink::bigquery::proto::{RowError, StorageError};
+    use crate::sink::bigquery::writer::request::RowMap;
     use arrow_array::{Int64Array, RecordBatch};
     use prost::Message;
     use std::sync::Arc;

@@ -7,9 +7,9 @@ use super::api::RejectReason;
 use super::driver::Evolution;
 use super::policy::{Lost, StreamPolicy, Verdict};
 use super::request::Req;
-use crate::bigquery::error::{Action, ErrorInfo};
-use crate::bigquery::metrics as m;
-use crate::bigquery::proto::{append_rows_response, AppendRowsResponse};
+use crate::sink::bigquery::error::{Action, ErrorInfo};
+use crate::sink::bigquery::metrics as m;
+use crate::sink::bigquery::proto::{append_rows_response, AppendRowsResponse};
 use std::ops::Range;
 use tracing::{debug, warn};
 

@@ -1,5 +1,6 @@
-//! The BigQuery sink's machinery: Storage Write API (gRPC, Arrow rows) and table management
-//! (REST). Self-contained: the runtime's `Sink` adapter wraps [`writer::AppendWriter`].
+//! The BIGQUERY sink: Storage Write API (gRPC, Arrow rows) and table management (REST), and
+//! its two adapters to the sink seam: [`sink::BigQueryTableSink`] (the default stream, at least
+//! once) and [`exactly_once::ExactlyOnceSink`] (a COMMITTED stream per partition).
 //!
 //! # Layout
 //! - [`client`]: tonic channel to the Storage Write endpoint (TLS + OAuth, or plain for the emulator).
@@ -8,7 +9,10 @@
 //! - [`writer`]: one persistent AppendRows stream per table (or per partition, committed),
 //!   pipelined, byte-bounded, re-sending; the kind of stream is a policy chosen at start.
 //! - [`error`]: gRPC code classification (retry / split / bisect / fatal).
-//! - [`exactly_once`]: COMMITTED stream per partition, checkpoints in Kafka commit metadata, resume.
+//! - [`checkpoint`]: exactly-once checkpoints in Kafka commit metadata, and resuming a
+//!   partition's COMMITTED stream from one.
+//! - [`sink`]: the at-least-once adapter to the seam (a pool of default-stream writers).
+//! - [`exactly_once`]: the exactly-once adapter (a COMMITTED stream per partition).
 //! - [`table`]: create the table, add columns, partition expiration, clustering, queries.
 //! - [`validate`]: rows BigQuery would refuse (partition range), found before sending.
 //! - [`metrics`]: metric names.
@@ -18,17 +22,21 @@
 //! configured endpoints and auth mode.
 
 pub mod auth;
+pub mod checkpoint;
 pub mod client;
 pub mod encode;
 pub mod error;
 pub mod exactly_once;
 pub mod metrics;
+pub mod sink;
 pub mod table;
 pub mod validate;
 pub mod writer;
 
 pub use auth::Credentials;
 pub use client::StorageClient;
+pub use exactly_once::ExactlyOnceSink;
+pub use sink::BigQueryTableSink;
 pub use table::{EnsureReport, TableError, TableManager, TableSpec};
 pub use writer::{
     AppendOutcome, AppendWriter, Pending, RejectReason, RejectedRow, WriterError, WriterOptions,

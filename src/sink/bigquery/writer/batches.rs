@@ -5,7 +5,7 @@ use super::api::{AppendOutcome, RejectReason, RejectedRow};
 use super::driver::Driver;
 use super::policy::Verdict;
 use super::request::{Job, Req};
-use crate::bigquery::metrics as m;
+use crate::sink::bigquery::metrics as m;
 use arrow_schema::ArrowError;
 use std::sync::atomic::Ordering;
 use tokio::sync::{oneshot, OwnedSemaphorePermit};
