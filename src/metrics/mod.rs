@@ -51,7 +51,7 @@ pub fn prometheus_builder() -> Result<PrometheusBuilder, BuildError> {
         .set_buckets_for_metric(Matcher::Full(names::FLUSH_LATENCY.into()), LATENCY_BUCKETS)?
         .set_buckets_for_metric(Matcher::Full(names::SINK_LATENCY.into()), LATENCY_BUCKETS)?
         .set_buckets_for_metric(
-            Matcher::Full(crate::sink::bigquery::metrics::APPEND_LATENCY_SECONDS.into()),
+            Matcher::Full(names::bigquery::APPEND_LATENCY_SECONDS.into()),
             LATENCY_BUCKETS,
         )?
         .set_buckets_for_metric(

@@ -199,7 +199,10 @@ impl Publisher {
             .store(dlq.is_ready(), Ordering::Relaxed);
         let layout = Arc::new(TableLayout::from_config(&cfg));
         crate::metrics::quality::register(&layout, &sink_names, &cfg.metrics.feature_histograms);
-        crate::metrics::startup::register_sink_series(&sink_names);
+        crate::metrics::startup::register_sink_series(
+            &sink_names,
+            &crate::sink::SinkErrorKind::ALL.map(|k| k.code()),
+        );
         crate::metrics::startup::memory_bound(
             crate::footprint::Footprint::of(&cfg, replay.is_none()).bound(),
         );

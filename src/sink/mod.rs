@@ -84,6 +84,13 @@ pub struct StreamCheckpoint {
 pub type WriteFuture<'a> =
     Pin<Box<dyn Future<Output = Result<WriteReport, SinkError>> + Send + 'a>>;
 
+/// Makes rustls use ring for every client in the process (reqwest is built without a provider
+/// of its own, so no second TLS provider is linked). Idempotent.
+pub fn install_crypto_provider() {
+    // Err means a provider is already installed: fine either way.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
 /// Why a sink could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {

@@ -172,7 +172,7 @@ impl Client {
     /// A client for `opts`; `schema_header`, when given, is the `schema` header of every
     /// request (see [`super::schema::SchemaCarrier`]).
     pub fn new(opts: &ClientOptions, schema_header: Option<&str>) -> Result<Self, ClientError> {
-        crate::sink::bigquery::install_crypto_provider();
+        crate::sink::install_crypto_provider();
         let http = reqwest::Client::builder()
             .timeout(opts.request_timeout)
             .connect_timeout(opts.connect_timeout)

@@ -81,13 +81,6 @@ impl TableRef {
     }
 }
 
-/// Makes rustls use ring for every client in the process (reqwest is built without a provider
-/// of its own, so no second TLS provider is linked). Idempotent.
-pub fn install_crypto_provider() {
-    // Err means a provider is already installed: fine either way.
-    let _ = rustls::crypto::ring::default_provider().install_default();
-}
-
 /// Failure to set up the BigQuery clients.
 #[derive(Debug, thiserror::Error)]
 pub enum ConnectError {
@@ -104,7 +97,7 @@ pub enum ConnectError {
 
 /// Builds the gRPC and REST clients for a configured sink.
 pub async fn connect(sink: &BigQuerySink) -> Result<(StorageClient, TableManager), ConnectError> {
-    install_crypto_provider();
+    super::install_crypto_provider();
     let credentials = match sink.auth {
         BigQueryAuth::Adc => Some(Credentials::application_default().await?),
         BigQueryAuth::None => None,

@@ -260,7 +260,7 @@ pub fn normalize_type(t: &str) -> String {
 impl TableManager {
     /// A client for `opts.base_url`.
     pub fn new(opts: RestOptions) -> Result<Self, TableError> {
-        super::install_crypto_provider();
+        crate::sink::install_crypto_provider();
         let http = reqwest::Client::builder()
             .timeout(opts.timeout)
             .build()

@@ -125,7 +125,7 @@ enum Plane {
 impl Client {
     /// A client; fails only if the TLS stack cannot be built (not retryable).
     pub fn new(opts: ClientOptions, creds: Credentials) -> Result<Self, CallError> {
-        crate::sink::bigquery::install_crypto_provider();
+        crate::sink::install_crypto_provider();
         let http = reqwest::Client::builder()
             .timeout(opts.request_timeout)
             .connect_timeout(opts.connect_timeout)
