@@ -3,9 +3,8 @@
 //! they are alone. Everything else is re-sent, so a row can land twice, never zero times. The
 //! writer may add missing columns to the table ([`Evolution`]).
 
-use super::api::RejectReason;
-use super::driver::Evolution;
-use super::policy::{Lost, StreamPolicy, Verdict};
+use super::contract::RejectReason;
+use super::policy::{Evolution, Lost, StreamPolicy, Verdict};
 use super::request::Req;
 use crate::sink::bigquery::error::{Action, ErrorInfo};
 use crate::sink::bigquery::metrics as m;

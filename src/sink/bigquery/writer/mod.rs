@@ -28,23 +28,24 @@
 //! bisected until the refused rows are alone.
 //!
 //! # Layout
-//! - `api`: the handle ([`AppendWriter`]), its options, outcomes and errors.
+//! - `contract`: its options, outcomes, errors and counters (every other file uses them).
+//! - `api`: the handle ([`AppendWriter`]) and a batch's [`Pending`] outcome.
 //! - `request`: a batch turned into requests under `max_request_bytes`; slicing a request.
 //! - `driver`: the task that owns the AppendRows connection: sends in order, matches answers,
-//!   re-sends, reconnects, reports health.
+//!   re-sends, reconnects, reports health, and resolves each batch when its last request is.
 //! - `policy`: what differs between the kinds of stream, chosen once at start
 //!   ([`AppendWriter::start`] / [`AppendWriter::start_evolving`]: `default_stream`;
 //!   [`AppendWriter::start_committed`]: `committed_stream`).
 
 mod api;
-mod batches;
 mod committed_stream;
+mod contract;
 mod default_stream;
 mod driver;
 mod policy;
 mod request;
 
-pub use api::{
-    AppendOutcome, AppendWriter, Pending, RejectReason, RejectedRow, WriterError, WriterOptions,
-    WriterStats,
+pub use api::{AppendWriter, Pending};
+pub use contract::{
+    AppendOutcome, RejectReason, RejectedRow, WriterError, WriterOptions, WriterStats,
 };

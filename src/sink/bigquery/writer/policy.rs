@@ -7,12 +7,21 @@
 //! - [`super::committed_stream::CommittedStream`]: a COMMITTED stream with explicit offsets,
 //!   exactly-once; rows are never dropped, and what cannot be resolved safely stops the writer.
 
-use super::api::RejectReason;
-use super::driver::Evolution;
+use super::contract::RejectReason;
 use super::request::Req;
 use crate::sink::bigquery::error::ErrorInfo;
 use crate::sink::bigquery::proto::AppendRowsResponse;
+use crate::sink::bigquery::table::{EnsureReport, TableError, TableManager, TableSpec};
 use std::ops::Range;
+use tokio::task::JoinHandle;
+
+/// What the writer needs to add columns itself.
+pub(super) struct Evolution {
+    pub(super) tables: TableManager,
+    pub(super) spec: TableSpec,
+}
+
+pub(super) type Evolving = JoinHandle<Result<EnsureReport, TableError>>;
 
 /// What the driver does with the request an answer was for.
 #[derive(Debug, Clone, PartialEq)]

@@ -1,7 +1,7 @@
 //! A batch turned into AppendRows requests under `max_request_bytes`, and the slicing of a
 //! request the driver does when BigQuery refuses part of it.
 
-use super::api::{AppendOutcome, RejectReason, RejectedRow};
+use super::contract::{AppendOutcome, RejectReason, RejectedRow};
 use crate::sink::bigquery::encode::{batch_bytes, oversized_message, split_to_fit};
 use crate::sink::bigquery::validate::{kept, PartitionWindow, OUTSIDE_MESSAGE};
 use arrow_array::{RecordBatch, UInt32Array};
