@@ -18,7 +18,7 @@
 //!    Without this, an owner that dies after writing to `S'` but before its first ordinary
 //!    commit would leave `S'` unknown to the next owner, which would resume from `S` again and
 //!    write `S'`'s rows a second time.
-//! 3. Every acknowledged batch reports [`AppendOutcome::stream_offsets`]; when the runtime commits
+//! 3. Every acknowledged batch reports [`AppendOutcome::stream_offsets`](super::AppendOutcome::stream_offsets); when the runtime commits
 //!    Kafka offset `O'` (the message after the batch's last one), it stores
 //!    `Checkpoint { stream, next_row: stream_offsets.end, carried }` as that partition's
 //!    metadata, `carried` being what is still to skip at `O'`.

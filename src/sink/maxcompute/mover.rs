@@ -9,7 +9,7 @@
 //! repeated on the same instance, never by a second `INSERT`. The move holds [`Epochs`], so no
 //! upload session commits between the `INSERT` and the `TRUNCATE`.
 
-use super::tables;
+use super::table;
 use crate::backoff::Backoff;
 use crate::sink::maxcompute::client::{CallError, Client, Polled};
 use crate::sink::maxcompute::ddl::SQL_SETTINGS;
@@ -107,9 +107,9 @@ impl Mover {
         let Some(epoch) = epochs.start_move() else {
             return;
         };
-        let insert = tables::insert_sql(&self.dataset, &self.target, &self.staging, &self.columns);
+        let insert = table::insert_sql(&self.dataset, &self.target, &self.staging, &self.columns);
         self.insert(&insert).await;
-        let truncate = tables::truncate_sql(&self.dataset, &self.staging);
+        let truncate = table::truncate_sql(&self.dataset, &self.staging);
         self.until_done("emptying the staging table", || {
             self.client.run_sql(&truncate, SQL_SETTINGS)
         })

@@ -446,7 +446,7 @@ fn model_columns() -> Vec<observation_publisher::sink::maxcompute::schema::Table
 #[test]
 fn a_target_created_by_another_instance_between_read_and_create_is_used() {
     use observation_publisher::sink::maxcompute::ddl::{create_table_sql, SQL_SETTINGS};
-    use observation_publisher::sink::maxcompute::tables::ensure_target;
+    use observation_publisher::sink::maxcompute::table::ensure_target;
 
     let fake = Fake::start();
     let model = model_columns();

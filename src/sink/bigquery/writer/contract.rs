@@ -76,7 +76,7 @@ impl RejectReason {
 /// A row BigQuery will not take; dead-letter it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RejectedRow {
-    /// Index of the row in the batch given to [`AppendWriter::append`].
+    /// Index of the row in the batch given to [`AppendWriter::append`](super::AppendWriter::append).
     pub index: usize,
     /// Why.
     pub reason: RejectReason,
