@@ -2,7 +2,7 @@
 //!
 //! Why: on the Kafka path librdkafka's broker thread does the socket reads and their copies,
 //! and the pipeline thread only decodes. A replay read its file on the pipeline thread, whose
-//! CPU is what bounds a replay's rate on two cores (issue 18, goal 5); the `read(2)` copies
+//! CPU is what bounds a replay's rate on two cores; the `read(2)` copies
 //! were about a tenth of it. Here a reader thread fills a fixed set of cache-line-aligned
 //! buffers ([`crate::readbuf`] says why aligned) and hands them over whole; the consumer hands
 //! each one back when it has consumed it. Memory is the buffers, allocated up front: nothing

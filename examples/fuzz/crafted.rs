@@ -1,4 +1,4 @@
-//! Crafted hostile logs (issue 11): small inputs that decode to a lot, a shape mismatch that used
+//! Crafted hostile logs: small inputs that decode to a lot, a shape mismatch that used
 //! to be appended before it was rejected, and a frame prefix claiming a terabyte.
 
 use observation_publisher::proto::{ModelInput, ModelOutput, PredictionLog};

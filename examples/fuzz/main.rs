@@ -7,7 +7,7 @@
 //! ```
 //!
 //! Seeds are `gen` logs of the configured schema (1, 3 and 20 rows per log, 10% deliberately
-//! malformed) and small versions of the crafted hostile logs of issue 11. Each input is mutated
+//! malformed) and small versions of the crafted hostile logs. Each input is mutated
 //! (see `harness.rs`), decoded and converted into Arrow batches; every batch is validated and one
 //! in `--write-every` goes through the JSON lines, Arrow IPC and Parquet writers. It checks: no
 //! panic, no rejection without a reason, no rows left behind by a rejection. At the end it prints

@@ -420,7 +420,7 @@ proptest! {
 }
 
 /// A batch made of one log over `max_bytes` is not reserved again by the small batch after it
-/// (found in review: a 1-row batch after it weighed the large log's capacity).
+/// (a 1-row batch after it weighed the large log's capacity).
 #[test]
 fn a_small_log_after_an_oversized_one_does_not_reserve_its_batch_again() {
     let t0 = Instant::now();

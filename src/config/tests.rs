@@ -471,7 +471,7 @@ fn the_dead_letter_message_limit_has_a_default_and_bounds() {
 }
 
 /// Every duration and size key of our sections and of a BIGQUERY sink, set far out of range, is
-/// refused naming the key and its range (issue 17: `batching.linger=18446744073709551615s`
+/// refused naming the key and its range (`batching.linger=18446744073709551615s`
 /// passed validation and panicked at run time).
 #[test]
 fn every_duration_and_size_is_bounded() {

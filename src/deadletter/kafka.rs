@@ -114,7 +114,7 @@ impl KafkaTarget {
     /// `max_message_bytes`. A topic that cannot be seen or created leaves the target not ready;
     /// sends then fail and are retried by the caller, and a thread checks the topic again every
     /// 10 s until it is usable (or a letter is delivered): a broker or topic that was not there
-    /// at start-up no longer leaves `/readyz` at 503 for good (found in review).
+    /// at start-up no longer leaves `/readyz` at 503 for good.
     pub fn new(
         base: &ClientConfig,
         topic: String,

@@ -59,7 +59,7 @@ pub(super) fn valid_utf8(b: &[u8]) -> bool {
 /// then take their general path: `from_utf8`, which has its own word-wise ASCII loop). Reads at
 /// most two overlapping words, where `is_ascii` loops over the bytes of a slice shorter than a
 /// word (most ids, labels and categorical cells): 135 instructions per log fewer in `convert`
-/// (callgrind, issue 18); falling back to `is_ascii` here for longer slices cost 57 of them
+/// (callgrind); falling back to `is_ascii` here for longer slices cost 57 of them
 /// back.
 #[inline(always)]
 pub(super) fn ascii_short(b: &[u8]) -> bool {

@@ -63,7 +63,7 @@ pub(crate) const ROOM_BYTES: usize = 1024;
 /// NULL row numbers every column has room for after the decoder counted what it holds (as
 /// [`ROOM_ROWS`]). A column without NULLs keeps an empty list, and its room bounds how many
 /// rows may pass before the next full count: the decoder counts every 65 rows of a batch
-/// whatever room its values have. 1,024 was measured (issue 18): 14 instructions per log fewer
+/// whatever room its values have. 1,024 was measured: 14 instructions per log fewer
 /// on the pipeline thread (`sizes` 192 → 179 per log; its own pass over the string columns is
 /// the rest), not worth 4 KiB more held per column.
 pub(crate) const ROOM_NULLS: usize = 64;

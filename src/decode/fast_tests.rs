@@ -1,4 +1,4 @@
-//! Tests of the fast paths added for issue 18 (goal 3): each one against the general path it
+//! Tests of the decoder's fast paths: each one against the general path it
 //! short-cuts, on arbitrary bytes (malformed included), and the whole walker against the prost
 //! reference on random schemas with values long and short (so both paths run).
 

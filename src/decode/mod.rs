@@ -307,7 +307,7 @@ impl Decoder {
 
     /// The next batch reserves what the last one held only if its data was at most `bytes`
     /// (the batcher's `max_bytes`): a batch over it is one oversized log of its own, and the
-    /// small logs after it must not reserve its size again (found in review: a 1-row batch
+    /// small logs after it must not reserve its size again (a 1-row batch
     /// after a 4 MB log weighed 4 MB).
     pub fn with_reserve_limit(mut self, bytes: usize) -> Self {
         self.reserve_limit = bytes;
@@ -475,7 +475,7 @@ impl Decoder {
 
     /// Gives back the ranking scratch of a log over [`RANK_SCRATCH_ROWS`] rows, accepted or
     /// not. It is per log, but only ever grew: one large ranking log left it allocated for the
-    /// rest of the process, counted in every later open batch's held bytes (found in review).
+    /// rest of the process, counted in every later open batch's held bytes.
     fn trim_rank_scratch(&mut self) {
         if self.rank_scratch.capacity() > RANK_SCRATCH_ROWS {
             self.rank_scratch = Vec::new();

@@ -761,7 +761,7 @@ fn a_shape_mismatch_is_rejected_before_any_row_is_appended() {
 }
 
 /// A large ranking log, rejected (a number as its last row id) or accepted, leaves no scratch
-/// behind: it stayed allocated, counted in every later open batch (found in review).
+/// behind: it stayed allocated, counted in every later open batch.
 #[test]
 fn a_large_ranking_log_leaves_no_rank_scratch_behind() {
     let rank_log = |n: usize| {

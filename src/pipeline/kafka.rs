@@ -272,7 +272,7 @@ impl RebalanceListener for Listener {
         st.flush(Instant::now());
         // After the final drain (the consumer's close revokes everything) the drain's deadline
         // has passed already: waiting `revoke_timeout` again would outlast the pod's grace
-        // period (30 s + 15 s by default against Kubernetes' 30 s; found in review).
+        // period (30 s + 15 s by default against Kubernetes' 30 s).
         let wait = if st.drained {
             // Acknowledgements that arrived since the drain's commit still count.
             st.drain_events(None);
@@ -607,9 +607,9 @@ pub(crate) fn run(
 /// next message. Also when intake is already paused: a message then comes from a partition
 /// that is not paused (assigned since the pause, the rebalance callbacks running inside
 /// `poll`, or one whose pause failed), which the housekeeping pauses too. So the budget is
-/// passed by one message, and by one more per partition assignment during a pause. (It used to
-/// stop only when not paused, so up to a whole burst was read over the budget after such an
-/// assignment; found in review, 2026-12-03.)
+/// passed by one message, and by one more per partition assignment during a pause (stopping
+/// only when not paused would read up to a whole burst over the budget after such an
+/// assignment).
 fn burst(
     consumer: &BaseConsumer<SourceContext>,
     state: &Mutex<State>,

@@ -1,7 +1,7 @@
 //! The poll loop's pieces against a real coordinator: librdkafka's mock cluster (it keeps
 //! commit metadata), with `OffsetFetch` failing on demand. Reading exactly-once checkpoints: a
-//! failed read must be a `Retry`, never "no checkpoint" (before issue 17 it was, and the
-//! partitions started fresh). Pauses across revokes, the revoke after the drain, a start that
+//! failed read must be a `Retry`, never "no checkpoint" (which would start the partitions
+//! fresh). Pauses across revokes, the revoke after the drain, a start that
 //! cannot be read, and a burst over the in-flight budget.
 
 use super::*;
@@ -181,7 +181,7 @@ fn a_partition_paused_when_revoked_delivers_when_assigned_again() {
 }
 
 /// After the final drain, the revoke of the consumer's close commits what is acknowledged (also
-/// since the drain's own commit) and does not wait `revoke_timeout` again for a batch the drain gave up on (found in review: an
+/// since the drain's own commit) and does not wait `revoke_timeout` again for a batch the drain gave up on (an
 /// unfinished drain took `drain_timeout` + `revoke_timeout`, past the pod's grace period). The
 /// revoke before the drain still waits (here: it is still waiting after 2 s of a 60 s timeout).
 #[test]
@@ -251,7 +251,7 @@ fn the_revoke_after_the_drain_does_not_wait_again() {
 /// `start_from: group:<old>` on a new group whose committed offsets cannot be read at its first
 /// assignment (the coordinator keeps loading): the partition is not started per
 /// `auto.offset.reset` (it used to be: the whole topic was published again). It waits, paused,
-/// and starts at the old group's offset once the read succeeds (found in review).
+/// and starts at the old group's offset once the read succeeds.
 #[test]
 fn a_start_that_cannot_be_read_waits_paused_then_starts_where_start_from_says() {
     use super::start_from;
@@ -351,7 +351,7 @@ fn a_start_that_cannot_be_read_waits_paused_then_starts_where_start_from_says() 
 /// not intake is paused already: while it is, a message comes from a partition assigned since
 /// the pause, not paused yet (here: assigned, never paused), and the loop's housekeeping must
 /// pause it before the next one. The burst used to stop only when intake was not paused, so
-/// such a partition gave up to a whole burst (1,024 messages) over the budget (found in review).
+/// such a partition gave up to a whole burst (1,024 messages) over the budget.
 #[test]
 fn a_burst_over_the_budget_takes_one_message_and_stops() {
     let cluster = MockCluster::new(1).expect("mock cluster");

@@ -8,7 +8,7 @@
 //! **pending**, paused inside the rebalance callback right after the assignment, read again
 //! every second by the poll loop ([`retry`]), then positioned (`seek`) and resumed. Before,
 //! they started per `auto.offset.reset` (`earliest` whenever `start_from` is set): the whole
-//! retained topic was published again (found in review, 2026-12-03).
+//! retained topic was published again.
 
 use super::state::State;
 use crate::commit::Partition;

@@ -1,4 +1,4 @@
-//! A crashed or unfinished run never exits 0 (issue 17, item 4), through the real binary:
+//! A crashed or unfinished run never exits 0, through the real binary:
 //! a duration that would overflow is refused at validation (exit 2 naming key and range), a
 //! panic in the sink task exits non-zero, a drain that runs out of time exits non-zero.
 
@@ -102,8 +102,7 @@ fn a_batch_and_log_limit_over_the_arrow_offset_limit_is_refused() {
 }
 
 /// A panic in the sink task (injected: `OBS_PUBLISHER_FAULT`, debug builds only) ends the run
-/// with exit 101 and says what crashed; before issue 17 the panicked task was ignored and the
-/// run exited 0.
+/// with exit 101 and says what crashed, instead of ignoring the panicked task and exiting 0.
 #[test]
 fn a_panic_in_the_sink_task_exits_non_zero() {
     let dir = tempfile::tempdir().unwrap();
@@ -125,7 +124,7 @@ fn a_panic_in_the_sink_task_exits_non_zero() {
 
 /// Asked to stop while its only sink cannot write (a file where the Parquet partition
 /// directory must go), the run waits `consumer.drain_timeout` and exits 1: rows it read were
-/// never acknowledged. Before issue 17 it exited 0.
+/// never acknowledged (not 0).
 #[test]
 fn an_unfinished_drain_exits_non_zero() {
     use std::io::BufRead;

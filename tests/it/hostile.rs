@@ -1,4 +1,4 @@
-//! Hostile input through the real binary (issue 11): crafted logs that decode to far more than
+//! Hostile input through the real binary: crafted logs that decode to far more than
 //! their size are dead-lettered as `too_large` (`convert` and `run --replay`), a frame prefix
 //! over `batching.max_frame_bytes` stops the input before it is read, and a smoke run of the
 //! stable mutation fuzzer (`examples/fuzz`, the same harness `scripts/fuzz` runs).

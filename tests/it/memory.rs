@@ -1,4 +1,4 @@
-//! Memory counted as allocated (issue 17 item 1), through the real binary: crafted logs that
+//! Memory counted as allocated, through the real binary: crafted logs that
 //! take ~260 MB of builder capacity each before a late row rejects them, good logs between
 //! them, then a good log followed by a valid ~260 MB log, replayed while every Parquet write
 //! fails (a plain file sits where the partition folder must go, so the sink retries forever).

@@ -1,4 +1,4 @@
-//! Probes answer whatever other clients do (issue 17, item 2): the HTTP port is flooded with
+//! Probes answer whatever other clients do: the HTTP port is flooded with
 //! more stalled connections than `server.max_connections`, from one peer and from several
 //! loopback addresses, each having sent one byte; `/healthz` and `/readyz` still answer every
 //! time. The timeouts of the stalled clients are an hour here, so nothing but the admission
@@ -72,8 +72,8 @@ async fn probes_answer_while_the_port_is_flooded_by_stalled_clients() {
     ));
 
     // More stalled clients than max_connections from 127.0.0.1 (the probes' own address), then
-    // 8 from each of 127.0.0.2 … 127.0.0.9. (Not many more: a server that stops accepting, as
-    // before issue 17, leaves the rest in the kernel's listen backlog of 128, and a client past
+    // 8 from each of 127.0.0.2 … 127.0.0.9. (Not many more: a server that stops accepting
+    // leaves the rest in the kernel's listen backlog of 128, and a client past
     // that cannot even connect.)
     let local = Ipv4Addr::new(127, 0, 0, 1);
     let mut flood = Vec::new();

@@ -1,4 +1,4 @@
-//! No secret is printed (issue 11 item 4): secrets planted in the configuration are searched for
+//! No secret is printed: secrets planted in the configuration are searched for
 //! in everything the binary prints: `check-config`, the start-up log line, librdkafka's log lines
 //! forwarded to ours, start-up errors (librdkafka's configuration errors quote the offending
 //! value), configuration errors, and `bootstrap apply --dry-run` (the ScaledObject carries the

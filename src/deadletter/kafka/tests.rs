@@ -107,7 +107,7 @@ fn failures_are_classified_by_what_fixes_them() {
 
 /// A target whose topic could not be seen or created at start-up becomes ready once the topic
 /// exists: by its own check again (every 200 ms in tests, 10 s in the daemon), without a letter
-/// (found in review: `/readyz` stayed 503 for good), and by a delivered letter.
+/// (`/readyz` stayed 503 for good), and by a delivered letter.
 #[test]
 fn a_target_whose_topic_was_missing_at_start_becomes_ready_once_it_exists() {
     use rdkafka::mocking::MockCluster;

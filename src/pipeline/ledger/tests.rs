@@ -500,7 +500,7 @@ proptest! {
     }
 }
 
-/// The case the review found by reading (issue 13, defect 1), kept as a plain test: the first
+/// A case found by reading the code, kept as a plain test beside the model: the first
 /// log of an assignment waits for its dead letter when the partition's first batch opens a
 /// stream; recording the stream must not commit past that log.
 #[test]

@@ -100,7 +100,7 @@ fn a_letter_refused_as_too_large_is_sent_again_at_once_as_a_claim_check() {
 
 /// A target that was not usable at start-up (a Kafka topic not there yet) makes the publisher
 /// ready once it says it is usable, with nothing pending: it no longer waits for a letter to be
-/// written, which without bad input never comes (found in review).
+/// written, which without bad input never comes.
 #[test]
 fn a_target_not_usable_at_start_turns_ready_when_it_is_with_nothing_pending() {
     let (mut st, _tx, _target) = state(1 << 20);

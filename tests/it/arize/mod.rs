@@ -1,4 +1,4 @@
-//! The ARIZE sink against the real arize==7.10.2 SDK (issue 16, item 4a): the SDK (in its own
+//! The ARIZE sink against the real arize==7.10.2 SDK: the SDK (in its own
 //! venv, `scripts/arize-oracle setup`, pinned like Merlin) and our sink send the same rows to a
 //! local capturing server ([`server`]); the tests compare what arrived. Also the SDK's
 //! validation, check by check, and the sink's handling of Arize's statuses.

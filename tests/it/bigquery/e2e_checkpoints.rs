@@ -1,4 +1,4 @@
-//! exactly_once with a coordinator that cannot answer `OffsetFetch` (issue 17, item 3): the
+//! exactly_once with a coordinator that cannot answer `OffsetFetch`: the
 //! partition is not started on a guess. It stays paused, `/readyz` says why, nothing is
 //! written; once the coordinator answers, every row lands exactly once.
 

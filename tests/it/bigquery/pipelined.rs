@@ -1,4 +1,4 @@
-//! Pipelined appends and the memory they add (issue 18, goals 4 and 6), against the stand-in
+//! Pipelined appends and the memory they add, against the stand-in
 //! server of `slow_ack.rs` (every request acknowledged 100 ms after it arrived).
 //!
 //! The sink is driven the way the sink task drives it: batches (256 KiB, `batching.max_bytes`)

@@ -1,4 +1,4 @@
-//! The MaxCompute protocol pieces against pyodps's own code (issue 19, item 4): pyodps 0.12.2
+//! The MaxCompute protocol pieces against pyodps's own code: pyodps 0.12.2
 //! (Merlin's pin) and the latest 0.13.x, each in a venv of `scripts/odps-oracle setup`.
 //! - [`sign`]: golden vectors from pyodps's `AliyunAccount`; ours gives the same `Authorization`.
 //! - [`encode`]: our Tunnel blocks decode with pyodps's `TunnelRecordReader` (C and pure

@@ -1,4 +1,4 @@
-//! The MAXCOMPUTE sink end to end (issue 19, items 4c and 4d): the real binary, the real broker,
+//! The MAXCOMPUTE sink end to end: the real binary, the real broker,
 //! the Parquet local sink beside it (the values every sink writes) and the fake MaxCompute
 //! endpoint (pyodps's signer and reader as the authority). One fake process per test.
 //!

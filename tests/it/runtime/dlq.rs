@@ -1,5 +1,5 @@
 //! Dead letters against the real broker: a letter too large for the dead-letter topic does not
-//! stall its partition (issue 11 item 2), and letters waiting for an unusable target are
+//! stall its partition, and letters waiting for an unusable target are
 //! bounded by the in-flight budget in bytes (item 3).
 
 use super::*;
