@@ -487,7 +487,6 @@ fn a_rejected_log_leaves_no_rows_behind() {
     assert_eq!(rows[0], rows[1]);
 }
 
-// ---------------------------------------------------------------------------------------------
 // Property tests: random logs encoded with prost; the walker must agree with the reference.
 
 fn arb_scalar() -> impl Strategy<Value = Value> {

@@ -40,11 +40,11 @@ fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_observation-publisher"))
 }
 
-#[test]
-fn example_spec_dry_run_matches_golden() {
+/// `bootstrap apply --dry-run --spec SPEC`, which must exit 0.
+fn dry_run_ok(spec: impl AsRef<std::ffi::OsStr>) -> std::process::Output {
     let out = bin()
         .args(["bootstrap", "apply", "--dry-run", "--spec"])
-        .arg(root().join("deploy/example-spec.yaml"))
+        .arg(spec)
         .output()
         .unwrap();
     assert_eq!(
@@ -53,6 +53,12 @@ fn example_spec_dry_run_matches_golden() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    out
+}
+
+#[test]
+fn example_spec_dry_run_matches_golden() {
+    let out = dry_run_ok(root().join("deploy/example-spec.yaml"));
     let stdout = String::from_utf8(out.stdout).unwrap();
     assert!(stdout.contains("config.yaml: <redacted>"));
     check_golden("example-spec.dry-run.yaml", &stdout);
@@ -105,17 +111,7 @@ fn secured_autoscaling_and_pod_monitor_dry_run_matches_golden() {
         );
     assert!(text.contains("very-secret") && text.contains("\nmonitoring: {"));
     std::fs::write(&path, &text).unwrap();
-    let out = bin()
-        .args(["bootstrap", "apply", "--dry-run", "--spec"])
-        .arg(&path)
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = dry_run_ok(&path);
     let stdout = String::from_utf8(out.stdout).unwrap();
     assert!(!stdout.contains("very-secret"));
     assert!(stdout.contains("keda-password: <redacted>"));
@@ -242,17 +238,7 @@ fn a_file_dead_letter_target_on_an_empty_dir_exits_2_saying_why() {
             ),
     )
     .unwrap();
-    let out = bin()
-        .args(["bootstrap", "apply", "--dry-run", "--spec"])
-        .arg(&path)
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = dry_run_ok(&path);
     let yaml = String::from_utf8_lossy(&out.stdout);
     assert!(
         yaml.contains("claimName: pub-data") && yaml.contains("mountPath: /mnt/pv"),
