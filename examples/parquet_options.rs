@@ -1,4 +1,4 @@
-//! Parquet writer options side by side, for docs/performance.md ("Parquet options"): decodes
+//! Parquet writer options side by side, for docs/performance.md ("Parquet writer options"): decodes
 //! `LOGS` generated 20-feature logs (each one distinct, as on a topic: ids and values do not
 //! repeat in a cycle that the codecs or dictionaries could exploit) into batches of 50,000
 //! rows (the default `max_rows`) and writes them as one Parquet file per batch (as the local

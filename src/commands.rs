@@ -151,7 +151,7 @@ fn open_mapped(path: &str) -> std::io::Result<(Input, Option<u64>)> {
 /// smaller buffer lets an Arrow writer's column buffers skip the copy through it (16 KiB:
 /// 4,065 → 3,900 instructions per log in `convert -f arrow`), but the system calls for what is
 /// still gathered cost more than the copy saved: 402 against 388 ms per million logs
-/// (docs/performance.md, "Eighth pass").
+/// (docs/performance.md, "The input reader and the output buffer").
 const OUTPUT_BUFFER: usize = 256 << 10;
 
 /// The output stream (`-` is stdout) and a flag that turns true if its reader closed the pipe.

@@ -4,7 +4,7 @@
 //! into the reader's buffer. For `convert -f arrow` of a million 1-row logs (658 MB, in the page
 //! cache) that copy was 0.05–0.07 s of system time in 0.37 s of CPU; through a map the decoder
 //! reads the page cache's own pages, and the process takes 8–9% less CPU (docs/performance.md,
-//! "Ninth pass"). It is the crate's one `unsafe` block.
+//! "The input through a memory map"). It is the crate's one `unsafe` block.
 //!
 //! Why windows: a map of the whole file would leave every page read in the process's resident
 //! set (clean file pages the kernel can drop, but RSS is what operators watch). A window of
@@ -43,8 +43,8 @@ pub(crate) const WINDOW: usize = 16 << 20;
 
 /// Windows start at file offsets that are multiples of this (the size of a huge page), so that
 /// the page cache's large folios can be mapped whole: windows at any page offset lost half the
-/// gain; aligned ones cost what one map of the whole file does (docs/performance.md, "Ninth
-/// pass").
+/// gain; aligned ones cost what one map of the whole file does (docs/performance.md, "The
+/// input through a memory map").
 pub(crate) const WINDOW_ALIGN: usize = 2 << 20;
 
 /// A `BufRead` over a regular file through a window of it mapped into memory.

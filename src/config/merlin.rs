@@ -146,7 +146,7 @@ pub struct BigQuerySink {
     pub connections: u32,
 }
 
-/// Default `connections` (chosen by measurement: docs/performance.md, "BigQuery appends").
+/// Default `connections` (chosen by measurement: docs/performance.md, "Appends pipelined").
 pub const DEFAULT_CONNECTIONS: u32 = 4;
 
 /// Default `max_request_bytes`: 4 MB, twice a batch at the default in-flight budget (a larger

@@ -63,7 +63,7 @@ impl Default for Batching {
 /// Batches a full in-flight budget holds at least: a batch flushes at an eighth of
 /// `max_inflight_bytes` when that is below `max_bytes`. With fewer, intake pauses while the sink
 /// writes one or two batches and the consumer idles (at a 16 MiB budget, 8 MiB batches: two in
-/// flight, the rate a third of the default budget's; docs/performance.md §4a).
+/// flight, the rate a third of the default budget's; docs/performance.md, "Batches per budget").
 pub const BATCHES_IN_FLIGHT: usize = 8;
 
 impl Batching {

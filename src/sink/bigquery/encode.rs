@@ -30,7 +30,7 @@ pub fn schema_bytes(schema: &Schema) -> Result<Bytes, ArrowError> {
 /// Written by a `StreamWriter` straight into one buffer sized from the batch beforehand: the
 /// arrays' bytes are copied once. (`IpcDataGenerator::encode` first gathers the body in a
 /// buffer of its own that grows by doubling, then `write_message` copies it again: three copies
-/// of every byte on the BigQuery path, measured in docs/performance.md §4b.) The stream's
+/// of every byte on the BigQuery path, measured in docs/performance.md, "IPC encoding".) The stream's
 /// schema message, which the writer puts first, is left out of the returned slice; the
 /// record-batch message is the same bytes either way (test
 /// `batch_bytes_are_the_generators_message`).
