@@ -380,8 +380,8 @@ mod tests {
         }
     }
 
-    /// Issue 17 item 7: a letter over the frame limit used to be written whole, and
-    /// `run --replay` at the same settings then stopped at it.
+    /// A letter over the frame limit is claim-checked: written whole, it would stop
+    /// `run --replay` at the same settings.
     #[test]
     fn a_letter_over_the_frame_limit_is_claim_checked_so_every_frame_replays() {
         let dir = tempfile::tempdir().unwrap();
@@ -450,7 +450,7 @@ mod tests {
         }
     }
 
-    /// Issue 17 item 7, first half: a group of letters is written frame by frame, never copied
+    /// A group of letters is written frame by frame, never copied
     /// into one buffer first (that held each payload twice while the budget counted it once).
     /// Observed through the writer: no single write is larger than the 64 KiB buffer or the
     /// largest payload, while the group is several times that.

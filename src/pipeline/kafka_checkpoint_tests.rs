@@ -149,8 +149,8 @@ fn each_read_outcome_is_a_distinct_start_and_a_failed_read_is_retried() {
 /// A partition paused (for the in-flight budget, or held for its checkpoint) when it is revoked
 /// delivers again once assigned back. librdkafka keeps the application's pause across unassign
 /// and assign; without the revoke handler clearing it, intake stopped for good after any
-/// rebalance during a pause (found by review: a whole-group rebalance is what every model's
-/// rollout causes).
+/// rebalance during a pause (and a whole-group rebalance is what every model's rollout
+/// causes).
 #[test]
 fn a_partition_paused_when_revoked_delivers_when_assigned_again() {
     use rdkafka::consumer::ConsumerContext;

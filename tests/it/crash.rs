@@ -51,8 +51,9 @@ fn replay(dir: &std::path::Path, input: &std::path::Path, sets: &[&str]) -> std:
     run(&args)
 }
 
-/// The issue's reproduction: this linger passed `check-config`, panicked with "overflow when
-/// adding duration to instant" and exited 0.
+/// A linger that overflows `Instant` is refused by `check-config` and `run`, naming the key and
+/// its range; accepted, it panicked with "overflow when adding duration to instant" and the run
+/// exited 0.
 #[test]
 fn an_overflowing_linger_is_refused_naming_key_and_range() {
     let dir = tempfile::tempdir().unwrap();
@@ -79,7 +80,7 @@ fn an_overflowing_linger_is_refused_naming_key_and_range() {
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
 }
 
-/// Both keys of the Arrow offset bound are named (item 6).
+/// Both keys of the Arrow offset bound are named.
 #[test]
 fn a_batch_and_log_limit_over_the_arrow_offset_limit_is_refused() {
     let dir = tempfile::tempdir().unwrap();

@@ -46,7 +46,7 @@ server: {{listen: "127.0.0.1:0"}}
     path.to_str().unwrap().to_string()
 }
 
-/// The OAUTHBEARER settings of the issue; this build of librdkafka has no OAUTHBEARER/OIDC
+/// OAUTHBEARER settings with planted secrets; this build of librdkafka has no OAUTHBEARER/OIDC
 /// support (no libcurl), so creating the consumer fails with a configuration error that quotes
 /// the value.
 const OAUTH: &str = r#"      security.protocol: SASL_PLAINTEXT

@@ -1,4 +1,4 @@
-//! Issue 16: an Arize outage holds the commit. The real binary, the real broker, the Parquet
+//! An Arize outage holds the commit. The real binary, the real broker, the Parquet
 //! local sink and the ARIZE sink pointed at the capturing server ([`super::server`]): while
 //! Arize answers 503 the rows are in Parquet but the group's offsets do not move; once it
 //! answers 200 every row reaches Arize exactly once and the offsets commit.

@@ -1,6 +1,6 @@
 //! Dead letters against the real broker: a letter too large for the dead-letter topic does not
 //! stall its partition, and letters waiting for an unusable target are
-//! bounded by the in-flight budget in bytes (item 3).
+//! bounded by the in-flight budget in bytes.
 
 use super::*;
 use rdkafka::message::{Headers, Message};
