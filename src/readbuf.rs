@@ -6,8 +6,8 @@
 //! and starts 16 bytes past a page boundary. `read(2)` fills it with the kernel's copy
 //! (`rep movsb`), which on the AMD EPYC (Zen 3) machines this project is measured on is about
 //! five times slower into a destination a few bytes past a 64-byte boundary than into an
-//! aligned one: 658 MB from the page cache in 1 MiB reads cost 0.25 s of system time at offset
-//! 16 and 0.05 s at offset 0, 64 or 2,048 (docs/performance.md, "The read buffer's alignment").
+//! aligned one: 658 MB from the page cache in 1 MiB reads cost 0.26–0.28 s of system time at
+//! offsets 8 and 16 and 0.06–0.07 s at offset 0, 64 or 2,048 (docs/performance.md, "The read buffer's alignment").
 //! On the `run --replay` pipeline thread that copy was a fifth of the CPU.
 
 use std::io::{self, BufRead, Read};

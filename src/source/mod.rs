@@ -48,8 +48,8 @@ pub fn connection_config(src: &KafkaSource) -> ClientConfig {
 /// 10 ms the consumer still idled about 40% of the time at that budget; at 1 ms a queue that
 /// fell below its threshold is refilled after at most 1 ms plus a fetch round trip, and the
 /// publisher's core stays busy while the topic has a backlog. The cost is one queue-size check
-/// per millisecond per broker while the queue is full. Measured in docs/performance.md
-/// section 4c.
+/// per millisecond per broker while the queue is full. Measured in docs/performance.md,
+/// "Fetch settings".
 pub const FETCH_QUEUE_BACKOFF_MS: u64 = 1;
 
 /// librdkafka's share of the in-flight budget (`batching.max_inflight_bytes`): a quarter, split
