@@ -62,7 +62,7 @@ pub(crate) struct Store {
     objects: BTreeMap<String, Value>,
     rv: u64,
     rollouts: Rollouts,
-    keda: bool,
+    crds: bool,
     hooks: Vec<(Method, String, Hook)>,
     requests: Vec<Recorded>,
 }
@@ -253,14 +253,14 @@ impl FakeApiServer {
         Self::start_with(rollouts, true).await
     }
 
-    /// Starts a fake; `keda` = whether the custom resources (KEDA's, the Prometheus Operator's)
+    /// Starts a fake; `crds` = whether the custom resources (KEDA's, the Prometheus Operator's)
     /// exist.
-    pub(crate) async fn start_with(rollouts: Rollouts, keda: bool) -> FakeApiServer {
+    pub(crate) async fn start_with(rollouts: Rollouts, crds: bool) -> FakeApiServer {
         let store = Arc::new(Mutex::new(Store {
             objects: BTreeMap::new(),
             rv: 100,
             rollouts,
-            keda,
+            crds,
             hooks: Vec::new(),
             requests: Vec::new(),
         }));
@@ -408,7 +408,7 @@ async fn handle(State(store): State<Arc<Mutex<Store>>>, req: Request) -> Respons
             format!("the server could not find the requested resource {plural}"),
         );
     };
-    if super::crd::is_custom(plural) && !s.keda {
+    if super::crd::is_custom(plural) && !s.crds {
         // A real API server without the CRD answers a bare 404 page.
         return (StatusCode::NOT_FOUND, "404 page not found\n").into_response();
     }
