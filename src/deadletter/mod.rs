@@ -63,6 +63,30 @@ pub struct DeadLetter {
 }
 
 impl DeadLetter {
+    /// The letter for a log that could not be decoded (its epoch is the ledger's to set).
+    pub fn undecodable(
+        topic: &str,
+        partition: i32,
+        offset: i64,
+        key: Option<&[u8]>,
+        payload: &[u8],
+        code: &'static str,
+        message: String,
+    ) -> Self {
+        DeadLetter {
+            topic: topic.to_owned(),
+            partition,
+            offset,
+            epoch: 0,
+            key: key.map(<[u8]>::to_vec),
+            payload: payload.to_vec(),
+            kind: Kind::Decode,
+            code,
+            message,
+            claim_check: false,
+        }
+    }
+
     /// The memory this letter holds until it is written: its payload, key, message and topic,
     /// plus the struct itself (so that even empty letters count). This is what the pipeline
     /// counts against `batching.max_inflight_bytes` while the letter waits for its write.

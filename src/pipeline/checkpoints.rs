@@ -11,9 +11,11 @@
 //! Starting a partition whose checkpoint is unknown would skip nothing, not fence the old
 //! stream, and overwrite the checkpoint with `carried: 0`: duplicates nothing could remove.
 
+use super::events;
 use crate::commit::Partition;
 use crate::sink::bigquery::checkpoint::Checkpoint;
-use std::collections::BTreeMap;
+use crate::source::group::{Committed, Group};
+use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
 /// What reading one partition's committed offset returned.
@@ -56,6 +58,31 @@ pub(crate) fn decide(read: Read) -> Start {
     }
 }
 
+/// Reads the committed offsets of `partitions` and decides how each starts: a failed request
+/// (or a failed entry) is a `Retry`, never "none".
+pub(crate) fn read(
+    group: &Group<'_>,
+    partitions: &[Partition],
+    timeout: Duration,
+) -> Vec<(Partition, Start)> {
+    let reads = group.committed(partitions, timeout);
+    let read = |c| match c {
+        Committed::Nothing => Read::NoCommit,
+        Committed::At(_, metadata) => Read::Committed(metadata),
+        Committed::Failed(e) => Read::Failed(e),
+    };
+    partitions
+        .iter()
+        .zip(reads)
+        .map(|(&p, c)| (p, decide(read(c))))
+        .collect()
+}
+
+/// How long the checkpoint read at assignment may take.
+pub(crate) const READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a retried read may take (the poll loop waits for it).
+pub(crate) const RETRY_READ_TIMEOUT: Duration = Duration::from_secs(1);
+
 /// How long after a failed read it is tried again.
 pub(crate) const RETRY_EVERY: Duration = Duration::from_secs(1);
 
@@ -79,7 +106,40 @@ pub(crate) struct HeldPartitions {
     held: BTreeMap<Partition, Held>,
 }
 
+/// What a round of start decisions says.
+#[derive(Debug, Default)]
+pub(crate) struct Starting {
+    /// The partitions that start.
+    pub(crate) start: Vec<Partition>,
+    /// The checkpoints of those that resume from one.
+    pub(crate) checkpoints: HashMap<Partition, String>,
+    /// The partitions held (to pause).
+    pub(crate) hold: Vec<Partition>,
+}
+
 impl HeldPartitions {
+    /// Records `decisions` at `now` (reporting each held partition) and sorts the partitions
+    /// into those that start and those held.
+    pub(crate) fn decide(&mut self, decisions: Vec<(Partition, Start)>, now: Instant) -> Starting {
+        let mut out = Starting::default();
+        for (p, d) in decisions {
+            match &d {
+                Start::Retry(e) => events::CheckpointHeld::Unread(p, e).emit(),
+                Start::Stop(why) => events::CheckpointHeld::Unparseable(p, why).emit(),
+                Start::Fresh => {}
+                Start::Resume(m) => {
+                    out.checkpoints.insert(p, m.clone());
+                }
+            }
+            if self.apply(p, &d, now) {
+                out.start.push(p);
+            } else {
+                out.hold.push(p);
+            }
+        }
+        out
+    }
+
     /// Records the decision for `p` at `now`; returns whether the partition may start
     /// (`Fresh`/`Resume`: it is released if it was held).
     pub(crate) fn apply(&mut self, p: Partition, start: &Start, now: Instant) -> bool {

@@ -8,6 +8,22 @@ use crate::metrics::names;
 use crate::sink::SinkError;
 use std::time::{Duration, Instant};
 
+/// Counters kept locally and published once per batch (telemetry is never per message).
+#[derive(Default)]
+pub(crate) struct Counts {
+    pub(crate) messages: u64,
+    pub(crate) bytes: u64,
+    pub(crate) rows: u64,
+}
+
+/// Totals since start (for summaries).
+#[derive(Default, Debug, Clone, Copy)]
+pub(crate) struct Totals {
+    pub(crate) messages: u64,
+    pub(crate) rows: u64,
+    pub(crate) dead_letters: u64,
+}
+
 /// Logs at most `burst` lines per window, then a summary of what was suppressed.
 pub(crate) struct RateLimit {
     window: Instant,

@@ -5,10 +5,14 @@
 //! cannot be read, and a burst over the in-flight budget.
 
 use super::*;
+use crate::pipeline::checkpoints::Start;
+use crate::pipeline::start_from::other_group_reader;
 use crate::pipeline::state::Event;
-use rdkafka::config::FromClientConfigAndContext;
+use rdkafka::config::{ClientConfig, FromClientConfigAndContext};
+use rdkafka::consumer::CommitMode;
 use rdkafka::mocking::MockCluster;
 use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+use rdkafka::Offset;
 
 const CP: &str = "obs-bq2:20:3:projects/p/datasets/d/tables/t/streams/s";
 
@@ -90,7 +94,6 @@ fn listener(
         revoke_timeout,
         start_from,
         other_group,
-        generation: Arc::new(AtomicU64::new(0)),
         exactly_once: false,
         revoke_hooks: Vec::new(),
     }
@@ -103,13 +106,12 @@ fn each_read_outcome_is_a_distinct_start_and_a_failed_read_is_retried() {
     cluster.create_topic(topic, 4, 1).expect("topic");
     let c = consumer(&cluster.bootstrap_servers(), topic);
     // 0: a checkpoint; 1: nothing committed; 2: garbage metadata; 3: a commit without metadata.
-    let mut tpl = TopicPartitionList::new();
-    add_offset(&mut tpl, topic, 0, 5, Some(CP.into())).unwrap();
-    add_offset(&mut tpl, topic, 2, 7, Some("{\"not\":\"ours\"}".into())).unwrap();
-    add_offset(&mut tpl, topic, 3, 9, None).unwrap();
-    c.commit(&tpl, CommitMode::Sync).expect("commit");
+    let group = Group::new(&c, topic);
+    let garbage = "{\"not\":\"ours\"}";
+    let points = [(0, 5, Some(CP)), (2, 7, Some(garbage)), (3, 9, None)];
+    group.commit(points).expect("commit");
 
-    let read = |t| read_checkpoints_within(&c, topic, &[0, 1, 2, 3], t);
+    let read = |t| checkpoints::read(&group, &[0, 1, 2, 3], t);
     let ok = read(Duration::from_secs(10));
     assert_eq!(ok[0], (0, Start::Resume(CP.into())));
     assert_eq!(ok[1], (1, Start::Fresh));
@@ -254,7 +256,6 @@ fn the_revoke_after_the_drain_does_not_wait_again() {
 /// and starts at the old group's offset once the read succeeds.
 #[test]
 fn a_start_that_cannot_be_read_waits_paused_then_starts_where_start_from_says() {
-    use super::start_from;
     let cluster = MockCluster::new(1).expect("mock cluster");
     let bootstrap = cluster.bootstrap_servers();
     let topic = "migrating";
@@ -303,7 +304,7 @@ fn a_start_that_cannot_be_read_waits_paused_then_starts_where_start_from_says() 
     l.assigning(&c, &mut tpl);
     c.assign(&tpl).unwrap();
     l.assigned(&c, &[0]);
-    assert!(lock(&l.state).start_pending.contains(&0), "pending");
+    assert!(State::lock(&l.state).pending_starts.is_unread(0), "pending");
     let first = |c: &BaseConsumer<SourceContext>, wait: Duration| {
         let end = Instant::now() + wait;
         while Instant::now() < end {
@@ -322,24 +323,25 @@ fn a_start_that_cannot_be_read_waits_paused_then_starts_where_start_from_says() 
     cluster.clear_request_errors(RDKafkaApiKey::OffsetFetch);
     // As the poll loop does: read again every second (librdkafka positions the partition
     // itself first; it cannot be moved before).
+    let settings = Settings {
+        commit_interval: Duration::from_secs(1),
+        start_from: Some(sf),
+        other_group: other,
+    };
+    let group = Group::new(&c, topic);
     for _ in 0..30 {
-        let mut st = lock(&l.state);
-        start_from::retry(
-            &mut st,
-            &c,
-            topic,
-            &sf,
-            other.as_deref(),
-            false,
-            Duration::from_secs(1),
-        );
-        if st.start_pending.is_empty() {
+        let mut st = State::lock(&l.state);
+        st.housekeep(Instant::now(), &group, &settings);
+        if !st.pending_starts.any_unread() {
             break;
         }
         drop(st);
         let _ = c.poll(Duration::from_secs(1));
     }
-    assert!(lock(&l.state).start_pending.is_empty(), "started");
+    assert!(
+        !State::lock(&l.state).pending_starts.any_unread(),
+        "started"
+    );
     assert_eq!(
         first(&c, Duration::from_secs(15)),
         Some(15),
@@ -370,11 +372,15 @@ fn a_burst_over_the_budget_takes_one_message_and_stops() {
     let mut take = |wait| burst(&c, &l.state, &health, topic, &mut errors, wait);
     for n in 1..=300u64 {
         let stopped = take(Duration::from_secs(10));
-        assert!(stopped.is_some(), "burst {n} stopped over the budget");
-        assert_eq!(lock(&l.state).totals.messages, n, "one message per burst");
+        assert!(stopped, "burst {n} stopped over the budget");
+        assert_eq!(
+            State::lock(&l.state).totals.messages,
+            n,
+            "one message per burst"
+        );
     }
-    assert!(lock(&l.state).over_budget());
+    assert!(State::lock(&l.state).over_budget());
     // Nothing was polled and dropped: the 300 taken are all there were, and nothing is left.
-    assert_eq!(take(Duration::from_millis(500)), None, "nothing left");
-    assert_eq!(lock(&l.state).totals.messages, 300);
+    assert!(!take(Duration::from_millis(500)), "nothing left");
+    assert_eq!(State::lock(&l.state).totals.messages, 300);
 }

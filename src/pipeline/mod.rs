@@ -30,9 +30,12 @@ mod build;
 mod checkpoints;
 mod crash;
 mod events;
+mod intake;
 mod kafka;
 mod lanes;
 mod ledger;
+mod letters;
+mod messages;
 mod replay;
 mod sinks;
 mod start_from;
@@ -50,7 +53,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use state::{Event, State};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -266,8 +269,7 @@ impl Publisher {
                 thread.spawn(move || replay::run(&path, state, shutdown, drain, max_frame))
             }
             Intake::Kafka(consumer, src) => {
-                let generation = Arc::new(AtomicU64::new(0));
-                let other_group = kafka::other_group_reader(
+                let other_group = start_from::other_group_reader(
                     cfg.consumer.start_from.as_ref(),
                     &crate::source::connection_config(&src),
                 )
@@ -278,21 +280,20 @@ impl Publisher {
                     revoke_timeout: drain.min(cfg.consumer.session_timeout / 2),
                     other_group: other_group.clone(),
                     start_from: cfg.consumer.start_from.clone(),
-                    generation: Arc::clone(&generation),
                     exactly_once,
                     revoke_hooks,
                 }));
                 let loop_cfg = kafka::KafkaLoop {
                     topic: src.topic,
-                    commit_interval: cfg.consumer.commit_interval,
                     drain_timeout: drain,
-                    other_group,
-                    start_from: cfg.consumer.start_from.clone(),
+                    settings: state::Settings {
+                        commit_interval: cfg.consumer.commit_interval,
+                        other_group,
+                        start_from: cfg.consumer.start_from.clone(),
+                    },
                 };
                 let health = Arc::clone(&health);
-                thread.spawn(move || {
-                    kafka::run(*consumer, state, health, generation, loop_cfg, shutdown)
-                })
+                thread.spawn(move || kafka::run(*consumer, state, health, loop_cfg, shutdown))
             }
         };
         Running {

@@ -51,7 +51,7 @@ pub(crate) fn run(
     let mut buf = Vec::new();
     let mut index: i64 = 0;
     let mut ok = true;
-    let mut st = state.lock().unwrap_or_else(|e| e.into_inner());
+    let mut st = State::lock(&state);
     // The clock is read, and cancellation checked, with the housekeeping (as the Kafka loop does
     // once per burst): at most 1,024 frames apart, a millisecond or two.
     let mut now = Instant::now();
@@ -98,7 +98,7 @@ pub(crate) fn run(
     st.flush(Instant::now());
     // A replay waits for its sinks as long as it takes, unless asked to stop.
     let mut deadline = None;
-    while !st.settle(Instant::now() + Duration::from_millis(200), None) {
+    while !st.settle(Instant::now() + Duration::from_millis(200), None, None) {
         if st.sink_gone() {
             ok = false;
             break;

@@ -6,16 +6,17 @@
 //! offsets for a time or the other group's). When a read fails (a coordinator still loading
 //! during a broker roll, a timeout) nothing is guessed: the partitions it leaves open are
 //! **pending**, paused inside the rebalance callback right after the assignment, read again
-//! every second by the poll loop ([`retry`]), then positioned (`seek`) and resumed. Before,
+//! every second by the poll loop (`State::retry_starts`), then positioned (`seek`) and resumed. Before,
 //! they started per `auto.offset.reset` (`earliest` whenever `start_from` is set): the whole
 //! retained topic was published again.
 
-use super::state::State;
 use crate::commit::Partition;
 use crate::config::StartFrom;
-use crate::source::SourceContext;
+use crate::source::group::{self, Group};
+use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
+use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
 /// What a read of the group's committed offsets says about each partition.
@@ -29,31 +30,17 @@ struct Committed {
     failed: Vec<Partition>,
 }
 
-/// Reads the group's committed offsets of `partitions` of `topic`.
-fn read_committed(
-    consumer: &BaseConsumer<SourceContext>,
-    topic: &str,
-    partitions: &[Partition],
-    timeout: Duration,
-) -> Committed {
-    let mut q = TopicPartitionList::new();
-    for p in partitions {
-        q.add_partition(topic, *p);
-    }
+/// Reads the group's committed offsets of `partitions`.
+fn read_committed(group: &Group<'_>, partitions: &[Partition], timeout: Duration) -> Committed {
     let mut out = Committed::default();
-    match consumer.committed_offsets(q, timeout) {
-        Ok(list) => {
-            for e in list.elements().iter().filter(|e| e.topic() == topic) {
-                match (e.error(), e.offset()) {
-                    (Err(_), _) => out.failed.push(e.partition()),
-                    (Ok(()), Offset::Offset(o)) => out.at.push((e.partition(), o)),
-                    (Ok(()), _) => out.fresh.push(e.partition()),
-                }
+    for (&p, c) in partitions.iter().zip(group.committed(partitions, timeout)) {
+        match c {
+            group::Committed::At(o, _) => out.at.push((p, o)),
+            group::Committed::Nothing => out.fresh.push(p),
+            group::Committed::Failed(e) => {
+                tracing::debug!(error = %e, partition = p, "cannot read the group's committed offset");
+                out.failed.push(p);
             }
-        }
-        Err(e) => {
-            tracing::warn!(error = %e, partitions = ?partitions, "cannot read the group's committed offsets");
-            out.failed.extend_from_slice(partitions);
         }
     }
     out
@@ -64,20 +51,20 @@ fn read_committed(
 /// sets to `earliest`). Partitions whose entry of the answer failed are left out (read again
 /// later, the others start); `Err` when the whole lookup failed.
 fn resolve(
-    consumer: &BaseConsumer<SourceContext>,
+    group: &Group<'_>,
     start_from: &StartFrom,
     other_group: Option<&BaseConsumer>,
-    topic: &str,
     fresh: &[Partition],
     timeout: Duration,
 ) -> Result<Vec<(Partition, Option<Offset>)>, String> {
+    let topic = group.topic();
     let found = match start_from {
         StartFrom::Timestamp(ms) => {
             let mut q = TopicPartitionList::new();
             for p in fresh {
                 let _ = q.add_partition_offset(topic, *p, Offset::Offset(*ms));
             }
-            consumer.offsets_for_times(q, timeout)
+            group.consumer().offsets_for_times(q, timeout)
         }
         StartFrom::Group(_) => {
             let Some(other) = other_group else {
@@ -123,21 +110,20 @@ pub(super) struct Starts {
 /// Reads where `partitions` start under `start_from`: the group's committed offsets, then
 /// `start_from`'s lookup for those never committed.
 pub(super) fn read(
-    consumer: &BaseConsumer<SourceContext>,
+    group: &Group<'_>,
     start_from: &StartFrom,
     other_group: Option<&BaseConsumer>,
-    topic: &str,
     partitions: &[Partition],
     timeout: Duration,
 ) -> Starts {
-    let c = read_committed(consumer, topic, partitions, timeout);
+    let c = read_committed(group, partitions, timeout);
     let mut starts = Starts {
         committed: c.at,
         fresh: Vec::new(),
         pending: c.failed,
     };
     if !c.fresh.is_empty() {
-        match resolve(consumer, start_from, other_group, topic, &c.fresh, timeout) {
+        match resolve(group, start_from, other_group, &c.fresh, timeout) {
             Ok(found) => {
                 let answered = |p: &Partition| found.iter().any(|(q, _)| q == p);
                 starts
@@ -154,47 +140,84 @@ pub(super) fn read(
     starts
 }
 
-/// Reads again where the pending partitions start (a short `timeout`: the loop waits), and
-/// positions and resumes those it can (not resumed while intake is `paused` for the budget,
-/// nor while held for an exactly-once checkpoint: the loop's resume takes them then).
-pub(super) fn retry(
-    st: &mut State,
-    consumer: &BaseConsumer<SourceContext>,
-    topic: &str,
-    start_from: &StartFrom,
-    other_group: Option<&BaseConsumer>,
-    paused: bool,
-    timeout: Duration,
-) {
-    let pending: Vec<Partition> = st.start_pending.iter().copied().collect();
-    if pending.is_empty() {
-        return;
+/// The partitions whose start is not settled: where `start_from` placed those the group never
+/// committed (committed once they start, so that a restart, or the other group's deletion,
+/// cannot move an idle partition's start), and those whose start could not be read (they wait,
+/// paused, and are read again).
+#[derive(Debug, Default)]
+pub(super) struct Pending {
+    positions: HashMap<Partition, i64>,
+    unread: BTreeSet<Partition>,
+}
+
+impl Pending {
+    /// What was read for partitions being assigned; returns the positions to set in the
+    /// assignment.
+    pub(super) fn read(&mut self, read: Starts) -> Vec<(Partition, Offset)> {
+        let mut set = Vec::new();
+        for (p, off) in read.fresh.into_iter().filter_map(|(p, at)| Some((p, at?))) {
+            tracing::info!(partition = p, offset = ?off, "start position from start_from");
+            set.push((p, off));
+            if let Offset::Offset(o) = off {
+                self.positions.insert(p, o);
+            }
+        }
+        if !read.pending.is_empty() {
+            tracing::warn!(partitions = ?read.pending, "where these partitions start cannot be read; they wait, paused, and are read again every second");
+            self.unread.extend(read.pending);
+        }
+        set
     }
-    let read = read(consumer, start_from, other_group, topic, &pending, timeout);
-    let committed = read
-        .committed
-        .iter()
-        .map(|&(p, o)| (p, Offset::Offset(o), false));
-    let fresh = (read.fresh.iter()).map(|&(p, at)| (p, at.unwrap_or(Offset::Beginning), true));
-    let mut resume = TopicPartitionList::new();
-    for (p, off, fresh) in committed.chain(fresh) {
-        if let Err(e) = consumer.seek(topic, p, off, timeout) {
-            tracing::debug!(error = %e, partition = p, "cannot position a pending partition yet");
-            continue;
-        }
-        st.start_pending.remove(&p);
-        if let (Offset::Offset(o), true) = (off, fresh) {
-            st.ledger.positioned(p, o);
-        }
-        tracing::info!(partition = p, offset = ?off, "start position read; the partition starts");
-        if !paused && !st.held.is_held(p) {
-            resume.add_partition(topic, p);
-        }
+
+    /// Whether `p`'s start could not be read yet.
+    pub(super) fn is_unread(&self, p: Partition) -> bool {
+        self.unread.contains(&p)
     }
-    if resume.count() > 0 {
-        if let Err(e) = consumer.resume(&resume) {
-            tracing::error!(error = %e, "cannot resume partitions after reading their start");
+
+    pub(super) fn any_unread(&self) -> bool {
+        !self.unread.is_empty()
+    }
+
+    /// Where `start_from` placed `p`, once: the partition starts.
+    pub(super) fn take_position(&mut self, p: Partition) -> Option<i64> {
+        self.positions.remove(&p)
+    }
+
+    /// Reads again where the unread partitions start (a short `timeout`: the poll loop waits)
+    /// and positions those it can. Returns those, each with its position if `start_from`
+    /// placed it (the group never committed it).
+    pub(super) fn retry(
+        &mut self,
+        group: &Group<'_>,
+        start_from: &StartFrom,
+        other_group: Option<&BaseConsumer>,
+        timeout: Duration,
+    ) -> Vec<(Partition, Option<i64>)> {
+        let unread: Vec<Partition> = self.unread.iter().copied().collect();
+        let read = read(group, start_from, other_group, &unread, timeout);
+        let committed = (read.committed.iter()).map(|&(p, o)| (p, Offset::Offset(o), false));
+        let fresh = (read.fresh.iter()).map(|&(p, at)| (p, at.unwrap_or(Offset::Beginning), true));
+        let mut started = Vec::new();
+        for (p, off, fresh) in committed.chain(fresh) {
+            if let Err(e) = group.seek(p, off, timeout) {
+                tracing::debug!(error = %e, partition = p, "cannot position a pending partition yet");
+                continue;
+            }
+            self.unread.remove(&p);
+            tracing::info!(partition = p, offset = ?off, "start position read; the partition starts");
+            let placed = match (off, fresh) {
+                (Offset::Offset(o), true) => Some(o),
+                _ => None,
+            };
+            started.push((p, placed));
         }
+        started
+    }
+
+    /// Forgets revoked partitions.
+    pub(super) fn forget(&mut self, partitions: &[Partition]) {
+        self.positions.retain(|p, _| !partitions.contains(p));
+        self.unread.retain(|p| !partitions.contains(p));
     }
 }
 
@@ -205,6 +228,27 @@ pub(super) fn serve_events(client: &BaseConsumer) {
     while let Some(event) = client.poll(Duration::ZERO) {
         if let Err(e) = event {
             tracing::debug!(error = %e, "start_from's group reader");
+        }
+    }
+}
+
+/// The client the rebalance listener reads `start_from: group:<name>` through (`None` for
+/// any other start, or when it cannot be made: then new partitions start per
+/// `auto.offset.reset`, said once here).
+pub(crate) fn other_group_reader(
+    start_from: Option<&StartFrom>,
+    connection: &ClientConfig,
+) -> Option<BaseConsumer> {
+    let Some(StartFrom::Group(g)) = start_from else {
+        return None;
+    };
+    let mut cfg = connection.clone();
+    cfg.set("group.id", g).set("enable.auto.commit", "false");
+    match cfg.create::<BaseConsumer>() {
+        Ok(c) => Some(c),
+        Err(e) => {
+            tracing::warn!(error = %e, group = %g, "cannot read start_from's group; new partitions start per auto.offset.reset");
+            None
         }
     }
 }

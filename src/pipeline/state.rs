@@ -6,71 +6,34 @@
 //! batch is stamped by the ledger and queued for the sink task (bounded channel); the ledger
 //! acknowledges its offsets when every sink has it. A rejected message goes to the dead-letter
 //! target; the ledger holds its offset until the letter is written. What may be committed is
-//! the ledger's answer alone; `kafka.rs` only carries it to the broker.
+//! the ledger's answer alone.
+//!
+//! The state is the one owner of the pipeline's decisions: the poll loop (`kafka.rs`) and the
+//! rebalance callbacks only hand it messages and turns, and it asks the consumer group for
+//! commits, pauses, resumes and positions itself (through [`crate::source::group::Group`],
+//! which carries requests and decides nothing).
 
-use super::checkpoints::{HeldPartitions, Start};
-use super::events::{self, RateLimit};
-use super::ledger::{BatchId, Completion, Ledger, SinkIndex};
+use super::checkpoints::{self, HeldPartitions, Start};
+use super::events::{self, Counts, RateLimit, Totals};
+use super::intake::{Gate, Intake, Timers, MAX_WAIT};
+pub(crate) use super::intake::{Next, Settings};
+use super::ledger::{Completion, Ledger};
+use super::letters::Letters;
+pub(crate) use super::messages::{Event, SinkJob};
+use super::start_from::{self, Pending, Starts};
 use crate::batch::{Batch, Batcher};
 use crate::commit::Partition;
-use crate::deadletter::{self, DeadLetter, Failure, Outcome};
+use crate::deadletter::{self, DeadLetter, Outcome};
 use crate::server::Health;
-use crate::sink::bigquery::exactly_once::{PartitionStarts, Registration};
-use crate::sink::StreamCheckpoint;
+use crate::sink::bigquery::exactly_once::{PartitionStarts, Registered, Registration};
+use crate::sink::RevokeHook;
+use crate::source::group::Group;
+use rdkafka::Offset;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::Ordering;
-use std::sync::{mpsc, Arc};
+use std::sync::{mpsc, Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc::error::TrySendError;
-
-/// A batch on its way to the sinks.
-#[derive(Clone)]
-pub(crate) struct SinkJob {
-    pub(crate) id: BatchId,
-    pub(crate) batch: Arc<Batch>,
-    /// When the batch's first message arrived (flush latency).
-    pub(crate) opened: Instant,
-}
-
-/// What other threads report back to the pipeline.
-pub(crate) enum Event {
-    /// Sink `sink` acknowledged the batch (sinks acknowledge independently, in any order);
-    /// `dead` are rows it refused (dead-lettered once every sink has acknowledged the batch);
-    /// `checkpoints` are the exactly-once sink's stream positions after it.
-    Acked {
-        id: BatchId,
-        sink: SinkIndex,
-        dead: Vec<DeadLetter>,
-        checkpoints: Vec<StreamCheckpoint>,
-    },
-    /// Sink `sink` staged the batch: it no longer holds its bytes, but has not made its rows
-    /// durable yet (its acknowledgement follows).
-    Staged { id: BatchId, sink: SinkIndex },
-    /// What sink `sink` staged failed to become durable: it is given the batch again, and holds
-    /// its bytes again.
-    Unstaged { id: BatchId, sink: SinkIndex },
-    /// A dead-letter write finished.
-    DeadLetter(Outcome),
-    /// Exactly-once: the sink opened a new stream and waits for it to be recorded in the
-    /// group's commit before writing to it.
-    Register(Registration),
-}
-
-/// Counters kept locally and published once per batch (telemetry is never per message).
-#[derive(Default)]
-struct Counts {
-    messages: u64,
-    bytes: u64,
-    rows: u64,
-}
-
-/// Totals since start (for summaries).
-#[derive(Default, Debug, Clone, Copy)]
-pub(crate) struct Totals {
-    pub(crate) messages: u64,
-    pub(crate) rows: u64,
-    pub(crate) dead_letters: u64,
-}
 
 /// The pipeline state.
 pub(crate) struct State {
@@ -80,14 +43,10 @@ pub(crate) struct State {
     pub(crate) health: Arc<Health>,
     events: mpsc::Receiver<Event>,
     sink_tx: tokio::sync::mpsc::Sender<SinkJob>,
-    dead_letters: Box<dyn deadletter::Target>,
+    letters: Letters,
     queue: VecDeque<SinkJob>,
     /// How many sinks every batch goes to.
     sinks: usize,
-    /// Letters for rows a sink refused, kept until every sink acknowledged their batch (their
-    /// bytes count against the budget: [`Ledger::refused_bytes`]).
-    stashed: HashMap<BatchId, Vec<DeadLetter>>,
-    dlq_retry: VecDeque<(Instant, DeadLetter)>,
     budget: usize,
     /// Exactly-once: the checkpoints handed to the sink at assignment.
     starts: Option<PartitionStarts>,
@@ -95,28 +54,36 @@ pub(crate) struct State {
     registrations: Vec<Registration>,
     /// Exactly-once: the start decisions made while partitions are being assigned, applied
     /// once the assignment is done.
-    pub(crate) checkpoints_read: Vec<(Partition, Start)>,
-    /// Where `start_from` placed partitions being assigned (the group had no commit for them),
-    /// until they start: that position is then committed, so the group owns it even if the
-    /// partition stays idle.
-    pub(crate) start_positions: HashMap<Partition, i64>,
-    /// `start_from`: assigned partitions whose start could not be read yet (paused; read
-    /// again by the poll loop, `pipeline::start_from`).
-    pub(crate) start_pending: std::collections::BTreeSet<Partition>,
+    checkpoints_read: Vec<(Partition, Start)>,
+    /// `start_from`: the partitions being assigned whose start is not settled.
+    pub(crate) pending_starts: Pending,
     /// Exactly-once: assigned partitions held (paused) for their checkpoint.
     pub(crate) held: HeldPartitions,
     counts: Counts,
     pub(crate) totals: Totals,
     log_limit: RateLimit,
-    dlq_log_limit: RateLimit,
-    claim_log_limit: RateLimit,
     sink_closed: bool,
     /// The final drain has run (settled as far as its deadline allowed): a revoke after it
     /// (the consumer's close) commits what is acknowledged without waiting again.
     pub(crate) drained: bool,
+    /// Whether intake is held or paused for the budget.
+    intake: Intake,
+    /// The poll loop's periodic jobs.
+    timers: Timers,
+    /// The poll loop's warnings (a pause that failed, a missing topic).
+    errors: RateLimit,
 }
 
 impl State {
+    /// Locks the state, shared by the poll loop and the rebalance callbacks, which librdkafka
+    /// runs inside `poll` on the same thread: never contended, it exists because the consumer
+    /// context must be `Send + Sync` (`unsafe` is denied outside src/mapped.rs). It is the only
+    /// lock on the pipeline's own state (the exactly-once `Handoff` has its own).
+    pub(crate) fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
+        // A panic while holding the lock is a bug; the data is still consistent enough to drain.
+        state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// `starts` is `Some` in exactly-once mode (commits then carry checkpoints); every batch goes
     /// to `sinks` sinks.
     #[allow(clippy::too_many_arguments)]
@@ -138,25 +105,23 @@ impl State {
             health,
             events,
             sink_tx,
-            dead_letters,
+            letters: Letters::new(dead_letters),
             queue: VecDeque::new(),
             sinks,
-            stashed: HashMap::new(),
-            dlq_retry: VecDeque::new(),
             budget,
             starts,
             registrations: Vec::new(),
             checkpoints_read: Vec::new(),
-            start_positions: HashMap::new(),
-            start_pending: std::collections::BTreeSet::new(),
+            pending_starts: Pending::default(),
             held: HeldPartitions::default(),
             counts: Counts::default(),
             totals: Totals::default(),
             log_limit: RateLimit::new(),
-            dlq_log_limit: RateLimit::new(),
-            claim_log_limit: RateLimit::new(),
             sink_closed: false,
             drained: false,
+            intake: Intake::default(),
+            timers: Timers::new(Instant::now()),
+            errors: RateLimit::new(),
         }
     }
 
@@ -238,22 +203,20 @@ impl State {
                     reason: &failure.error.reason,
                 }
                 .emit(&mut self.log_limit, now);
-                let mut letter = DeadLetter {
-                    topic: self.topic.clone(),
+                let message = failure.error.into_reason();
+                let mut letter = DeadLetter::undecodable(
+                    &self.topic,
                     partition,
                     offset,
-                    epoch: 0,
-                    key: key.map(<[u8]>::to_vec),
-                    payload: payload.to_vec(),
-                    kind: deadletter::Kind::Decode,
+                    key,
+                    payload,
                     code,
-                    message: failure.error.into_reason(),
-                    claim_check: false,
-                };
+                    message,
+                );
                 letter.epoch = self
                     .ledger
                     .letter_sent(partition, offset, letter.held_bytes());
-                self.dead_letters.send(letter);
+                self.letters.send(letter);
             }
         }
         for b in ready {
@@ -365,18 +328,9 @@ impl State {
                     .collect();
                 match self.ledger.sink_acked(id, sink, &refused, checkpoints) {
                     Completion::Ignored => {}
-                    Completion::Waiting => {
-                        if !dead.is_empty() {
-                            self.stashed.entry(id).or_default().extend(dead);
-                        }
-                    }
+                    Completion::Waiting => self.letters.stash(id, dead),
                     Completion::Complete => {
-                        let mut letters = self.stashed.remove(&id).unwrap_or_default();
-                        letters.extend(dead);
-                        self.totals.dead_letters += letters.len() as u64;
-                        for letter in letters {
-                            self.dead_letters.send(letter);
-                        }
+                        self.totals.dead_letters += self.letters.release(id, dead);
                     }
                 }
                 events::InflightBytes(self.inflight_bytes()).emit();
@@ -400,15 +354,7 @@ impl State {
                 claim_check,
             }) => {
                 self.health.dead_letter_ok.store(true, Ordering::Relaxed);
-                if let Some(original_bytes) = claim_check {
-                    events::ClaimCheckWritten {
-                        topic: &self.topic,
-                        partition,
-                        offset,
-                        original_bytes,
-                    }
-                    .emit(&mut self.claim_log_limit, Instant::now());
-                }
+                (self.letters).written(&self.topic, partition, offset, claim_check);
                 self.ledger.letter_written(partition, offset, epoch, bytes);
                 events::PendingLetters(self.letter_bytes()).emit();
             }
@@ -416,64 +362,39 @@ impl State {
                 letter,
                 failure,
                 error,
-            }) => self.letter_failed(*letter, failure, &error),
+            }) => {
+                let epoch = self.ledger.epoch(letter.partition);
+                if self.letters.failed(*letter, failure, &error, epoch) {
+                    self.health.dead_letter_ok.store(false, Ordering::Relaxed);
+                }
+            }
             Event::Register(r) => self.registrations.push(r),
         }
     }
 
-    /// A dead-letter write failed: send it again, as a claim check if it was too large.
-    fn letter_failed(&mut self, mut letter: DeadLetter, failure: Failure, error: &str) {
-        if self.ledger.epoch(letter.partition) != letter.epoch {
-            // Its partition was revoked since: the offset was not committed, the next owner
-            // reads the log again and dead-letters it itself. Keeping it would hold memory the
-            // budget no longer counts.
-            return;
-        }
-        // A claim check refused as too large is not a size problem any more: the target is.
-        let failure = if failure == Failure::TooLarge && letter.claim_check {
-            Failure::NeedsOperator
-        } else {
-            failure
-        };
-        let now = Instant::now();
-        events::DeadLetterFailed {
-            topic: &letter.topic,
-            partition: letter.partition,
-            offset: letter.offset,
-            failure,
-            error,
-        }
-        .emit(&mut self.dlq_log_limit, now);
-        if failure == Failure::TooLarge {
-            letter.claim_check = true;
-            self.dead_letters.send(letter);
-            return;
-        }
-        self.health.dead_letter_ok.store(false, Ordering::Relaxed);
-        self.dlq_retry
-            .push_back((now + failure.retry_after(), letter));
-    }
-
     /// Re-sends dead letters whose retry time has come.
     pub(crate) fn retry_dead_letters(&mut self, now: Instant) {
-        while self.dlq_retry.front().is_some_and(|(t, _)| *t <= now) {
-            if let Some((_, l)) = self.dlq_retry.pop_front() {
-                self.dead_letters.send(l);
-            }
-        }
+        self.letters.retry_due(now);
         // With nothing pending, the target's own word decides: a Kafka target whose topic was
         // not there at start-up becomes ready once it is, without waiting for a bad log.
         if self.ledger.letter_bytes() == 0
             && !self.health.dead_letter_ok.load(Ordering::Relaxed)
-            && self.dead_letters.is_ready()
+            && self.letters.target_ready()
         {
             self.health.dead_letter_ok.store(true, Ordering::Relaxed);
         }
     }
 
     /// Waits, bounded by `deadline`, until nothing is in flight (or, with `partitions`, until
-    /// no batch in flight holds those partitions and no dead letter is pending).
-    pub(crate) fn settle(&mut self, deadline: Instant, partitions: Option<&[Partition]>) -> bool {
+    /// no batch in flight holds those partitions and no dead letter is pending). With a
+    /// `group`, serves the exactly-once sink's stream registrations meanwhile (the sink may
+    /// need one to acknowledge what is being waited for).
+    pub(crate) fn settle(
+        &mut self,
+        deadline: Instant,
+        partitions: Option<&[Partition]>,
+        group: Option<&Group<'_>>,
+    ) -> bool {
         loop {
             let now = Instant::now();
             self.retry_dead_letters(now);
@@ -489,6 +410,9 @@ impl State {
                 return false;
             }
             self.drain_events(Some((deadline - now).min(Duration::from_millis(50))));
+            if let Some(g) = group {
+                self.register(g);
+            }
         }
     }
 
@@ -502,7 +426,7 @@ impl State {
     ) {
         let epochs = self.ledger.assigned(partitions, checkpoints);
         for p in partitions {
-            if let Some(offset) = self.start_positions.remove(p) {
+            if let Some(offset) = self.pending_starts.take_position(*p) {
                 if !checkpoints.contains_key(p) {
                     self.ledger.positioned(*p, offset);
                 }
@@ -530,28 +454,12 @@ impl State {
         decisions: Vec<(Partition, Start)>,
         now: Instant,
     ) -> (Vec<Partition>, Vec<Partition>) {
-        let (mut start, mut hold) = (Vec::new(), Vec::new());
-        let mut checkpoints = HashMap::new();
-        for (p, d) in decisions {
-            match &d {
-                Start::Retry(e) => super::events::CheckpointHeld::Unread(p, e).emit(),
-                Start::Stop(why) => super::events::CheckpointHeld::Unparseable(p, why).emit(),
-                Start::Fresh => {}
-                Start::Resume(m) => {
-                    checkpoints.insert(p, m.clone());
-                }
-            }
-            if self.held.apply(p, &d, now) {
-                start.push(p);
-            } else {
-                hold.push(p);
-            }
-        }
-        if !start.is_empty() {
-            self.assigned_with(&start, &checkpoints);
+        let starting = self.held.decide(decisions, now);
+        if !starting.start.is_empty() {
+            self.assigned_with(&starting.start, &starting.checkpoints);
         }
         self.publish_held();
-        (start, hold)
+        (starting.start, starting.hold)
     }
 
     fn publish_held(&self) {
@@ -564,20 +472,13 @@ impl State {
             .store(unparseable, Ordering::Relaxed);
     }
 
-    /// Exactly-once: new streams the sink wants recorded.
-    pub(crate) fn take_registrations(&mut self) -> Vec<Registration> {
-        std::mem::take(&mut self.registrations)
-    }
-
     /// Forgets revoked partitions (after their committable offsets were committed). Their
     /// letters waiting for a retry are dropped: the next owner dead-letters those logs again.
     pub(crate) fn forget(&mut self, partitions: &[Partition]) {
-        self.start_positions.retain(|p, _| !partitions.contains(p));
-        self.start_pending.retain(|p| !partitions.contains(p));
+        self.pending_starts.forget(partitions);
         self.held.revoked(partitions);
         self.publish_held();
-        self.dlq_retry
-            .retain(|(_, l)| !partitions.contains(&l.partition));
+        self.letters.forget(partitions);
         for r in self.ledger.revoked(partitions) {
             if r.dropped > 0 {
                 tracing::info!(
@@ -598,10 +499,296 @@ impl State {
 
     /// Waits for every dead-letter write to finish (bounded).
     pub(crate) fn flush_dead_letters(&mut self, timeout: Duration) {
-        self.dead_letters.flush(timeout);
-        self.health
-            .dead_letter_ok
-            .store(self.dead_letters.is_ready(), Ordering::Relaxed);
+        let ready = self.letters.flush(timeout);
+        self.health.dead_letter_ok.store(ready, Ordering::Relaxed);
+    }
+
+    /// One turn of the poll loop: every [`CADENCE`] (or at once after a message over the
+    /// budget), applies what the sinks and the dead-letter target reported, registers new
+    /// exactly-once streams, retries what is due, flushes a lingering batch, commits at the
+    /// commit interval, and holds, pauses or resumes intake for the budget. Says what the loop
+    /// does next.
+    pub(crate) fn housekeep(&mut self, now: Instant, group: &Group<'_>, s: &Settings) -> Next {
+        let mut deadline = None;
+        if self.timers.housekeeping(now) {
+            self.drain_events(None);
+            if self.sink_gone() {
+                return Next::Stop;
+            }
+            self.register(group);
+            self.retry_dead_letters(now);
+            self.poll_linger(now);
+            self.retry_held(group);
+            self.retry_starts(now, group, s);
+            if self.timers.commit(now, s.commit_interval) {
+                self.commit(group, None);
+                if let Some(other) = &s.other_group {
+                    start_from::serve_events(other);
+                }
+            }
+            self.gate(now, group);
+            self.look_for_topic(now, group);
+            deadline = self.batcher.deadline();
+        }
+        if self.intake.holding() {
+            return Next::Hold;
+        }
+        let wait = deadline.map_or(MAX_WAIT, |d| d.saturating_duration_since(now));
+        Next::Poll(wait.min(MAX_WAIT))
+    }
+
+    /// Takes one consumed message; returns whether the pipeline is now at or over its
+    /// in-flight budget (the loop then stops its burst, and the next turn housekeeps first).
+    pub(crate) fn take(
+        &mut self,
+        partition: Partition,
+        offset: i64,
+        key: Option<&[u8]>,
+        payload: Option<&[u8]>,
+        now: Instant,
+    ) -> bool {
+        self.on_message(partition, offset, key, payload, now);
+        let over = self.over_budget();
+        if over {
+            self.timers.hurry();
+            // While paused, the message came from a partition that is not (assigned since the
+            // pause, or one whose pause failed).
+            self.intake.unpaused_partition();
+        }
+        over
+    }
+
+    /// Holds, pauses or resumes intake, as [`crate::pipeline::intake`] decides.
+    fn gate(&mut self, now: Instant, group: &Group<'_>) {
+        let (batch_bytes, letter_bytes) = (self.inflight_bytes(), self.letter_bytes());
+        let intake = |paused_partitions, changed| events::Intake {
+            paused_partitions,
+            changed,
+            batch_bytes,
+            letter_bytes,
+        };
+        let (over, under_half) = (self.over_budget(), self.under_half_budget());
+        match self.intake.decide(over, under_half, now) {
+            Gate::Keep => {}
+            Gate::Hold => events::IntakeHeld.emit(),
+            Gate::Pause => match group.assignment().and_then(|a| group.pause(&a).map(|()| a)) {
+                Ok(a) => intake(a.len(), self.intake.paused()).emit(),
+                Err(e) if self.errors.allow(now) => {
+                    tracing::warn!(error = %e, "cannot pause intake for the in-flight budget; trying again");
+                }
+                Err(_) => {}
+            },
+            Gate::Resume => {
+                // Not the partitions held for their checkpoint or their start.
+                let Ok(a) = group.assignment() else { return };
+                let a: Vec<Partition> = (a.into_iter())
+                    .filter(|&p| !self.held.is_held(p) && !self.pending_starts.is_unread(p))
+                    .collect();
+                if group.resume(&a).is_ok() {
+                    self.intake.resumed();
+                    intake(0, true).emit();
+                }
+            }
+        }
+    }
+
+    /// While the source topic is not known to exist, looks it up every few seconds.
+    fn look_for_topic(&mut self, now: Instant, group: &Group<'_>) {
+        let exists = &self.health.topic_exists;
+        if exists.load(Ordering::Relaxed) || !self.timers.topic_lookup(now) {
+            return;
+        }
+        if let Some(listed) = group.topic_listed(Duration::from_secs(5)) {
+            exists.store(listed, Ordering::Relaxed);
+            if !listed && self.errors.allow(now) {
+                tracing::warn!(topic = %group.topic(), "source topic does not exist yet; waiting");
+            }
+        }
+    }
+
+    /// Commits what the ledger says may be committed (only `only`'s partitions, if given).
+    pub(crate) fn commit(&mut self, group: &Group<'_>, only: Option<&[Partition]>) {
+        let points = self.ledger.commit_points(only);
+        if points.is_empty() {
+            return;
+        }
+        let list = points
+            .iter()
+            .map(|p| (p.partition, p.offset, p.metadata.as_deref()));
+        match group.commit(list) {
+            Ok(()) => {
+                for p in &points {
+                    self.ledger.committed(p);
+                }
+                events::Committed::Done.emit();
+            }
+            Err(e) => events::Committed::Failed(&e).emit(),
+        }
+    }
+
+    /// Exactly-once: records the new streams the sink opened in the group's commit,
+    /// synchronously, before the sink writes a row into them, where the ledger says.
+    fn register(&mut self, group: &Group<'_>) {
+        for r in std::mem::take(&mut self.registrations) {
+            let Some(offset) = self.ledger.stream_opened(r.partition, r.epoch, r.offset) else {
+                let _ = r.done.send(Registered::Stale);
+                continue;
+            };
+            let answer = match group.commit([(r.partition, offset, Some(r.metadata.as_str()))]) {
+                Ok(()) => {
+                    self.ledger.stream_recorded(r.partition, offset, r.metadata);
+                    Registered::Committed
+                }
+                Err(e) => {
+                    tracing::warn!(partition = r.partition, error = %e, "exactly-once: cannot record a new stream; retried");
+                    Registered::Failed(e.to_string())
+                }
+            };
+            let _ = r.done.send(answer);
+        }
+    }
+
+    /// Exactly-once: reads again the checkpoints of held partitions whose retry is due; those
+    /// that can start are started and, unless intake is paused for the budget, resumed.
+    fn retry_held(&mut self, group: &Group<'_>) {
+        let due = self.held.due(Instant::now());
+        if due.is_empty() {
+            return;
+        }
+        // A short timeout: the loop (other partitions' intake, acknowledgements) waits.
+        let decisions = checkpoints::read(group, &due, checkpoints::RETRY_READ_TIMEOUT);
+        let (start, _) = self.apply_starts(decisions, Instant::now());
+        if start.is_empty() {
+            return;
+        }
+        tracing::info!(partitions = ?start, "exactly-once: checkpoints read; partitions start");
+        if !self.intake.is_paused() {
+            // Not those still waiting for their start (`start_from`): `retry_starts` does.
+            let resume: Vec<Partition> = (start.into_iter())
+                .filter(|&p| !self.pending_starts.is_unread(p))
+                .collect();
+            if let Err(e) = group.resume(&resume) {
+                tracing::error!(error = %e, "cannot resume partitions after reading their checkpoints");
+            }
+        }
+    }
+
+    /// `start_from`: once a second, reads again where the pending partitions start, and
+    /// resumes those positioned (not while intake is paused for the budget, nor while held for
+    /// an exactly-once checkpoint: the budget's resume, or [`State::retry_held`], takes them
+    /// then).
+    fn retry_starts(&mut self, now: Instant, group: &Group<'_>, s: &Settings) {
+        let Some(sf) = (s.start_from.as_ref())
+            .filter(|_| self.pending_starts.any_unread() && self.timers.start_read(now))
+        else {
+            return;
+        };
+        let other = s.other_group.as_deref();
+        let started =
+            (self.pending_starts).retry(group, sf, other, checkpoints::RETRY_READ_TIMEOUT);
+        let mut resume = Vec::new();
+        for (p, placed) in started {
+            if let Some(o) = placed {
+                self.ledger.positioned(p, o);
+            }
+            if !self.intake.is_paused() && !self.held.is_held(p) {
+                resume.push(p);
+            }
+        }
+        if let Err(e) = group.resume(&resume) {
+            tracing::error!(error = %e, "cannot resume partitions after reading their start");
+        }
+        (self.timers).start_read_done(Instant::now(), checkpoints::RETRY_EVERY);
+    }
+
+    /// Partitions are being assigned: what was read of where they start (`start_from`) and of
+    /// their checkpoints (exactly-once). Returns the positions to set in the assignment.
+    pub(crate) fn assigning(
+        &mut self,
+        starts: Option<Starts>,
+        checkpoints: Vec<(Partition, Start)>,
+    ) -> Vec<(Partition, Offset)> {
+        self.checkpoints_read = checkpoints;
+        starts.map_or_else(Vec::new, |s| self.pending_starts.read(s))
+    }
+
+    /// Partitions were assigned: they start (exactly-once: those whose checkpoint is known,
+    /// `checkpoints_read` at assignment); the others are paused inside the rebalance callback,
+    /// before any of their messages reaches the pipeline.
+    pub(crate) fn assigned(
+        &mut self,
+        group: &Group<'_>,
+        partitions: &[Partition],
+        exactly_once: bool,
+    ) {
+        let mut hold = if exactly_once {
+            let decisions = std::mem::take(&mut self.checkpoints_read);
+            self.apply_starts(decisions, Instant::now()).1
+        } else {
+            self.assigned_with(partitions, &HashMap::new());
+            Vec::new()
+        };
+        let unread = |p: &&Partition| self.pending_starts.is_unread(**p);
+        hold.extend(partitions.iter().filter(unread));
+        hold.sort_unstable();
+        hold.dedup();
+        if let Err(e) = group.pause(&hold) {
+            tracing::error!(error = %e, partitions = ?hold, "cannot pause partitions held for their checkpoint or start");
+        }
+        self.intake.unpaused_partition();
+    }
+
+    /// Partitions are being revoked: ships what is batched, waits (bounded) for the
+    /// acknowledgements of these partitions, commits what is acknowledged, forgets the rest
+    /// (the next owner reads it again).
+    pub(crate) fn revoking(
+        &mut self,
+        group: &Group<'_>,
+        partitions: &[Partition],
+        timeout: Duration,
+        hooks: &[RevokeHook],
+    ) {
+        self.flush(Instant::now());
+        // After the final drain (the consumer's close revokes everything) the drain's deadline
+        // has passed already: waiting `timeout` again would outlast the pod's grace period
+        // (30 s + 15 s by default against Kubernetes' 30 s).
+        let wait = if self.drained {
+            // Acknowledgements that arrived since the drain's commit still count.
+            self.drain_events(None);
+            Duration::ZERO
+        } else {
+            timeout
+        };
+        let deadline = Instant::now() + wait;
+        // A sink that stages rows finishes them by the deadline, so they are acknowledged and
+        // committed here rather than moved later, after the next owner read them again.
+        for hook in hooks {
+            hook(deadline);
+        }
+        if !self.settle(deadline, Some(partitions), Some(group)) {
+            tracing::warn!(partitions = ?partitions, "revoke deadline passed with rows unacknowledged; they stay uncommitted");
+        }
+        self.commit(group, Some(partitions));
+        self.forget(partitions);
+    }
+
+    /// The final drain, after intake stopped: ships what is batched, waits up to `timeout` for
+    /// every acknowledgement, commits. Returns whether everything was acknowledged.
+    pub(crate) fn drain(&mut self, group: &Group<'_>, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        self.flush(Instant::now());
+        let ok = self.settle(deadline, None, Some(group));
+        self.commit(group, None);
+        self.drained = true;
+        let t = self.totals;
+        tracing::info!(
+            messages = t.messages,
+            rows = t.rows,
+            dead_letters = t.dead_letters,
+            drained = ok,
+            "drain finished"
+        );
+        ok
     }
 }
 

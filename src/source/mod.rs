@@ -5,6 +5,8 @@
 //! prefetch is sized from `batching.max_inflight_bytes`, so the whole process stays within the
 //! in-flight budget.
 
+pub mod group;
+
 use crate::config::{Config, KafkaSource, StartFrom};
 use crate::server::Health;
 use rdkafka::config::ClientConfig;

@@ -4,6 +4,7 @@
 use super::*;
 use crate::batch::testing::layout;
 use crate::config::Batching;
+use crate::deadletter::Failure;
 use std::sync::Mutex;
 
 #[derive(Clone, Default)]

@@ -1,0 +1,291 @@
+//! When intake stops and starts again for the in-flight budget: the rule, apart from the I/O
+//! that carries it out.
+//!
+//! Over the budget, intake is first held by not polling: librdkafka's queue stops at its
+//! threshold (the prefetch the memory formula counts). Only a hold longer than [`PAUSE_AFTER`]
+//! pauses the partitions, because a resume leaves librdkafka's fetcher idle for up to a second,
+//! and a sink that acknowledges in a round trip would pay that on every cycle
+//! (docs/performance.md, "Holding before pausing"). Paused intake resumes below half the budget.
+//! While paused, a partition that was assigned since, or that gave a message over the budget
+//! (its pause failed), is paused again.
+
+use crate::config::StartFrom;
+use rdkafka::consumer::BaseConsumer;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How long intake is held over the in-flight budget (by not polling) before the partitions
+/// are paused: a pause ends with a resume, after which librdkafka's broker thread fetches again
+/// only at its next wake-up, up to a second later.
+pub(crate) const PAUSE_AFTER: Duration = Duration::from_secs(1);
+
+/// What the housekeeping does about intake.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Gate {
+    /// Nothing changes.
+    Keep,
+    /// A hold begins (intake is held from now on, not paused yet).
+    Hold,
+    /// Pause the whole assignment; report the outcome with [`Intake::paused`].
+    Pause,
+    /// Resume the assignment (those partitions not held for another reason); report the
+    /// outcome with [`Intake::resumed`].
+    Resume,
+}
+
+/// The intake's state between housekeepings.
+#[derive(Debug, Default)]
+pub(crate) struct Intake {
+    paused: bool,
+    /// Over the budget, not paused: since when intake has been held by not polling.
+    held_since: Option<Instant>,
+    /// While paused, some partition may not be (assigned since, or its pause failed): pause
+    /// the assignment again.
+    repause: bool,
+}
+
+impl Intake {
+    /// Decides at housekeeping from the budget's readings: `over` the budget, `under_half` of
+    /// it.
+    pub(crate) fn decide(&mut self, over: bool, under_half: bool, now: Instant) -> Gate {
+        let was_held = self.held_since.is_some();
+        self.held_since = (over && !self.paused).then(|| self.held_since.unwrap_or(now));
+        let stalled = self
+            .held_since
+            .is_some_and(|t| now.duration_since(t) >= PAUSE_AFTER);
+        if stalled || (self.paused && self.repause) {
+            Gate::Pause
+        } else if self.paused && under_half {
+            Gate::Resume
+        } else if self.held_since.is_some() && !was_held {
+            Gate::Hold
+        } else {
+            Gate::Keep
+        }
+    }
+
+    /// The assignment was paused (after [`Gate::Pause`]); returns whether intake was running
+    /// until now.
+    pub(crate) fn paused(&mut self) -> bool {
+        let changed = !self.paused;
+        self.paused = true;
+        self.repause = false;
+        changed
+    }
+
+    /// The assignment was resumed (after [`Gate::Resume`]).
+    pub(crate) fn resumed(&mut self) {
+        self.paused = false;
+    }
+
+    /// Partitions were assigned, or a message was taken over the budget: while paused, they
+    /// are paused too at the next housekeeping.
+    pub(crate) fn unpaused_partition(&mut self) {
+        self.repause |= self.paused;
+    }
+
+    /// Whether intake is paused.
+    pub(crate) fn is_paused(&self) -> bool {
+        self.paused
+    }
+
+    /// Whether intake is held: the loop does not poll.
+    pub(crate) fn holding(&self) -> bool {
+        self.held_since.is_some()
+    }
+}
+
+/// How often the poll loop's housekeeping runs (acknowledgements, linger, retries, commits, the
+/// budget).
+pub(crate) const CADENCE: Duration = Duration::from_millis(5);
+/// The longest the poll loop waits for a message between two housekeepings.
+pub(crate) const MAX_WAIT: Duration = Duration::from_millis(100);
+/// How often a missing source topic is looked up.
+pub(crate) const TOPIC_LOOKUP_EVERY: Duration = Duration::from_secs(5);
+
+/// The settings the housekeeping follows.
+pub(crate) struct Settings {
+    pub(crate) commit_interval: Duration,
+    /// `consumer.start_from`: where partitions whose start could not be read start once it can.
+    pub(crate) start_from: Option<StartFrom>,
+    /// `start_from: group:<name>`'s client (its event queue is served at the commit cadence,
+    /// so what it queues between rebalances, broker errors, stays bounded).
+    pub(crate) other_group: Option<Arc<BaseConsumer>>,
+}
+
+/// What the poll loop does next.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Next {
+    /// Poll, waiting up to this long for the first message.
+    Poll(Duration),
+    /// Intake is held: do not poll (acknowledgements arrive through the housekeeping).
+    Hold,
+    /// The sink task is gone: stop and drain.
+    Stop,
+}
+
+/// When the housekeeping and its periodic jobs run.
+pub(crate) struct Timers {
+    last: Instant,
+    /// A message was taken over the budget: the next turn housekeeps (the pause) first.
+    due: bool,
+    last_commit: Instant,
+    next_start_read: Instant,
+    last_topic_lookup: Option<Instant>,
+}
+
+impl Timers {
+    pub(crate) fn new(now: Instant) -> Self {
+        Timers {
+            last: now,
+            due: false,
+            last_commit: now,
+            next_start_read: now,
+            last_topic_lookup: None,
+        }
+    }
+
+    /// Whether this turn housekeeps (every [`CADENCE`], or at once after [`Timers::hurry`]).
+    pub(crate) fn housekeeping(&mut self, now: Instant) -> bool {
+        let due = self.due || now.duration_since(self.last) >= CADENCE;
+        if due {
+            (self.last, self.due) = (now, false);
+        }
+        due
+    }
+
+    /// The next turn housekeeps, whatever the time.
+    pub(crate) fn hurry(&mut self) {
+        self.due = true;
+    }
+
+    /// Whether to commit now (every `interval`).
+    pub(crate) fn commit(&mut self, now: Instant, interval: Duration) -> bool {
+        let due = now.duration_since(self.last_commit) >= interval;
+        if due {
+            self.last_commit = now;
+        }
+        due
+    }
+
+    /// Whether to read pending starts again now; [`Timers::start_read_done`] after.
+    pub(crate) fn start_read(&self, now: Instant) -> bool {
+        now >= self.next_start_read
+    }
+
+    /// A read of pending starts ended (counted from its end: a read that keeps timing out must
+    /// not take every housekeeping).
+    pub(crate) fn start_read_done(&mut self, end: Instant, every: Duration) {
+        self.next_start_read = end + every;
+    }
+
+    /// Whether to look a missing topic up now (every [`TOPIC_LOOKUP_EVERY`]).
+    pub(crate) fn topic_lookup(&mut self, now: Instant) -> bool {
+        let due =
+            (self.last_topic_lookup).is_none_or(|t| now.duration_since(t) >= TOPIC_LOOKUP_EVERY);
+        if due {
+            self.last_topic_lookup = Some(now);
+        }
+        due
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[derive(Debug, Clone)]
+    enum Step {
+        /// A housekeeping after `ms`, with the budget's readings and whether the consumer's
+        /// pause or resume (if asked for) succeeds.
+        Housekeep {
+            ms: u64,
+            over: bool,
+            under_half: bool,
+            ok: bool,
+        },
+        /// An assignment, or a message over the budget.
+        Unpaused,
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        prop_oneof![
+            4 => (0u64..700, any::<bool>(), any::<bool>(), any::<bool>()).prop_map(
+                |(ms, over, under, ok)| Step::Housekeep {
+                    ms,
+                    over,
+                    // Under half the budget is never over it.
+                    under_half: under && !over,
+                    ok,
+                }
+            ),
+            1 => Just(Step::Unpaused),
+        ]
+    }
+
+    proptest! {
+        /// Against the rule read plainly: intake is held exactly while over the budget and not
+        /// paused; a pause is asked for only after a hold of `PAUSE_AFTER` without a break, or
+        /// while paused after an unpaused partition (until one succeeds); a resume only while
+        /// paused, under half the budget, with nothing to pause again.
+        #[test]
+        fn holds_pauses_and_resumes_as_the_rule_says(steps in prop::collection::vec(step(), 1..80)) {
+            let mut intake = Intake::default();
+            let t0 = Instant::now();
+            let mut now = t0;
+            let (mut paused, mut repause) = (false, false);
+            let mut over_since: Option<Instant> = None;
+            for s in steps {
+                match s {
+                    Step::Unpaused => {
+                        intake.unpaused_partition();
+                        repause |= paused;
+                    }
+                    Step::Housekeep { ms, over, under_half, ok } => {
+                        now += Duration::from_millis(ms);
+                        over_since = if over && !paused { Some(over_since.unwrap_or(now)) } else { None };
+                        let gate = intake.decide(over, under_half, now);
+                        prop_assert_eq!(intake.holding(), over && !paused);
+                        let stalled = over_since.is_some_and(|t| now - t >= PAUSE_AFTER);
+                        let expected_pause = stalled || (paused && repause);
+                        prop_assert_eq!(gate == Gate::Pause, expected_pause, "{:?}", gate);
+                        prop_assert_eq!(gate == Gate::Resume, !expected_pause && paused && under_half);
+                        match gate {
+                            Gate::Pause if ok => {
+                                prop_assert_eq!(intake.paused(), !paused);
+                                paused = true;
+                                repause = false;
+                            }
+                            Gate::Resume if ok => {
+                                intake.resumed();
+                                paused = false;
+                            }
+                            _ => {}
+                        }
+                        prop_assert_eq!(intake.is_paused(), paused);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_hold_is_reported_once_and_turns_into_a_pause_after_pause_after() {
+        let mut intake = Intake::default();
+        let t0 = Instant::now();
+        assert_eq!(intake.decide(true, false, t0), Gate::Hold);
+        let mid = t0 + PAUSE_AFTER / 2;
+        assert_eq!(intake.decide(true, false, mid), Gate::Keep);
+        assert!(intake.holding());
+        assert_eq!(intake.decide(true, false, t0 + PAUSE_AFTER), Gate::Pause);
+        assert!(intake.paused());
+        assert_eq!(intake.decide(true, false, t0 + PAUSE_AFTER), Gate::Keep);
+        assert!(
+            !intake.holding(),
+            "paused intake polls (callbacks, other partitions)"
+        );
+        assert_eq!(intake.decide(false, false, t0 + PAUSE_AFTER), Gate::Keep);
+        assert_eq!(intake.decide(false, true, t0 + PAUSE_AFTER), Gate::Resume);
+    }
+}
