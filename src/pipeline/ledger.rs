@@ -1,8 +1,8 @@
 //! The one owner of every commit decision: what may be committed now, with which metadata.
 //!
 //! Pure and synchronous, like [`OffsetTracker`] (which it wraps): no I/O, no clocks, no locks.
-//! The poll thread feeds it what happened and asks it what to commit; `kafka.rs` and the sink task
-//! are thin adapters that turn its answers into librdkafka calls and back.
+//! The pipeline state feeds it what happened and asks it what to commit, then carries the answer
+//! to the broker (through `source::group`); the sink task reports what the sinks acknowledged.
 //!
 //! What it holds, per partition:
 //! - the **assignment epoch**, bumped on every assignment and revocation. Batches and dead

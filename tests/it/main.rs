@@ -14,6 +14,7 @@ mod hostile;
 mod http_capture;
 mod image;
 mod lanes;
+mod layering;
 mod mapped_input;
 mod maxcompute;
 mod memory;
