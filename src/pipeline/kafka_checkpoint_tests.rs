@@ -204,7 +204,7 @@ fn the_revoke_after_the_drain_does_not_wait_again() {
             |st, events| {
                 st.assigned_with(&[0], &std::collections::HashMap::new());
                 let log = crate::batch::testing::log("s", 1, 0, 1_700_000_000_000_000);
-                st.on_message(0, 0, None, Some(&log), Instant::now());
+                st.take(0, 0, None, Some(&log), Instant::now());
                 st.flush(Instant::now());
                 st.drained = drained;
                 if acked {

@@ -84,7 +84,7 @@ pub(crate) fn run(
         }
         // Decoded where the reader holds the frame when it can (no copy).
         match reader.next_with(&mut buf, |_, frame| {
-            st.on_message(0, index, None, Some(frame), now);
+            st.take(0, index, None, Some(frame), now);
         }) {
             Ok(Some(())) => index += 1,
             Ok(None) => break,

@@ -157,23 +157,25 @@ impl State {
         self.ledger.settled() && self.batcher.is_empty()
     }
 
-    /// Handles one consumed message.
-    pub(crate) fn on_message(
+    /// Takes one consumed message; returns whether the pipeline is now at or over its
+    /// in-flight budget (the poll loop then stops its burst, and the next turn housekeeps
+    /// first).
+    pub(crate) fn take(
         &mut self,
         partition: Partition,
         offset: i64,
         key: Option<&[u8]>,
         payload: Option<&[u8]>,
         now: Instant,
-    ) {
+    ) -> bool {
         if !self.ledger.consumed(partition, offset) {
             // Delivered again after a rewind: it is already accounted for.
-            return;
+            return self.stop_if_over();
         }
         let Some(payload) = payload else {
             // A tombstone carries no log; Merlin skips them too. Nothing to write.
             self.ledger.nothing_to_write(partition, offset);
-            return;
+            return self.stop_if_over();
         };
         self.counts.messages += 1;
         self.counts.bytes += payload.len() as u64;
@@ -222,6 +224,19 @@ impl State {
         for b in ready {
             self.dispatch(b, now);
         }
+        self.stop_if_over()
+    }
+
+    /// Whether the pipeline is at or over its budget; if so, the next turn housekeeps first.
+    fn stop_if_over(&mut self) -> bool {
+        let over = self.over_budget();
+        if over {
+            self.timers.hurry();
+            // While paused, the message came from a partition that is not (assigned since the
+            // pause, or one whose pause failed).
+            self.intake.unpaused_partition();
+        }
+        over
     }
 
     /// Flushes the open batch if its linger time has passed.
@@ -535,27 +550,6 @@ impl State {
         }
         let wait = deadline.map_or(MAX_WAIT, |d| d.saturating_duration_since(now));
         Next::Poll(wait.min(MAX_WAIT))
-    }
-
-    /// Takes one consumed message; returns whether the pipeline is now at or over its
-    /// in-flight budget (the loop then stops its burst, and the next turn housekeeps first).
-    pub(crate) fn take(
-        &mut self,
-        partition: Partition,
-        offset: i64,
-        key: Option<&[u8]>,
-        payload: Option<&[u8]>,
-        now: Instant,
-    ) -> bool {
-        self.on_message(partition, offset, key, payload, now);
-        let over = self.over_budget();
-        if over {
-            self.timers.hurry();
-            // While paused, the message came from a partition that is not (assigned since the
-            // pause, or one whose pause failed).
-            self.intake.unpaused_partition();
-        }
-        over
     }
 
     /// Holds, pauses or resumes intake, as [`crate::pipeline::intake`] decides.

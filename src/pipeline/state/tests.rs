@@ -83,7 +83,7 @@ const BAD: &[u8] = b"\x0f not a log";
 #[test]
 fn a_letter_refused_as_too_large_is_sent_again_at_once_as_a_claim_check() {
     let (mut st, tx, target) = state(1 << 20);
-    st.on_message(0, 0, None, Some(BAD), Instant::now());
+    st.take(0, 0, None, Some(BAD), Instant::now());
     let letter = target.take().pop().expect("the letter was sent");
     assert!(!letter.claim_check);
     assert_eq!(st.letter_bytes(), letter.held_bytes());
@@ -113,7 +113,7 @@ fn a_target_not_usable_at_start_turns_ready_when_it_is_with_nothing_pending() {
 #[test]
 fn a_target_only_an_operator_can_fix_is_retried_slowly_and_makes_the_publisher_unready() {
     let (mut st, tx, target) = state(1 << 20);
-    st.on_message(0, 0, None, Some(BAD), Instant::now());
+    st.take(0, 0, None, Some(BAD), Instant::now());
     let mut letter = target.take().pop().unwrap();
     // A claim check refused as too large is the target's problem, not the letter's.
     letter.claim_check = true;
@@ -143,9 +143,9 @@ fn a_target_only_an_operator_can_fix_is_retried_slowly_and_makes_the_publisher_u
 fn pending_letter_bytes_count_against_the_budget_and_a_revoked_partitions_letters_are_dropped() {
     let big = [BAD, &[0u8; 4000][..]].concat();
     let (mut st, tx, target) = state(6000);
-    st.on_message(0, 0, None, Some(&big), Instant::now());
+    st.take(0, 0, None, Some(&big), Instant::now());
     assert!(!st.over_budget());
-    st.on_message(0, 1, None, Some(&big), Instant::now());
+    st.take(0, 1, None, Some(&big), Instant::now());
     assert!(
         st.over_budget(),
         "two 4 KB letters pass a 6,000-byte budget"
