@@ -8,6 +8,9 @@
 //! (docs/performance.md, "Holding before pausing"). Paused intake resumes below half the budget.
 //! While paused, a partition that was assigned since, or that gave a message over the budget
 //! (its pause failed), is paused again.
+//!
+//! Beside the rule, the poll loop's turn: when the housekeeping and its periodic jobs run
+//! ([`Timers`]), what the loop does next ([`Next`]) and the settings it follows ([`Settings`]).
 
 use crate::config::StartFrom;
 use rdkafka::consumer::BaseConsumer;
@@ -268,6 +271,31 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn housekeeping_runs_every_cadence_or_at_once_when_hurried_and_commits_every_interval() {
+        let t0 = Instant::now();
+        let mut t = Timers::new(t0);
+        assert!(!t.housekeeping(t0 + CADENCE / 2));
+        t.hurry();
+        assert!(t.housekeeping(t0 + CADENCE / 2), "hurried");
+        assert!(!t.housekeeping(t0 + CADENCE), "counted from the last one");
+        assert!(t.housekeeping(t0 + CADENCE / 2 + CADENCE));
+        let every = Duration::from_secs(5);
+        assert!(!t.commit(t0 + every / 2, every));
+        assert!(t.commit(t0 + every, every));
+        assert!(
+            !t.commit(t0 + every + every / 2, every),
+            "counted from the last commit"
+        );
+        assert!(t.topic_lookup(t0), "the first lookup at once");
+        assert!(!t.topic_lookup(t0 + TOPIC_LOOKUP_EVERY / 2));
+        assert!(t.topic_lookup(t0 + TOPIC_LOOKUP_EVERY));
+        assert!(t.start_read(t0));
+        t.start_read_done(t0 + every, Duration::from_secs(1));
+        assert!(!t.start_read(t0 + every), "counted from the read's end");
+        assert!(t.start_read(t0 + every + Duration::from_secs(1)));
     }
 
     #[test]
