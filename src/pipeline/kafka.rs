@@ -4,19 +4,14 @@
 //! rebalance callbacks from inside `poll`), so the state behind the mutex is never contended.
 
 use super::checkpoints;
-use super::events::RateLimit;
 use super::start_from;
 use super::state::{Next, Settings, State};
 use crate::commit::Partition;
 use crate::config::StartFrom;
-use crate::server::Health;
 use crate::source::group::Group;
 use crate::source::{RebalanceListener, SourceContext};
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::error::KafkaError;
-use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::TopicPartitionList;
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
@@ -90,7 +85,6 @@ impl RebalanceListener for Listener {
 pub(crate) fn run(
     consumer: BaseConsumer<SourceContext>,
     state: Arc<Mutex<State>>,
-    health: Arc<Health>,
     cfg: KafkaLoop,
     shutdown: CancellationToken,
 ) -> bool {
@@ -99,7 +93,6 @@ pub(crate) fn run(
         return false;
     }
     let group = Group::new(&consumer, &cfg.topic);
-    let mut errors = RateLimit::new();
     // Each turn: intake as the state said, then the state's housekeeping, which says what the
     // next turn's intake does.
     let mut next = Next::Poll(Duration::ZERO);
@@ -108,7 +101,7 @@ pub(crate) fn run(
             Next::Stop => break,
             Next::Hold => std::thread::sleep(Duration::from_millis(1)),
             Next::Poll(wait) => {
-                burst(&consumer, &state, &health, &cfg.topic, &mut errors, wait);
+                burst(&consumer, &state, wait);
             }
         }
         let mut st = State::lock(&state);
@@ -132,19 +125,12 @@ pub(crate) fn run(
 ///
 /// Returns whether it stopped over the budget: after any message that leaves the pipeline at
 /// or over its in-flight budget ([`State::take`]), so that the next turn's housekeeping holds
-/// or pauses intake before the next message. Also when intake is already paused: a message then comes from a partition that
-/// is not paused (assigned since the pause, the rebalance callbacks running inside `poll`, or
+/// or pauses intake before the next message. Also when intake is already paused: a message
+/// then comes from a partition that is not paused (assigned since the pause, the rebalance callbacks running inside `poll`, or
 /// one whose pause failed), which the housekeeping pauses too. So the budget is passed by one
 /// message, and by one more per partition assignment during a pause (stopping only when not
 /// paused would read up to a whole burst over the budget after such an assignment).
-fn burst(
-    consumer: &BaseConsumer<SourceContext>,
-    state: &Mutex<State>,
-    health: &Health,
-    topic: &str,
-    errors: &mut RateLimit,
-    timeout: Duration,
-) -> bool {
+fn burst(consumer: &BaseConsumer<SourceContext>, state: &Mutex<State>, timeout: Duration) -> bool {
     let Some(first) = consumer.poll(timeout) else {
         return false;
     };
@@ -152,28 +138,16 @@ fn burst(
     let now = Instant::now();
     let rest = std::iter::from_fn(|| consumer.poll(Duration::ZERO));
     for polled in std::iter::once(first).chain(rest).take(BURST) {
+        use rdkafka::Message;
+        let mut st = State::lock(state);
         match polled {
             Ok(m) => {
-                use rdkafka::Message;
-                let (p, o, key, payload) = (m.partition(), m.offset(), m.key(), m.payload());
-                let mut st = State::lock(state);
-                if st.take(p, o, key, payload, now) {
+                if st.take(m.partition(), m.offset(), m.key(), m.payload(), now) {
                     return true;
                 }
             }
-            Err(KafkaError::MessageConsumption(
-                RDKafkaErrorCode::UnknownTopicOrPartition | RDKafkaErrorCode::UnknownTopic,
-            )) => {
-                health.topic_exists.store(false, Ordering::Relaxed);
-                if errors.allow(now) {
-                    tracing::warn!(topic = %topic, "source topic does not exist yet; waiting");
-                }
-                return false;
-            }
             Err(e) => {
-                if errors.allow(now) {
-                    tracing::warn!(error = %e, "consumer error");
-                }
+                st.poll_failed(&e, now);
                 return false;
             }
         }

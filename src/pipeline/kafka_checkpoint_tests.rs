@@ -8,6 +8,7 @@ use super::*;
 use crate::pipeline::checkpoints::Start;
 use crate::pipeline::start_from::other_group_reader;
 use crate::pipeline::state::Event;
+use crate::server::Health;
 use rdkafka::config::{ClientConfig, FromClientConfigAndContext};
 use rdkafka::consumer::CommitMode;
 use rdkafka::mocking::MockCluster;
@@ -367,9 +368,7 @@ fn a_burst_over_the_budget_takes_one_message_and_stops() {
         st.assigned_with(&[0], &std::collections::HashMap::new());
     });
     c.assign(&from_beginning(topic)).unwrap();
-    let health = Health::new();
-    let mut errors = RateLimit::new();
-    let mut take = |wait| burst(&c, &l.state, &health, topic, &mut errors, wait);
+    let take = |wait| burst(&c, &l.state, wait);
     for n in 1..=300u64 {
         let stopped = take(Duration::from_secs(10));
         assert!(stopped, "burst {n} stopped over the budget");

@@ -292,8 +292,7 @@ impl Publisher {
                         start_from: cfg.consumer.start_from.clone(),
                     },
                 };
-                let health = Arc::clone(&health);
-                thread.spawn(move || kafka::run(*consumer, state, health, loop_cfg, shutdown))
+                thread.spawn(move || kafka::run(*consumer, state, loop_cfg, shutdown))
             }
         };
         Running {

@@ -28,6 +28,7 @@ use crate::server::Health;
 use crate::sink::bigquery::exactly_once::{PartitionStarts, Registered, Registration};
 use crate::sink::RevokeHook;
 use crate::source::group::Group;
+use rdkafka::error::KafkaError;
 use rdkafka::Offset;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::Ordering;
@@ -227,13 +228,12 @@ impl State {
         self.stop_if_over()
     }
 
-    /// Whether the pipeline is at or over its budget; if so, the next turn housekeeps first.
+    /// Whether the pipeline is at or over its budget; if so, the next turn housekeeps first
+    /// (while paused, the message came from a partition that is not: it is paused too).
     fn stop_if_over(&mut self) -> bool {
         let over = self.over_budget();
         if over {
             self.timers.hurry();
-            // While paused, the message came from a partition that is not (assigned since the
-            // pause, or one whose pause failed).
             self.intake.unpaused_partition();
         }
         over
@@ -573,16 +573,31 @@ impl State {
                 Err(_) => {}
             },
             Gate::Resume => {
-                // Not the partitions held for their checkpoint or their start.
                 let Ok(a) = group.assignment() else { return };
-                let a: Vec<Partition> = (a.into_iter())
-                    .filter(|&p| !self.held.is_held(p) && !self.pending_starts.is_unread(p))
-                    .collect();
+                let a: Vec<Partition> = a.into_iter().filter(|&p| self.may_run(p)).collect();
                 if group.resume(&a).is_ok() {
                     self.intake.resumed();
                     intake(0, true).emit();
                 }
             }
+        }
+    }
+
+    /// Whether `p` may be resumed: held neither for its checkpoint nor for its start.
+    fn may_run(&self, p: Partition) -> bool {
+        !self.held.is_held(p) && !self.pending_starts.is_unread(p)
+    }
+
+    /// `poll` returned an error instead of a message (librdkafka retries on its own).
+    pub(crate) fn poll_failed(&mut self, e: &KafkaError, now: Instant) {
+        use rdkafka::types::RDKafkaErrorCode::{UnknownTopic, UnknownTopicOrPartition};
+        if let KafkaError::MessageConsumption(UnknownTopicOrPartition | UnknownTopic) = e {
+            self.health.topic_exists.store(false, Ordering::Relaxed);
+            if self.errors.allow(now) {
+                tracing::warn!(topic = %self.topic, "source topic does not exist yet; waiting");
+            }
+        } else if self.errors.allow(now) {
+            tracing::warn!(error = %e, "consumer error");
         }
     }
 
@@ -657,10 +672,7 @@ impl State {
         }
         tracing::info!(partitions = ?start, "exactly-once: checkpoints read; partitions start");
         if !self.intake.is_paused() {
-            // Not those still waiting for their start (`start_from`): `retry_starts` does.
-            let resume: Vec<Partition> = (start.into_iter())
-                .filter(|&p| !self.pending_starts.is_unread(p))
-                .collect();
+            let resume: Vec<Partition> = start.into_iter().filter(|&p| self.may_run(p)).collect();
             if let Err(e) = group.resume(&resume) {
                 tracing::error!(error = %e, "cannot resume partitions after reading their checkpoints");
             }
@@ -685,7 +697,7 @@ impl State {
             if let Some(o) = placed {
                 self.ledger.positioned(p, o);
             }
-            if !self.intake.is_paused() && !self.held.is_held(p) {
+            if !self.intake.is_paused() && self.may_run(p) {
                 resume.push(p);
             }
         }
@@ -774,14 +786,12 @@ impl State {
         let ok = self.settle(deadline, None, Some(group));
         self.commit(group, None);
         self.drained = true;
-        let t = self.totals;
-        tracing::info!(
-            messages = t.messages,
-            rows = t.rows,
-            dead_letters = t.dead_letters,
-            drained = ok,
-            "drain finished"
-        );
+        let Totals {
+            messages,
+            rows,
+            dead_letters,
+        } = self.totals;
+        tracing::info!(messages, rows, dead_letters, drained = ok, "drain finished");
         ok
     }
 }
