@@ -89,13 +89,29 @@ pub fn check_config(a: ConfigOnlyArgs) -> ExitCode {
             crate::stdout::print(
                 "check-config",
                 &format!(
-                    "{}{notes}# resident memory bound (docs/reliability.md, \"The memory formula\"):\n{memory}",
-                    c.to_redacted_yaml()
+                    "{}{}{notes}# resident memory bound (docs/reliability.md, \"The memory formula\"):\n{memory}",
+                    c.to_redacted_yaml(),
+                    run_plan(&c),
                 ),
             )
         }
         Err(code) => code,
     }
+}
+
+/// What `run` will use that the configuration only implies, after the YAML: the consumer group
+/// on a line of its own (`consumer group: <name>`, itself YAML) and, as a comment, where a
+/// partition it never committed starts.
+fn run_plan(c: &Config) -> String {
+    let Some(group) = c.consumer_group() else {
+        return String::new();
+    };
+    // Quoted only where YAML needs it.
+    let name = serde_yaml_ng::to_string(&group).unwrap_or_else(|_| format!("{group:?}\n"));
+    format!(
+        "consumer group: {name}# where it starts: {}\n",
+        c.start_text()
+    )
 }
 
 /// Rows per record batch in offline commands.

@@ -373,7 +373,8 @@ pub fn legacy_default_group(project: &str, model: &str, version: &str) -> String
     format!("observation-publisher-{project}-{model}-{version}")
 }
 
-/// Fills in the run config's identity, source type, topic and group.
+/// Fills in the run config's identity, source type, topic and group (joined as it is:
+/// `consumer.group: own`).
 fn complete_config(
     raw: Option<&Value>,
     project: &str,
@@ -444,6 +445,15 @@ fn complete_config(
             "config.observation_source.config.group_id is {g:?}; make sure no other model version uses it (the default is {group:?})"
         )),
         Some(_) => {}
+    }
+    // The group is this version's already: it is joined as it is, with incremental
+    // rebalances, not made into a group per version a second time.
+    let consumer = cfg
+        .entry("consumer".into())
+        .or_insert_with(|| Value::Mapping(Mapping::new()));
+    if let Value::Mapping(c) = consumer {
+        c.entry("group".into())
+            .or_insert_with(|| Value::String("own".into()));
     }
     Some(Value::Mapping(cfg))
 }

@@ -23,6 +23,7 @@
 
 mod bounds;
 mod gen;
+mod group;
 mod load;
 mod merlin;
 mod ours;
@@ -33,6 +34,7 @@ mod value;
 
 pub use bounds::{ARROW_STRING_LIMIT, MAX_APPEND_REQUEST_BYTES, MAX_CONNECTIONS};
 pub use gen::{Dist, GenColumn, DEFAULT_NULLS};
+pub use group::{kip848, per_version_name, GroupMode, CLASSIC_ONLY_KEYS};
 pub use load::{
     apply_env, apply_sets, load_value, override_scrubber, redact, redact_collect, ENV_PREFIX,
 };
@@ -261,6 +263,9 @@ impl Config {
             &observation_sinks,
             &mut problems,
         );
+        if let Some(src) = &observation_source {
+            group::check(src, &mut problems);
+        }
 
         match schema {
             Some(inference_schema) if problems.is_empty() => Ok((

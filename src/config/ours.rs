@@ -2,6 +2,7 @@
 //! error, so a typo never silently falls back to a default.
 
 use super::bounds;
+use super::group::GroupMode;
 use super::value::{Obj, Problems};
 use serde::Serialize;
 use std::path::PathBuf;
@@ -449,6 +450,11 @@ pub struct Consumer {
     /// The largest Kafka message the topic may carry (its `max.message.bytes`): every fetch may
     /// hold one, and `batching.max_log_bytes` defaults to [`LOG_BYTES_PER_MESSAGE_BYTE`] × it.
     pub max_message_bytes: usize,
+    /// How the configured `group_id` is used ([`super::group`]).
+    pub group: GroupMode,
+    /// Static membership: `group.instance.id` from the pod's name (`POD_NAME`, else
+    /// `HOSTNAME`), so a restarted pod takes its partitions back without a rebalance.
+    pub static_membership: bool,
 }
 
 impl Default for Consumer {
@@ -459,6 +465,8 @@ impl Default for Consumer {
             commit_interval: Duration::from_secs(5),
             session_timeout: Duration::from_secs(30),
             max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
+            group: GroupMode::default(),
+            static_membership: false,
         }
     }
 }
@@ -516,6 +524,19 @@ impl Consumer {
                 &bounds::MESSAGE_BYTES,
                 problems,
             ) as usize,
+            group: o.string("group", problems).map_or(d.group, |s| {
+                GroupMode::parse(&s).unwrap_or_else(|| {
+                    let expected = GroupMode::VALUES;
+                    problems.push(
+                        &o.path_of("group"),
+                        format_args!("{s:?}: expected {expected}"),
+                    );
+                    d.group
+                })
+            }),
+            static_membership: o
+                .bool("static_membership", problems)
+                .unwrap_or(d.static_membership),
         };
         o.deny_unknown(problems);
         c

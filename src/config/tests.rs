@@ -1,6 +1,7 @@
 use super::*;
 
 mod gen;
+mod group;
 mod names;
 use names::named;
 

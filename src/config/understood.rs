@@ -98,6 +98,17 @@ pub fn merlin_keys(root: &Value, cfg: &Config) -> Vec<Understood> {
         source.get("buffer_max_duration_seconds"),
         "no effect: superseded by batching.linger (which also fires on a quiet topic)".into(),
     );
+    add(
+        "observation_source.config.group_id".into(),
+        sc.get("group_id"),
+        match (cfg.consumer.group, cfg.consumer_group()) {
+            (super::GroupMode::PerVersion, Some(g)) => format!(
+                "names this version's own group, {g:?} (consumer.group: per_version), which starts where this group left each partition the first time; Merlin's publishers all join this one group, so every rollout rebalanced every model's publisher"
+            ),
+            (super::GroupMode::Shared, _) => "the group joined, shared with other models' publishers as in Merlin (consumer.group: shared): eager assignment, so every member's join or leave stops them all".into(),
+            _ => "the group joined, this version's own (consumer.group: own)".into(),
+        },
+    );
     let reset = sc
         .get("additional_consumer_config")
         .and_then(|m| m.get("auto.offset.reset"));
@@ -105,6 +116,7 @@ pub fn merlin_keys(root: &Value, cfg: &Config) -> Vec<Understood> {
         "observation_source.config.additional_consumer_config.auto.offset.reset".into(),
         reset,
         match &cfg.consumer.start_from {
+            None if cfg.consumer.group == super::GroupMode::PerVersion => "where a partition starts that neither this version's group nor the configured group_id has committed (as in Merlin: `latest` skips what a new version logged before the publisher joined)".into(),
             None => "where the group starts on a partition it has no committed offset for (as in Merlin: `latest` skips what a new version logged before the publisher joined)".into(),
             Some(s) => format!(
                 "ignored: consumer.start_from ({}) decides where a new group starts",

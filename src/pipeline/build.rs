@@ -239,6 +239,10 @@ pub(super) fn consumer(
             }
         }),
     );
-    BaseConsumer::from_config_and_context(&source::consumer_config(cfg, src), ctx)
+    let instance =
+        source::instance_id(cfg, |k| std::env::var(k).ok()).map_err(NotStarted::Config)?;
+    let settings = source::consumer_config(cfg, src, instance.as_deref());
+    let ctx = ctx.watching_protocol(src);
+    BaseConsumer::from_config_and_context(&settings, ctx)
         .map_err(|e| NotStarted::Failed(format!("cannot create the Kafka consumer: {e}")))
 }

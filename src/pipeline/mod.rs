@@ -269,8 +269,9 @@ impl Publisher {
                 thread.spawn(move || replay::run(&path, state, shutdown, drain, max_frame))
             }
             Intake::Kafka(consumer, src) => {
+                let start = cfg.start_from();
                 let other_group = start_from::other_group_reader(
-                    cfg.consumer.start_from.as_ref(),
+                    start.as_ref(),
                     &crate::source::connection_config(&src),
                 )
                 .map(Arc::new);
@@ -279,7 +280,7 @@ impl Publisher {
                     topic: src.topic.clone(),
                     revoke_timeout: drain.min(cfg.consumer.session_timeout / 2),
                     other_group: other_group.clone(),
-                    start_from: cfg.consumer.start_from.clone(),
+                    start_from: start.clone(),
                     exactly_once,
                     revoke_hooks,
                 }));
@@ -289,7 +290,7 @@ impl Publisher {
                     settings: state::Settings {
                         commit_interval: cfg.consumer.commit_interval,
                         other_group,
-                        start_from: cfg.consumer.start_from.clone(),
+                        start_from: start,
                     },
                 };
                 thread.spawn(move || kafka::run(*consumer, state, loop_cfg, shutdown))

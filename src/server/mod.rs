@@ -51,6 +51,9 @@ pub struct Health {
     /// HTTP connections closed to make room for a newer client (`server.max_connections`,
     /// `server.max_connections_per_peer`).
     pub http_connections_evicted: AtomicUsize,
+    /// `group.protocol: consumer` is set and the group's coordinator does not serve KIP-848's
+    /// ConsumerGroupHeartbeat: the consumer would wait forever, unassigned.
+    pub group_protocol_refused: AtomicBool,
 }
 
 impl Health {
@@ -102,6 +105,9 @@ impl Health {
         }
         if self.checkpoints_unparseable.load(Ordering::Relaxed) > 0 {
             v.push("exactly-once: a partition's checkpoint does not parse (the partition is stopped; see the error log)");
+        }
+        if self.group_protocol_refused.load(Ordering::Relaxed) {
+            v.push("the brokers do not serve group.protocol: consumer (KIP-848 needs Kafka 4.0 or later): remove group.protocol from additional_consumer_config, or set it to classic");
         }
         v
     }

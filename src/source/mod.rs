@@ -7,9 +7,10 @@
 
 pub mod group;
 
-use crate::config::{Config, KafkaSource, StartFrom};
+use crate::config::{kip848, Config, KafkaSource};
 use crate::server::Health;
 use rdkafka::config::ClientConfig;
+use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, RebalanceProtocol};
 use rdkafka::error::KafkaError;
 use rdkafka::statistics::Statistics;
@@ -78,32 +79,29 @@ const MAX_QUEUE_KIB: u64 = 2_097_151;
 
 /// The consumer's settings: the publisher's defaults, then Merlin's
 /// `additional_consumer_config` (which may override them, except the keys config validation
-/// forbids).
-pub fn consumer_config(cfg: &Config, src: &KafkaSource) -> ClientConfig {
+/// forbids). `instance` is the static member id (`consumer.static_membership`,
+/// [`instance_id`]).
+///
+/// The group is [`Config::consumer_group`]: by default one of this model version's own, where
+/// the assignment is `cooperative-sticky`, so a member joining or leaving moves only the
+/// partitions that change owner and everyone else keeps consuming (the eager default revokes
+/// every partition of every member and stops them all until the slowest has rejoined). A group
+/// shared with Merlin's eager publishers (`consumer.group: shared`) keeps librdkafka's eager
+/// default, since one group cannot mix the two. Under `group.protocol: consumer` (KIP-848) the
+/// broker runs the session, the heartbeat and the assignment: the settings librdkafka refuses
+/// there are left out.
+pub fn consumer_config(cfg: &Config, src: &KafkaSource, instance: Option<&str>) -> ClientConfig {
     let mut c = ClientConfig::new();
     let session_ms = cfg.consumer.session_timeout.as_millis().max(1000) as u64;
     let (queue, fetch) = prefetch_split(cfg.batching.max_inflight_bytes as u64);
     // One response holds at least one whole message of the topic's largest.
     let fetch = fetch.max(cfg.consumer.max_message_bytes as u64);
-    let reset = match &cfg.consumer.start_from {
-        Some(StartFrom::Latest) => "latest",
-        Some(_) => "earliest",
-        None => src
-            .additional_consumer_config
-            .iter()
-            .find(|(k, _)| k == "auto.offset.reset")
-            .map_or("earliest", |(_, v)| v.as_str()),
-    };
+    let group = cfg.consumer_group().unwrap_or_else(|| src.group_id.clone());
     c.set("bootstrap.servers", &src.bootstrap_servers)
-        .set("group.id", &src.group_id)
+        .set("group.id", group)
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")
-        .set("auto.offset.reset", reset)
-        .set("session.timeout.ms", session_ms.to_string())
-        .set(
-            "heartbeat.interval.ms",
-            (session_ms / 4).clamp(100, 3000).to_string(),
-        )
+        .set("auto.offset.reset", cfg.auto_offset_reset())
         .set("statistics.interval.ms", "5000")
         .set("queued.max.messages.kbytes", (queue >> 10).to_string())
         .set("fetch.max.bytes", fetch.to_string())
@@ -113,6 +111,25 @@ pub fn consumer_config(cfg: &Config, src: &KafkaSource) -> ClientConfig {
             (fetch + 512).max(100_000_000).to_string(),
         )
         .set("fetch.queue.backoff.ms", FETCH_QUEUE_BACKOFF_MS.to_string());
+    if !kip848(&src.additional_consumer_config) {
+        c.set("session.timeout.ms", session_ms.to_string()).set(
+            "heartbeat.interval.ms",
+            (session_ms / 4).clamp(100, 3000).to_string(),
+        );
+        if !cfg.consumer.group.eager() {
+            c.set("partition.assignment.strategy", "cooperative-sticky");
+        }
+    }
+    if let Some(id) = instance {
+        c.set("group.instance.id", id);
+    }
+    // librdkafka says that the coordinator does not serve KIP-848 only in a `cgrp` debug line
+    // (and then looks for a coordinator again, forever): the context watches for it.
+    // rdkafka passes librdkafka the level of the `log` crate's global filter (info), under
+    // which those lines are never written.
+    if kip848(&src.additional_consumer_config) {
+        c.set("debug", "cgrp").set_log_level(RDKafkaLogLevel::Debug);
+    }
     for (k, v) in &src.additional_consumer_config {
         if k == "auto.offset.reset" && cfg.consumer.start_from.is_some() {
             continue;
@@ -120,6 +137,25 @@ pub fn consumer_config(cfg: &Config, src: &KafkaSource) -> ClientConfig {
         c.set(k, v);
     }
     c
+}
+
+/// The static member id under `consumer.static_membership`: the pod's name, from `POD_NAME`
+/// (the downward API) or else `HOSTNAME` (which Kubernetes sets to the pod's name). `None`
+/// without static membership; `Err` saying what to set when neither is there.
+pub fn instance_id(
+    cfg: &Config,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<Option<String>, String> {
+    if !cfg.consumer.static_membership {
+        return Ok(None);
+    }
+    let name = ["POD_NAME", "HOSTNAME"]
+        .into_iter()
+        .find_map(|k| env(k).filter(|v| !v.trim().is_empty()));
+    match name {
+        Some(n) => Ok(Some(n)),
+        None => Err("consumer.static_membership is on, but neither POD_NAME nor HOSTNAME is set: set POD_NAME to the pod's name (env valueFrom fieldRef metadata.name), or turn static membership off".into()),
+    }
 }
 
 /// Called by the consumer context on rebalances (on the polling thread, inside `poll`).
@@ -137,6 +173,11 @@ pub trait RebalanceListener: Send + Sync {
 pub struct SourceContext {
     topic: String,
     health: Arc<Health>,
+    /// Watch librdkafka's group debug lines for a coordinator without KIP-848.
+    watch_protocol: bool,
+    /// librdkafka's debug lines come only from the `debug=cgrp` set for that watch
+    /// ([`consumer_config`]), not from an operator's own `debug`: they are dropped.
+    drop_debug: bool,
     listener: OnceLock<Arc<dyn RebalanceListener>>,
     on_stats: Box<dyn Fn(&Statistics) + Send + Sync>,
 }
@@ -151,9 +192,21 @@ impl SourceContext {
         SourceContext {
             topic,
             health,
+            watch_protocol: false,
+            drop_debug: false,
             listener: OnceLock::new(),
             on_stats,
         }
+    }
+
+    /// Watches librdkafka's group debug lines for a coordinator without KIP-848, under
+    /// `group.protocol: consumer` (whose [`consumer_config`] asks for those lines, unless the
+    /// operator set `debug` already).
+    pub fn watching_protocol(mut self, src: &KafkaSource) -> Self {
+        let extra = &src.additional_consumer_config;
+        self.watch_protocol = kip848(extra);
+        self.drop_debug = self.watch_protocol && !extra.iter().any(|(k, _)| k == "debug");
+        self
     }
 
     /// Installs the rebalance listener (once).
@@ -178,7 +231,33 @@ impl ClientContext for SourceContext {
     fn error(&self, error: KafkaError, reason: &str) {
         tracing::warn!(error = %error, reason, "kafka client error");
     }
+
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, line: &str) {
+        use RDKafkaLogLevel as L;
+        if self.watch_protocol && line.contains(NO_KIP848) {
+            let refused = &self.health.group_protocol_refused;
+            if !refused.swap(true, Ordering::Relaxed) {
+                tracing::error!(librdkafka = line, "the group's coordinator does not serve group.protocol: consumer (KIP-848, Kafka 4.0 or later); the consumer cannot join: remove group.protocol from additional_consumer_config or set it to classic");
+            }
+            return;
+        }
+        if self.drop_debug && matches!(level, L::Debug) {
+            return;
+        }
+        match level {
+            L::Emerg | L::Alert | L::Critical | L::Error => {
+                tracing::error!(target: "librdkafka", "librdkafka: {fac} {line}")
+            }
+            L::Warning => tracing::warn!(target: "librdkafka", "librdkafka: {fac} {line}"),
+            L::Notice | L::Info => tracing::info!(target: "librdkafka", "librdkafka: {fac} {line}"),
+            L::Debug => tracing::debug!(target: "librdkafka", "librdkafka: {fac} {line}"),
+        }
+    }
 }
+
+/// What librdkafka's group debug line says when the coordinator does not serve KIP-848
+/// (`rd_kafka_ConsumerGroupHeartbeatRequest`, librdkafka 2.12).
+const NO_KIP848: &str = "ConsumerGroupHeartbeatRequest not supported by broker";
 
 impl ConsumerContext for SourceContext {
     /// Replaces rdkafka's default handling (same steps, safe calls) so that start offsets can be
@@ -209,6 +288,9 @@ impl ConsumerContext for SourceContext {
                 let parts = self.partitions(tpl);
                 tracing::info!(partitions = ?parts, "partitions assigned");
                 self.health.joined.store(true, Ordering::Relaxed);
+                self.health
+                    .group_protocol_refused
+                    .store(false, Ordering::Relaxed);
                 if let Some(l) = self.listener.get() {
                     l.assigned(consumer, &parts);
                 }
@@ -278,24 +360,24 @@ mod tests {
     fn the_fetch_backoff_is_short_and_queue_and_fetch_share_a_quarter_of_the_budget() {
         let cfg = config("batching:\n  max_inflight_bytes: 16MiB\n");
         let src = cfg.observation_source.clone().unwrap();
-        let c = consumer_config(&cfg, &src);
+        let c = consumer_config(&cfg, &src, None);
         assert_eq!(get(&c, "fetch.queue.backoff.ms"), "1");
         // 4 MiB: 2,796,203 bytes of queue (2,730 KiB) and a 1,398,101-byte fetch.
         assert_eq!(get(&c, "queued.max.messages.kbytes"), "2730");
         assert_eq!(get(&c, "fetch.max.bytes"), "1398101");
         let cfg = config("batching:\n  max_inflight_bytes: 64MiB\n");
-        let c = consumer_config(&cfg, cfg.observation_source.as_ref().unwrap());
+        let c = consumer_config(&cfg, cfg.observation_source.as_ref().unwrap(), None);
         assert_eq!(get(&c, "fetch.queue.backoff.ms"), "1");
         assert_eq!(get(&c, "queued.max.messages.kbytes"), "10922");
         assert_eq!(get(&c, "fetch.max.bytes"), "5592405");
         // A topic carrying 8 MiB messages: one fits a response, and the response fits
         // librdkafka's receive limit.
         let cfg = config("consumer:\n  max_message_bytes: 8MiB\n");
-        let c = consumer_config(&cfg, cfg.observation_source.as_ref().unwrap());
+        let c = consumer_config(&cfg, cfg.observation_source.as_ref().unwrap(), None);
         assert_eq!(get(&c, "fetch.max.bytes"), (8u64 << 20).to_string());
         assert_eq!(get(&c, "receive.message.max.bytes"), "100000000");
         let cfg = config("consumer:\n  max_message_bytes: 512MiB\n");
-        let c = consumer_config(&cfg, cfg.observation_source.as_ref().unwrap());
+        let c = consumer_config(&cfg, cfg.observation_source.as_ref().unwrap(), None);
         assert_eq!(
             get(&c, "receive.message.max.bytes"),
             ((512u64 << 20) + 512).to_string()
@@ -326,6 +408,89 @@ mod tests {
         }
     }
 
+    fn with_source(extra: &str, consumer: &str) -> Config {
+        let yaml = include_str!("../../config/bench-20.yaml").replace(
+            "    group_id: bench\n",
+            &format!("    group_id: bench\n    additional_consumer_config:\n{extra}"),
+        );
+        let v: serde_yaml_ng::Value =
+            serde_yaml_ng::from_str(&format!("{yaml}{consumer}")).unwrap();
+        Config::from_value(&v, Needs::RUN).unwrap().0
+    }
+
+    #[test]
+    fn a_version_of_its_own_group_rebalances_incrementally_a_shared_one_eagerly() {
+        let cfg = with_source("      x.y: \"1\"\n", "");
+        let c = consumer_config(&cfg, cfg.observation_source.as_ref().unwrap(), None);
+        assert_eq!(get(&c, "group.id"), "bench.bench.model-20.1");
+        assert_eq!(
+            get(&c, "partition.assignment.strategy"),
+            "cooperative-sticky"
+        );
+        assert!(c.get("group.instance.id").is_none());
+        let cfg = with_source("      x.y: \"1\"\n", "consumer:\n  group: own\n");
+        let c = consumer_config(&cfg, cfg.observation_source.as_ref().unwrap(), None);
+        assert_eq!(get(&c, "group.id"), "bench");
+        assert_eq!(
+            get(&c, "partition.assignment.strategy"),
+            "cooperative-sticky"
+        );
+        // Merlin's eager publishers share it: librdkafka's default, which they speak.
+        let cfg = with_source("      x.y: \"1\"\n", "consumer:\n  group: shared\n");
+        let c = consumer_config(&cfg, cfg.observation_source.as_ref().unwrap(), None);
+        assert_eq!(get(&c, "group.id"), "bench");
+        assert!(c.get("partition.assignment.strategy").is_none());
+        // An explicit strategy wins.
+        let cfg = with_source("      partition.assignment.strategy: range\n", "");
+        let c = consumer_config(&cfg, cfg.observation_source.as_ref().unwrap(), None);
+        assert_eq!(get(&c, "partition.assignment.strategy"), "range");
+    }
+
+    #[test]
+    fn kip848_leaves_out_what_the_broker_runs_and_watches_for_a_broker_without_it() {
+        let cfg = with_source("      group.protocol: consumer\n", "");
+        let c = consumer_config(
+            &cfg,
+            cfg.observation_source.as_ref().unwrap(),
+            Some("pod-1"),
+        );
+        assert_eq!(get(&c, "group.protocol"), "consumer");
+        for k in crate::config::CLASSIC_ONLY_KEYS {
+            assert!(
+                c.get(k).is_none(),
+                "{k} is refused under group.protocol=consumer"
+            );
+        }
+        assert_eq!(get(&c, "debug"), "cgrp");
+        assert_eq!(get(&c, "group.instance.id"), "pod-1");
+        // librdkafka itself accepts the whole set.
+        c.create::<BaseConsumer>()
+            .expect("librdkafka accepts the consumer protocol's settings");
+        let cfg = with_source("      x.y: \"1\"\n", "");
+        let c = consumer_config(&cfg, cfg.observation_source.as_ref().unwrap(), None);
+        assert!(c.get("debug").is_none());
+        assert_eq!(get(&c, "session.timeout.ms"), "30000");
+    }
+
+    #[test]
+    fn static_membership_takes_the_pod_name_or_says_what_to_set() {
+        let off = with_source("      x.y: \"1\"\n", "");
+        assert_eq!(instance_id(&off, |_| Some("p".into())), Ok(None));
+        let on = with_source(
+            "      x.y: \"1\"\n",
+            "consumer:\n  static_membership: true\n",
+        );
+        let env = |k: &str| (k == "HOSTNAME").then(|| "pod-7".to_string());
+        assert_eq!(instance_id(&on, env), Ok(Some("pod-7".into())));
+        let env = |k: &str| Some(format!("{k}-value"));
+        assert_eq!(instance_id(&on, env), Ok(Some("POD_NAME-value".into())));
+        let err = instance_id(&on, |_| None).unwrap_err();
+        assert!(
+            err.contains("POD_NAME") && err.contains("static_membership"),
+            "{err}"
+        );
+    }
+
     #[test]
     fn additional_consumer_config_overrides_the_fetch_backoff() {
         let yaml = include_str!("../../config/bench-20.yaml").replace(
@@ -334,7 +499,7 @@ mod tests {
         );
         let v: serde_yaml_ng::Value = serde_yaml_ng::from_str(&yaml).unwrap();
         let cfg = Config::from_value(&v, Needs::RUN).unwrap().0;
-        let c = consumer_config(&cfg, cfg.observation_source.as_ref().unwrap());
+        let c = consumer_config(&cfg, cfg.observation_source.as_ref().unwrap(), None);
         assert_eq!(get(&c, "fetch.queue.backoff.ms"), "1000");
     }
 }

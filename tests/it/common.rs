@@ -8,6 +8,21 @@ pub(crate) fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_observation-publisher"))
 }
 
+/// The consumer group `run` joins with the configuration at `config`, as `check-config` says
+/// it on its own line (`consumer group: <name>`).
+pub(crate) fn consumer_group_of(config: &std::path::Path) -> String {
+    let o = run(&["check-config", "-c", config.to_str().unwrap()]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    let line = out.lines().find_map(|l| l.strip_prefix("consumer group: "));
+    let Some(name) = line else {
+        panic!(
+            "check-config names no consumer group:\n{out}\n{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    };
+    serde_yaml_ng::from_str::<String>(name).unwrap()
+}
+
 /// Runs the binary with `args` and returns its output.
 pub(crate) fn run(args: &[&str]) -> Output {
     bin()

@@ -100,6 +100,7 @@ impl Run {
         );
         let config = dir.join("config.yaml");
         std::fs::write(&config, yaml).unwrap();
+        let group = crate::common::consumer_group_of(&config);
         Run {
             dir: dir.to_path_buf(),
             config,

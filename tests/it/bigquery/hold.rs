@@ -47,6 +47,7 @@ async fn a_sink_acknowledging_in_a_round_trip_holds_intake_without_pausing() {
     );
     let config = dir.path().join("config.yaml");
     std::fs::write(&config, yaml).unwrap();
+    let group = crate::common::consumer_group_of(&config);
     let log = dir.path().join("run.log");
     let child = crate::common::Reaped(
         crate::common::bin()

@@ -103,6 +103,7 @@ fn a_revoke_duplicates_no_staged_row() {
             .is_some_and(|r| r.len() == all.len())
     });
     assert!(staged, "pod A staged every log\n{}", a.log_tail());
+    let group = a.group.clone();
     assert_eq!(committed_total(&topic, &group, 2), 0, "nothing moved yet");
 
     let b = Setup::new(dir.path(), "b", &topic, &group, &sink_yaml(&fake, "1h"));

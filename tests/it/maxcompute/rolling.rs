@@ -79,8 +79,9 @@ async fn a_rolling_restart_of_three_publishers_writes_each_log_once_in_each_targ
     }
     producer.join().unwrap();
     let n = all.len() as i64;
+    let group = &setups[0].group;
     let done =
-        tokio::task::block_in_place(|| wait_for(LIMIT, || committed_total(&topic, &group, 3) == n));
+        tokio::task::block_in_place(|| wait_for(LIMIT, || committed_total(&topic, group, 3) == n));
     let tails: String = setups.iter().map(|s| s.log_tail()).collect();
     assert!(done, "every offset committed\n{tails}");
     for (i, pod) in pods.into_iter().enumerate() {

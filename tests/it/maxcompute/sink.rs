@@ -368,7 +368,7 @@ fn faults_lose_nothing_and_commit_nothing_early() {
     child.kill();
     assert!(staged, "rows staged\n{}", slow.log_tail());
     assert_eq!(
-        committed_total(&topic, &group, 1),
+        committed_total(&topic, &slow.group, 1),
         200,
         "nothing of them committed"
     );

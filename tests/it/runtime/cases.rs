@@ -270,55 +270,6 @@ fn a_missing_topic_is_not_ready_then_consumed_once_created() {
 }
 
 #[test]
-fn start_from_another_group_neither_skips_nor_republishes() {
-    let dir = tempfile::tempdir().unwrap();
-    let topic = unique("rt-migrate");
-    create_topic(&topic, 2);
-    let all = logs(2000, 71, 0.0);
-    produce_to(&topic, 0, &all[..600]);
-    produce_to(&topic, 1, &all[600..1200]);
-    // The "old publisher": a group that consumed and committed the first 1200 messages.
-    let old = Setup::new(dir.path(), "old", &topic, &unique("merlin"), "");
-    let c = old.start();
-    assert!(
-        wait_for(LIMIT, || committed_total(&topic, &old.group, 2) == 1200),
-        "the old group committed {} of 1200; its publisher's log ends:\n{}",
-        committed_total(&topic, &old.group, 2),
-        old.log_tail()
-    );
-    assert_eq!(stop(c), Some(0));
-    // Partition 1 gets nothing new: the new group must still commit where it starts there.
-    produce_to(&topic, 0, &all[1200..]);
-    // The new publisher's first start continues from the old group's offsets.
-    let new = Setup::new(dir.path(), "new", &topic, &unique("g"), "");
-    let cfg = std::fs::read_to_string(&new.config).unwrap().replace(
-        "consumer:\n",
-        &format!("consumer:\n  start_from: \"group:{}\"\n", old.group),
-    );
-    std::fs::write(&new.config, cfg).unwrap();
-    let c = new.start();
-    assert!(
-        wait_for(LIMIT, || committed_total(&topic, &new.group, 2) == 2000),
-        "the new group committed {} of 2000; its publisher's log ends:\n{}",
-        committed_total(&topic, &new.group, 2),
-        new.log_tail()
-    );
-    assert_eq!(stop(c), Some(0));
-    let rows = new.rows();
-    assert_eq!(rows.len(), 800, "only what the old group had not published");
-    let want: BTreeSet<_> = expected_rows(&all, 71)
-        .into_iter()
-        .filter(|(s, _)| {
-            s.rsplit('-')
-                .next()
-                .and_then(|i| i.parse::<usize>().ok())
-                .is_some_and(|i| i >= 1200)
-        })
-        .collect();
-    assert_eq!(distinct(&rows), want);
-}
-
-#[test]
 fn a_down_sink_pauses_intake_within_the_inflight_budget() {
     let dir = tempfile::tempdir().unwrap();
     let topic = unique("rt-budget");

@@ -5,6 +5,7 @@
 mod alerts;
 mod cases;
 mod dlq;
+mod groups;
 mod quality;
 
 use crate::common::{bin, Reaped};
@@ -137,6 +138,8 @@ pub(crate) fn free_port() -> u16 {
 /// One publisher's files and settings.
 pub(crate) struct Setup {
     pub(crate) dir: PathBuf,
+    /// The group `run` joins (by default one of this version's own, named from the
+    /// configured `group_id`).
     pub(crate) group: String,
     pub(crate) port: u16,
     pub(crate) config: PathBuf,
@@ -145,6 +148,18 @@ pub(crate) struct Setup {
 impl Setup {
     /// Writes a config: local Parquet sink and file dead letters under `dir/<name>/`.
     pub(crate) fn new(dir: &Path, name: &str, topic: &str, group: &str, extra: &str) -> Setup {
+        Setup::at(&brokers(), dir, name, topic, group, extra)
+    }
+
+    /// [`Setup::new`] against the brokers at `bootstrap`.
+    pub(crate) fn at(
+        bootstrap: &str,
+        dir: &Path,
+        name: &str,
+        topic: &str,
+        group: &str,
+        extra: &str,
+    ) -> Setup {
         let base = std::fs::read_to_string(crate::common::repo_config("local.yaml")).unwrap();
         let base: String = base
             .lines()
@@ -159,7 +174,7 @@ impl Setup {
              local_sink:\n  path: {}\ndead_letter:\n  target: file\n  path: {}\n\
              batching:\n  linger: 300ms\n  max_rows: 500\nconsumer:\n  session_timeout: 2s\n  commit_interval: 200ms\n  drain_timeout: 20s\n\
              logging:\n  format: json\nserver:\n  listen: 127.0.0.1:{port}\n{extra}",
-            brokers(),
+            bootstrap,
             d.join("rows").display(),
             d.join("dead.bin").display(),
         );
@@ -167,7 +182,7 @@ impl Setup {
         std::fs::write(&config, yaml).unwrap();
         Setup {
             dir: d,
-            group: group.into(),
+            group: crate::common::consumer_group_of(&config),
             port,
             config,
         }
