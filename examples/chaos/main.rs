@@ -181,7 +181,10 @@ async fn run(args: Args) -> Result<bool, String> {
     let config_path = dir.join("config.yaml");
     std::fs::write(&config_path, &yaml).map_err(|e| e.to_string())?;
     let v: serde_yaml_ng::Value = serde_yaml_ng::from_str(&yaml).map_err(|e| e.to_string())?;
-    let (config, _) = Config::from_value(&v, Needs::SCHEMA).map_err(|p| p.to_string())?;
+    let (config, _) = Config::from_value(&v, Needs::RUN).map_err(|p| p.to_string())?;
+    // The group the publishers join: by default one of the model version's own, named from
+    // the configured one.
+    let group = config.consumer_group().ok_or("no observation_source")?;
     let sink = config.bigquery().ok_or("no BIGQUERY sink")?.clone();
     let table = TableSpec::from_config(&config, &sink)
         .map_err(|e| e.to_string())?
