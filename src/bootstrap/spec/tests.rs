@@ -244,7 +244,12 @@ fn memory_resources_default_to_the_formula_s_bound() {
     );
     assert_eq!(
         s.resources.requests.get("cpu").map(String::as_str),
-        Some("1")
+        Some(DEFAULT_CPU_REQUEST)
+    );
+    assert_eq!(
+        s.resources.limits.get("cpu"),
+        None,
+        "no CPU limit by default"
     );
 
     // A larger budget raises the limit with it.
@@ -291,6 +296,41 @@ fn memory_resources_default_to_the_formula_s_bound() {
     assert_eq!(quantity_bytes("1G"), Some(1_000_000_000));
     assert_eq!(quantity_bytes("1000"), Some(1000));
     assert_eq!(quantity_bytes("1.5Gi"), None);
+}
+
+#[test]
+fn cpu_request_defaults_unless_the_spec_sets_cpu_and_no_limit_is_added() {
+    let with = |resources: &str| {
+        let text = MINIMAL.replace(
+            "namespace: mlobs",
+            &format!("namespace: mlobs\nresources: {resources}"),
+        );
+        Spec::parse(&text).unwrap_or_else(|p| panic!("{p}"))
+    };
+    let cpu = |s: &Spec| {
+        (
+            s.resources.requests.get("cpu").cloned(),
+            s.resources.limits.get("cpu").cloned(),
+        )
+    };
+    let throttled = |w: &[String]| w.iter().any(|w| w.contains("resources.limits.cpu"));
+
+    // Memory only: the CPU request still defaults, and no CPU limit appears.
+    let (s, w) = with("{requests: {memory: 200Mi}}");
+    assert_eq!(cpu(&s), (Some(DEFAULT_CPU_REQUEST.to_string()), None));
+    assert!(!throttled(&w), "{w:?}");
+    // A CPU request is kept as written.
+    let (s, _) = with("{requests: {cpu: 250m}}");
+    assert_eq!(cpu(&s), (Some("250m".to_string()), None));
+    // A CPU limit alone: no request is added (Kubernetes requests the limit), and the
+    // throttling is warned about.
+    let (s, w) = with("{limits: {cpu: 500m}}");
+    assert_eq!(cpu(&s), (None, Some("500m".to_string())));
+    assert!(throttled(&w), "{w:?}");
+    assert!(
+        w.iter().any(|w| w.contains("CFS quota")),
+        "the warning names the cause: {w:?}"
+    );
 }
 
 #[test]
