@@ -103,14 +103,14 @@ fn a_revoke_duplicates_no_staged_row() {
             .is_some_and(|r| r.len() == all.len())
     });
     assert!(staged, "pod A staged every log\n{}", a.log_tail());
-    let group = a.group.clone();
-    assert_eq!(committed_total(&topic, &group, 2), 0, "nothing moved yet");
+    assert_eq!(committed_total(&topic, &a.group, 2), 0, "nothing moved yet");
 
     let b = Setup::new(dir.path(), "b", &topic, &group, &sink_yaml(&fake, "1h"));
     let pod_b = start(&b, "pod-b");
     // The rebalance revokes A's partitions: A moves what it staged and commits it.
+    assert_eq!(a.group, b.group, "one group");
     let committed = wait_for(LIMIT, || {
-        committed_total(&topic, &group, 2) == all.len() as i64
+        committed_total(&topic, &a.group, 2) == all.len() as i64
     });
     assert!(committed, "A's revoke committed\n{}", a.log_tail());
     assert_eq!(a.log_count("revoke deadline passed"), 0, "{}", a.log_tail());

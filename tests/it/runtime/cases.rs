@@ -212,8 +212,10 @@ fn two_publishers_in_one_group_lose_nothing_when_one_stops() {
     assert_eq!(stop(cb), Some(0), "b leaves the group cleanly");
     produce(&topic, &all[3000..]);
     assert!(
-        wait_for(LIMIT * 2, || committed_total(&topic, &group, 4) == 6000),
-        "a took over b's partitions"
+        wait_for(LIMIT * 2, || committed_total(&topic, &a.group, 4) == 6000),
+        "a took over b's partitions: {} of 6000 committed; a's log ends:\n{}",
+        committed_total(&topic, &a.group, 4),
+        a.log_tail()
     );
     assert_eq!(stop(ca), Some(0));
     let mut rows = a.rows();
