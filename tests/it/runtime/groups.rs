@@ -168,3 +168,22 @@ fn a_broker_without_kip848_makes_the_publisher_unready_saying_so() {
     );
     assert_eq!(stop(c), Some(0), "{}", s.log_tail());
 }
+
+#[test]
+fn static_membership_without_a_pod_name_exits_2_saying_what_to_set() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = Setup::new(dir.path(), "a", &unique("rt-static"), &unique("g"), "");
+    consumer_key(&mut s, "static_membership: true");
+    let o = crate::common::bin()
+        .args(["run", "-c", s.config.to_str().unwrap()])
+        .env_remove("POD_NAME")
+        .env_remove("HOSTNAME")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("POD_NAME") && err.contains("static_membership"),
+        "{err}"
+    );
+}
