@@ -211,6 +211,8 @@ pub const ALL: &[(&str, MetricKind, &str)] = &[
     (bigquery::HEALTHY, MetricKind::Gauge, "1 while the BigQuery writer can reach BigQuery with the permissions it needs."),
     (bigquery::FATAL_ERRORS_TOTAL, MetricKind::Counter, "Errors that make the BigQuery sink unhealthy (permission, not found, auth)."),
     (bigquery::STREAM_OFFSET, MetricKind::Gauge, "Next row offset of the partition's committed stream (exactly-once)."),
+    (bigquery::STREAMS_CREATED_TOTAL, MetricKind::Counter, "COMMITTED write streams created (CreateWriteStream; exactly-once)."),
+    (bigquery::STREAMS_REUSED_TOTAL, MetricKind::Counter, "Partitions assigned again that kept the stream this process was writing instead of creating one (exactly-once)."),
     // The Arize sink's.
     (arize::REQUEST_SECONDS, MetricKind::Histogram, "Seconds from sending an Arize pandas_arrow request to its answer (or error)."),
     (arize::RESPONSES_TOTAL, MetricKind::Counter, "Arize requests by answer: HTTP status class, timeout or connection error."),
@@ -262,4 +264,9 @@ pub mod bigquery {
     pub const FATAL_ERRORS_TOTAL: &str = "observation_publisher_bigquery_fatal_errors_total";
     /// Gauge, label `partition`: next row offset of the partition's committed stream (exactly-once).
     pub const STREAM_OFFSET: &str = "observation_publisher_bigquery_stream_offset";
+    /// Counter: COMMITTED write streams created (exactly-once; CreateWriteStream has a quota).
+    pub const STREAMS_CREATED_TOTAL: &str = "observation_publisher_bigquery_streams_created_total";
+    /// Counter: partitions assigned again that kept this process's stream (its first append at
+    /// the known length was accepted) instead of creating one (exactly-once).
+    pub const STREAMS_REUSED_TOTAL: &str = "observation_publisher_bigquery_streams_reused_total";
 }

@@ -9,7 +9,11 @@
 //! stream (which fences any previous owner and returns its row count), skips exactly the replayed
 //! rows that stream already holds beyond the checkpoint, and continues on a new stream — which it
 //! first has the pipeline record in the group's commit ([`Registration`]), so that a crash
-//! before the next ordinary commit cannot hide the new stream's rows from the next owner. Each
+//! before the next ordinary commit cannot hide the new stream's rows from the next owner. A
+//! partition that comes back to this sink, whose checkpoint names the stream it was writing and
+//! whose length it knows, keeps that stream instead (no finalize, no new stream, no
+//! registration); the first append of the new assignment confirms it, and until then the usual
+//! path stays open (the `checkpoint` module's docs, "Kept stream"). Each
 //! write reports, per partition, the checkpoint that goes with the batch's last offset; the
 //! pipeline attaches it to the commit.
 //!
@@ -27,7 +31,7 @@
 use crate::batch::Batch;
 use crate::commit::Partition;
 use crate::config::{BigQuerySink as BigQueryConfig, Config};
-use crate::sink::bigquery::checkpoint::{resume_partition, Checkpoint};
+use crate::sink::bigquery::checkpoint::{kept_stream_skip, resume_partition, Checkpoint};
 use crate::sink::bigquery::validate::{self, PartitionWindow};
 use crate::sink::bigquery::{self, AppendWriter, StorageClient, TableRef, WriterOptions};
 use crate::sink::{
@@ -149,6 +153,13 @@ struct Part {
     stream: String,
     skip: u64,
     next_row: i64,
+    /// The stream holds exactly `next_row` rows as far as this process knows: every append to
+    /// it resolved, accepted. Only then may the partition keep the stream when it comes back.
+    settled: bool,
+    /// The partition came back and kept its stream, but no append of this assignment has been
+    /// accepted yet: until one is (BigQuery checks its explicit offset), the usual path is
+    /// still open, since nothing of the partition has been acknowledged in this assignment.
+    unconfirmed: bool,
 }
 
 impl Part {
@@ -258,15 +269,32 @@ impl ExactlyOnceSink {
             }
         }
         let Some((epoch, prior)) = start else {
-            if let Some(old) = self.parts.remove(&p) {
-                let _ = old.writer.close(std::time::Duration::from_secs(1)).await;
+            // Revoked: a stream that may be kept if the partition comes back stays open.
+            let keep = (self.parts.get(&p)).is_some_and(|x| x.settled && x.writer.is_healthy());
+            if !keep {
+                if let Some(old) = self.parts.remove(&p) {
+                    let _ = old.writer.close(std::time::Duration::from_secs(1)).await;
+                }
             }
             return Ok(false);
         };
         if self.parts.get(&p).is_some_and(|x| x.epoch == epoch) {
             return Ok(true);
         }
-        if let Some(old) = self.parts.remove(&p) {
+        if let Some(mut old) = self.parts.remove(&p) {
+            // Back to us: keep the stream if the checkpoint read at assignment names it and its
+            // length is known (see `checkpoint`'s module docs, "Kept stream").
+            let kept = prior
+                .as_ref()
+                .filter(|_| old.settled && old.writer.is_healthy())
+                .and_then(|cp| kept_stream_skip(cp, &old.stream, old.next_row));
+            if let Some(skip) = kept {
+                tracing::info!(partition = p, stream = %old.stream, row = old.next_row, skip_rows = skip,
+                    "exactly-once: partition assigned again keeps its stream (its first append confirms it)");
+                (old.epoch, old.skip, old.unconfirmed) = (epoch, skip, true);
+                self.parts.insert(p, old);
+                return Ok(true);
+            }
             // Revoked since: the next owner (maybe us again) finalizes its stream.
             let _ = old.writer.close(std::time::Duration::from_secs(1)).await;
         }
@@ -321,6 +349,8 @@ impl ExactlyOnceSink {
                 stream: resume.stream,
                 skip: resume.skip_rows,
                 next_row: 0,
+                settled: true,
+                unconfirmed: false,
             },
         );
         Ok(true)
@@ -329,13 +359,15 @@ impl ExactlyOnceSink {
     /// Appends `p`'s rows of the batch (`rows` of `records`) to its stream and returns the
     /// checkpoint that goes with the batch's last offset of `p`, and the rows refused (outside
     /// the partition range, or alone over a request's size: not sent, not counted in the
-    /// stream).
+    /// stream). `None`: the partition kept its stream and it is not confirmed (BigQuery refused
+    /// the append, or there was nothing to append): the stream is to be given up and the
+    /// batch written again the usual way.
     async fn write_partition(
         &mut self,
         p: Partition,
         records: &RecordBatch,
         rows: &[u32],
-    ) -> Result<(Checkpoint, Vec<RejectedRow>), SinkError> {
+    ) -> Result<Option<(Checkpoint, Vec<RejectedRow>)>, SinkError> {
         let ExactlyOnceSink {
             parts,
             client,
@@ -378,13 +410,28 @@ impl ExactlyOnceSink {
         // acknowledged, since a failed attempt is retried whole.
         let k = (part.skip as usize).min(sub.num_rows());
         sub = sub.slice(k, sub.num_rows() - k);
+        if part.unconfirmed && sub.num_rows() == 0 {
+            // Acknowledging a batch before the kept stream is confirmed would leave checkpoints
+            // naming it in the ledger, which no later stream could replace.
+            tracing::info!(
+                partition = p,
+                "exactly-once: nothing to append to the kept stream to confirm it; finalizing it"
+            );
+            return Ok(None);
+        }
         if sub.num_rows() > 0 {
+            part.settled = false;
             let appended = match part.writer.append(sub).await {
                 Ok(pending) => pending.await,
                 Err(e) => Err(e),
             };
             let outcome = match appended {
                 Ok(o) => o,
+                Err(e) if part.unconfirmed => {
+                    tracing::warn!(partition = p, stream = %part.stream, error = %e,
+                        "exactly-once: the kept stream refused its first append (finalized by another owner?); finalizing it and continuing on a new one");
+                    return Ok(None);
+                }
                 Err(e) => {
                     if !part.writer.is_healthy()
                         && part.reconnect(client, p, schema, opts, readiness)
@@ -405,16 +452,22 @@ impl ExactlyOnceSink {
             if let Some(r) = outcome.stream_offsets {
                 part.next_row = r.end;
             }
+            part.settled = true;
+            if part.unconfirmed {
+                part.unconfirmed = false;
+                metrics::counter!(bigquery::metrics::STREAMS_REUSED_TOTAL).increment(1);
+                tracing::info!(partition = p, stream = %part.stream, "exactly-once: kept stream confirmed");
+            }
         }
         part.skip -= k as u64;
-        Ok((
+        Ok(Some((
             Checkpoint {
                 stream: part.stream.clone(),
                 next_row: part.next_row,
                 carried: part.skip,
             },
             refused,
-        ))
+        )))
     }
 }
 
@@ -505,14 +558,35 @@ impl ExactlyOnceSink {
                 continue;
             }
             let epoch = batch.epochs.iter().find(|(q, _)| *q == p).map(|e| e.1);
-            if !self.ensure_part(p, epoch, first_offset).await? {
+            let mut written = None;
+            // A kept stream not confirmed is given up and the batch written the usual way,
+            // whose new stream needs no confirmation: at most two rounds.
+            for round in 0..2 {
+                if !self.ensure_part(p, epoch, first_offset).await? {
+                    break;
+                }
+                written = self.write_partition(p, &records, &rows).await?;
+                if written.is_some() {
+                    break;
+                }
+                if let Some(old) = self.parts.remove(&p) {
+                    let _ = old.writer.close(std::time::Duration::from_secs(1)).await;
+                }
+                if round == 1 {
+                    return Err(err(
+                        SinkErrorKind::Internal,
+                        false,
+                        "new stream unconfirmed",
+                    ));
+                }
+            }
+            let Some((checkpoint, refused)) = written else {
                 tracing::info!(
                     partition = p,
                     "exactly-once: rows of a revoked partition not written"
                 );
                 continue;
-            }
-            let (checkpoint, refused) = self.write_partition(p, &records, &rows).await?;
+            };
             let done = StreamCheckpoint {
                 partition: p,
                 first_offset,

@@ -12,6 +12,8 @@ const LIMIT: Duration = Duration::from_secs(120);
 
 #[path = "e2e_checkpoints.rs"]
 mod checkpoints;
+#[path = "e2e_reuse.rs"]
+mod reuse;
 
 /// Logs timestamped within the table's partition range (now minus an hour); `bad` of them
 /// malformed, and `old` of them dated a year back (outside the 14-day partition expiration).

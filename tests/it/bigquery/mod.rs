@@ -16,6 +16,7 @@ mod hold;
 mod live;
 mod pipelined;
 mod proxy;
+mod reuse;
 mod slow_ack;
 mod tables;
 
