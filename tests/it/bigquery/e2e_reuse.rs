@@ -64,13 +64,27 @@ async fn ready(port: u16) -> bool {
     .unwrap()
 }
 
-/// A alone writes all 4 partitions (4 streams). B joins: the eager rebalance revokes all of
-/// A's partitions and gives some back to A, which keeps their streams, while B finalizes A's
-/// streams of the others and opens its own. B stops: A takes B's partitions the usual way (their
+/// Eager assignment (a group shared with Merlin's publishers, or `range` set by hand). A alone
+/// writes all 4 partitions (4 streams). B joins: the eager rebalance revokes all of A's
+/// partitions and gives some back to A, which keeps their streams, while B finalizes A's streams
+/// of the others and opens its own. B stops: A takes B's partitions the usual way (their
 /// checkpoints name B's streams) and keeps its own again. Without keeping, A creates a stream
 /// for every partition at every assignment.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exactly_once_partitions_back_to_their_publisher_keep_their_streams() {
+    streams_through_a_join_and_a_leave(true).await;
+}
+
+/// The default, cooperative-sticky: B's join revokes only the partitions that move, so A never
+/// lets go of the others and writes on in their streams; B's leave hands A back B's partitions
+/// on new streams. A creates one stream per partition it starts writing, never one per
+/// rebalance.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exactly_once_partitions_a_cooperative_rebalance_keeps_never_change_stream() {
+    streams_through_a_join_and_a_leave(false).await;
+}
+
+async fn streams_through_a_join_and_a_leave(eager: bool) {
     let _serial = serial().await;
     let ExactlyOnce {
         cluster,
@@ -81,6 +95,15 @@ async fn exactly_once_partitions_back_to_their_publisher_keep_their_streams() {
         run,
         _dir,
     } = ExactlyOnce::new("eo_keep", 4, 1200, 65, 50, "200ms", &[]).await;
+    if eager {
+        let yaml = std::fs::read_to_string(&run.config).unwrap();
+        let at = yaml.find("    group_id: ").unwrap();
+        let end = at + yaml[at..].find('\n').unwrap() + 1;
+        let strategy =
+            "    additional_consumer_config:\n      partition.assignment.strategy: range\n";
+        let yaml = format!("{}{strategy}{}", &yaml[..end], &yaml[end..]);
+        std::fs::write(&run.config, yaml).unwrap();
+    }
     // B: the same group, its own port and dead-letter file.
     let port_b = free_port();
     let config_b = _dir.path().join("b.yaml");
@@ -130,7 +153,9 @@ async fn exactly_once_partitions_back_to_their_publisher_keep_their_streams() {
         "A kept the streams of the partitions it got back; {}",
         logs()
     );
-    assert_eq!(metric(a, REUSED), Some(4 - moved), "{}", logs());
+    // Under cooperative-sticky A's other partitions were never revoked: nothing to keep.
+    let kept = if eager { 4 - moved } else { 0 };
+    assert_eq!(metric(a, REUSED), Some(kept), "{}", logs());
 
     let code = tokio::task::spawn_blocking(move || stop(child_b))
         .await
@@ -148,7 +173,7 @@ async fn exactly_once_partitions_back_to_their_publisher_keep_their_streams() {
         "B's partitions came back on new streams; {}",
         logs()
     );
-    assert_eq!(metric(a, REUSED), Some(2 * (4 - moved)), "{}", logs());
+    assert_eq!(metric(a, REUSED), Some(2 * kept), "{}", logs());
     let code = tokio::task::spawn_blocking(move || stop(child_a))
         .await
         .unwrap();
