@@ -11,6 +11,7 @@ use super::poll::{pause_until, Backoff};
 use super::revision::{claim, release, ClaimOutcome};
 use super::rollout::{assess, deployed_revision, Rollout};
 use super::spec::Spec;
+use super::strategy::{membership, running_in, strategy, Strategy};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -205,7 +206,9 @@ where
 /// optional ones a previous revision wrote and this one does not. Every object already under one
 /// of these names must carry this version's identity labels ([`super::owner::check`]), checked
 /// before anything is written. The Secret's checksum key is kept across applies
-/// ([`super::checksum`]).
+/// ([`super::checksum`]). The Deployment is replaced all at once, not rolled, when the pods it
+/// runs (per the config Secret found) and this revision's would speak different assignment
+/// protocols in one consumer group ([`super::strategy`]).
 pub async fn write_objects(client: &Client, spec: &Spec) -> Result<(), BootstrapError> {
     let ns = &spec.namespace;
     let pp = PatchParams::apply(FIELD_MANAGER).force();
@@ -214,8 +217,18 @@ pub async fn write_objects(client: &Client, spec: &Spec) -> Result<(), Bootstrap
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
     check(&sas, "ServiceAccount", &spec.names.workload, spec).await?;
     let secret = check(&secrets, "Secret", &spec.names.config_secret, spec).await?;
-    let m = build(spec, &checksum_key(secret.as_ref())?);
-    check(&deployments, "Deployment", &spec.names.workload, spec).await?;
+    let mut m = build(spec, &checksum_key(secret.as_ref())?);
+    let running = check(&deployments, "Deployment", &spec.names.workload, spec).await?;
+    let before = running.and(secret.as_ref()).and_then(running_in);
+    let how = strategy(before.as_ref(), membership(&spec.config).as_ref());
+    if let Strategy::Recreate(why) = &how {
+        tracing::warn!(
+            "revision {} replaces the pods of Deployment {ns}/{} all at once (strategy Recreate): {why}",
+            spec.revision,
+            spec.names.workload
+        );
+    }
+    how.set(&mut m.deployment);
     let dynamic = |r: &ApiResource| Api::<DynamicObject>::namespaced_with(client.clone(), ns, r);
     let pdb = Optional {
         api: Api::<PodDisruptionBudget>::namespaced(client.clone(), ns),

@@ -18,6 +18,7 @@
 //! - [`revision`]: the revision rules on a marker ConfigMap with optimistic concurrency.
 //! - [`storage`]: emptyDir size limits; local files only on a named persistent volume.
 //! - [`rollout`]: whether a Deployment has rolled out (pure).
+//! - [`strategy`]: rolling, or `Recreate` when a revision changes the group's protocol (pure).
 //! - [`apply`], [`delete`], [`status`]: the three commands against the API server.
 //! - [`kafka`]: partition count and consumer lag.
 //! - [`poll`]: backoff under a deadline.
@@ -43,6 +44,7 @@ pub mod rollout;
 pub mod spec;
 pub mod status;
 pub mod storage;
+pub mod strategy;
 
 pub use cli::BootstrapArgs;
 pub use error::BootstrapError;

@@ -108,6 +108,49 @@ pub fn kip848(additional: &[(String, String)]) -> bool {
         .is_some_and(|(_, v)| v.eq_ignore_ascii_case("consumer"))
 }
 
+/// How a member negotiates the assignment of its group's partitions. Kafka refuses a classic
+/// member whose protocol no member of the group shares (`INCONSISTENT_GROUP_PROTOCOL`), and
+/// librdkafka cannot offer an eager and a cooperative strategy at once: a group moves from one
+/// to the other only by emptying.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Assignment {
+    /// Classic protocol, eager strategies (`range`, `roundrobin`: librdkafka's default).
+    Eager,
+    /// Classic protocol, `cooperative-sticky`.
+    Cooperative,
+    /// KIP-848's `group.protocol: consumer`: the broker assigns.
+    Broker,
+}
+
+impl Assignment {
+    /// What `additional_consumer_config` makes of `default`: KIP-848's protocol, or an
+    /// explicit `partition.assignment.strategy` (the last one given, as librdkafka reads them).
+    pub fn given(additional: &[(String, String)], default: Assignment) -> Assignment {
+        if kip848(additional) {
+            return Assignment::Broker;
+        }
+        let strategy = (additional.iter().rev())
+            .find(|(k, _)| k == "partition.assignment.strategy")
+            .map(|(_, v)| v);
+        match strategy {
+            Some(v) if v.split(',').any(|s| s.trim() == "cooperative-sticky") => {
+                Assignment::Cooperative
+            }
+            Some(_) => Assignment::Eager,
+            None => default,
+        }
+    }
+
+    /// How librdkafka's settings name it, for messages.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Assignment::Eager => "the eager protocol (range,roundrobin)",
+            Assignment::Cooperative => "cooperative-sticky",
+            Assignment::Broker => "KIP-848's consumer protocol",
+        }
+    }
+}
+
 /// librdkafka refuses the classic protocol's keys under `group.protocol: consumer`: said here,
 /// with the others, rather than when the consumer is made.
 pub(crate) fn check(source: &super::KafkaSource, problems: &mut super::Problems) {
@@ -139,6 +182,18 @@ impl super::Config {
             ),
             GroupMode::Own | GroupMode::Shared => src.group_id.clone(),
         })
+    }
+
+    /// How `run`'s consumer negotiates its assignment (`None` without a source): what
+    /// `source::consumer_config` hands librdkafka.
+    pub fn assignment(&self) -> Option<Assignment> {
+        let src = self.observation_source.as_ref()?;
+        let default = if self.consumer.group.eager() {
+            Assignment::Eager
+        } else {
+            Assignment::Cooperative
+        };
+        Some(Assignment::given(&src.additional_consumer_config, default))
     }
 
     /// Where a partition the group never committed starts: `consumer.start_from` when set;
@@ -211,6 +266,36 @@ mod tests {
         assert!(a.starts_with("g.a_b.m.1."), "{a}");
         let long = per_version_name("g", &"p".repeat(300), "m", "1");
         assert_eq!(long.chars().count(), MAX_NAME);
+    }
+
+    #[test]
+    fn an_explicit_strategy_or_kip848_overrides_the_default_assignment() {
+        let kv = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+            (pairs.iter())
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        use Assignment::*;
+        assert_eq!(Assignment::given(&kv(&[("x.y", "1")]), Eager), Eager);
+        assert_eq!(
+            Assignment::given(&kv(&[("x.y", "1")]), Cooperative),
+            Cooperative
+        );
+        let range = kv(&[("partition.assignment.strategy", "range,roundrobin")]);
+        assert_eq!(Assignment::given(&range, Cooperative), Eager);
+        let sticky = kv(&[("partition.assignment.strategy", " cooperative-sticky")]);
+        assert_eq!(Assignment::given(&sticky, Eager), Cooperative);
+        let both = kv(&[
+            ("partition.assignment.strategy", "cooperative-sticky"),
+            ("partition.assignment.strategy", "range"),
+        ]);
+        assert_eq!(
+            Assignment::given(&both, Cooperative),
+            Eager,
+            "the last wins"
+        );
+        let kip = kv(&[("group.protocol", "CONSUMER")]);
+        assert_eq!(Assignment::given(&kip, Eager), Broker);
     }
 
     proptest! {

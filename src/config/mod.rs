@@ -34,7 +34,7 @@ mod value;
 
 pub use bounds::{ARROW_STRING_LIMIT, MAX_APPEND_REQUEST_BYTES, MAX_CONNECTIONS};
 pub use gen::{Dist, GenColumn, DEFAULT_NULLS};
-pub use group::{kip848, per_version_name, GroupMode, CLASSIC_ONLY_KEYS};
+pub use group::{kip848, per_version_name, Assignment, GroupMode, CLASSIC_ONLY_KEYS};
 pub use load::{
     apply_env, apply_sets, load_value, override_scrubber, redact, redact_collect, ENV_PREFIX,
 };

@@ -342,7 +342,7 @@ fn resume_given_up(consumer: &BaseConsumer<SourceContext>, tpl: &TopicPartitionL
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Needs;
+    use crate::config::{Assignment, Needs};
 
     fn config(extra: &str) -> Config {
         let yaml = format!("{}\n{extra}", include_str!("../../config/bench-20.yaml"));
@@ -427,6 +427,8 @@ mod tests {
             get(&c, "partition.assignment.strategy"),
             "cooperative-sticky"
         );
+        // What bootstrap reads to choose a rollout strategy says the same.
+        assert_eq!(cfg.assignment(), Some(Assignment::Cooperative));
         assert!(c.get("group.instance.id").is_none());
         let cfg = with_source("      x.y: \"1\"\n", "consumer:\n  group: own\n");
         let c = consumer_config(&cfg, cfg.observation_source.as_ref().unwrap(), None);
@@ -435,15 +437,18 @@ mod tests {
             get(&c, "partition.assignment.strategy"),
             "cooperative-sticky"
         );
+        assert_eq!(cfg.assignment(), Some(Assignment::Cooperative));
         // Merlin's eager publishers share it: librdkafka's default, which they speak.
         let cfg = with_source("      x.y: \"1\"\n", "consumer:\n  group: shared\n");
         let c = consumer_config(&cfg, cfg.observation_source.as_ref().unwrap(), None);
         assert_eq!(get(&c, "group.id"), "bench");
         assert!(c.get("partition.assignment.strategy").is_none());
+        assert_eq!(cfg.assignment(), Some(Assignment::Eager));
         // An explicit strategy wins.
         let cfg = with_source("      partition.assignment.strategy: range\n", "");
         let c = consumer_config(&cfg, cfg.observation_source.as_ref().unwrap(), None);
         assert_eq!(get(&c, "partition.assignment.strategy"), "range");
+        assert_eq!(cfg.assignment(), Some(Assignment::Eager));
     }
 
     #[test]
@@ -455,6 +460,7 @@ mod tests {
             Some("pod-1"),
         );
         assert_eq!(get(&c, "group.protocol"), "consumer");
+        assert_eq!(cfg.assignment(), Some(Assignment::Broker));
         for k in crate::config::CLASSIC_ONLY_KEYS {
             assert!(
                 c.get(k).is_none(),

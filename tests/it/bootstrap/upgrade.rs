@@ -1,9 +1,13 @@
 //! Upgrading from the previous naming scheme: objects found under the old names with this
 //! version's identity labels are adopted in place (same Deployment, ServiceAccount and consumer
-//! group); objects labelled for another version are never changed or deleted.
+//! group); objects labelled for another version are never changed or deleted. Upgrading from a
+//! build whose pods joined the group eagerly: that one rollout recreates the pods.
 
 use super::fake_apiserver::{FakeApiServer, Rollouts};
 use super::{opts, spec, NS};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, DeleteParams};
 use observation_publisher::bootstrap::apply::{apply, ApplyOutcome};
 use observation_publisher::bootstrap::delete::delete;
 use observation_publisher::bootstrap::manifest::ANNOTATION_REVISION;
@@ -11,7 +15,7 @@ use observation_publisher::bootstrap::names::Names;
 use observation_publisher::bootstrap::spec::legacy_default_group;
 use observation_publisher::bootstrap::status::status;
 use observation_publisher::bootstrap::{BootstrapError, Spec};
-use serde_json::json;
+use serde_json::{json, Value};
 
 /// `s` as the previous bootstrap deployed it: old names, old default group.
 fn as_before(s: &Spec) -> Spec {
@@ -147,4 +151,62 @@ async fn objects_labelled_for_another_version_are_never_changed_or_deleted() {
     );
     let st = status(&c, &s, None).await.unwrap();
     assert!(!st.objects.deployment, "not this version's Deployment");
+}
+
+/// The Deployment's `spec.strategy`.
+fn strategy(fake: &FakeApiServer, s: &Spec) -> Value {
+    fake.get(NS, "deployments", &s.names.workload)
+        .expect("deployment")["spec"]["strategy"]
+        .clone()
+}
+
+/// Rewrites the stored config Secret as a build from before `consumer.group` wrote it: the same
+/// group, no `consumer.group` key.
+fn as_written_by_an_earlier_build(fake: &FakeApiServer, s: &Spec) {
+    let name = &s.names.config_secret;
+    let mut secret: Secret =
+        serde_json::from_value(fake.get(NS, "secrets", name).expect("secret")).unwrap();
+    let data = secret.data.as_mut().unwrap();
+    let mut cfg: serde_yaml_ng::Value = serde_yaml_ng::from_slice(&data["config.yaml"].0).unwrap();
+    let consumer = cfg["consumer"].as_mapping_mut().unwrap();
+    assert!(consumer.remove("group").is_some(), "this build writes it");
+    data.get_mut("config.yaml").unwrap().0 = serde_yaml_ng::to_string(&cfg).unwrap().into_bytes();
+    fake.put(NS, "secrets", name, serde_json::to_value(&secret).unwrap());
+}
+
+#[tokio::test]
+async fn the_first_rollout_from_an_eager_build_recreates_the_pods_and_the_next_rolls() {
+    let fake = FakeApiServer::start(Rollouts::Complete).await;
+    let c = fake.client();
+    let rolling =
+        json!({"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}});
+    let v1 = spec("sample", "credit-model", "3", 1, "");
+    apply(&c, &v1, opts()).await.unwrap();
+    assert_eq!(strategy(&fake, &v1), rolling, "a first install rolls");
+    as_written_by_an_earlier_build(&fake, &v1);
+
+    // Its pods speak the eager protocol in the group this build's would join cooperatively.
+    let v2 = spec("sample", "credit-model", "3", 2, "");
+    let out = apply(&c, &v2, opts()).await.unwrap();
+    assert!(
+        matches!(out, ApplyOutcome::Running { revision: 2, .. }),
+        "{out:?}"
+    );
+    assert_eq!(strategy(&fake, &v2), json!({"type": "Recreate"}));
+
+    // Now the pods speak what the next revision's will.
+    let v3 = spec("sample", "credit-model", "3", 3, "replicas: 2");
+    apply(&c, &v3, opts()).await.unwrap();
+    assert_eq!(strategy(&fake, &v3), rolling);
+
+    // A config Secret left without its Deployment: no pods to clash with, so it rolls.
+    as_written_by_an_earlier_build(&fake, &v3);
+    let deployments: Api<Deployment> = Api::namespaced(c.clone(), NS);
+    deployments
+        .delete(&v3.names.workload, &DeleteParams::default())
+        .await
+        .unwrap();
+    let v4 = spec("sample", "credit-model", "3", 4, "");
+    apply(&c, &v4, opts()).await.unwrap();
+    assert_eq!(strategy(&fake, &v4), rolling);
 }
