@@ -88,8 +88,12 @@ struct Publisher {
 enum Intake {
     /// A length-delimited file (`run --replay`).
     Replay(PathBuf),
-    /// The model version's topic.
-    Kafka(Box<BaseConsumer<SourceContext>>, KafkaSource),
+    /// The model version's topic; the sender is for the committer thread's answers.
+    Kafka(
+        Box<BaseConsumer<SourceContext>>,
+        KafkaSource,
+        mpsc::Sender<Event>,
+    ),
 }
 
 /// The pipeline thread running; [`Running::join`] waits for it to drain.
@@ -196,6 +200,7 @@ impl Publisher {
             topic.clone(),
         ));
 
+        let commit_events = ev_tx.clone();
         let dlq = build::dead_letters(&cfg, replay.as_deref(), ev_tx)?;
         health
             .dead_letter_ok
@@ -225,7 +230,8 @@ impl Publisher {
         let intake = match (replay, &cfg.observation_source) {
             (Some(path), _) => Intake::Replay(path),
             (None, Some(src)) => {
-                Intake::Kafka(Box::new(build::consumer(&cfg, src, &health)?), src.clone())
+                let consumer = Box::new(build::consumer(&cfg, src, &health)?);
+                Intake::Kafka(consumer, src.clone(), commit_events)
             }
             (None, None) => {
                 return Err(NotStarted::Config("observation_source is required".into()))
@@ -268,7 +274,7 @@ impl Publisher {
                 let max_frame = cfg.batching.max_frame_bytes;
                 thread.spawn(move || replay::run(&path, state, shutdown, drain, max_frame))
             }
-            Intake::Kafka(consumer, src) => {
+            Intake::Kafka(consumer, src, commit_events) => {
                 let start = cfg.start_from();
                 let other_group = start_from::other_group_reader(
                     start.as_ref(),
@@ -292,6 +298,7 @@ impl Publisher {
                         other_group,
                         start_from: start,
                     },
+                    commit_events,
                 };
                 thread.spawn(move || kafka::run(*consumer, state, loop_cfg, shutdown))
             }
