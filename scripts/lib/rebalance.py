@@ -54,8 +54,11 @@ def member(a):
     out = sys.stdout
 
     def say(obj):
-        out.write(json.dumps(obj) + "\n")
-        out.flush()
+        try:
+            out.write(json.dumps(obj) + "\n")
+            out.flush()
+        except BrokenPipeError:
+            pass  # the run has ended without us
 
     def on_assign(_c, parts):
         say({"t": now(), "kind": "assign", "partitions": [p.partition for p in parts]})
@@ -224,6 +227,8 @@ def publisher_config(a, name, topic, group, port):
         f"local_sink.path={os.path.join(a.out, name + '-rows')}",
         f"dead_letter.path={os.path.join(a.out, name + '-dead-letters.bin')}",
         "logging.level=info",
+        # The configured group as it is (a version of its own would get a group of its own).
+        "consumer.group=own",
     ]
     return path, [x for s in sets for x in ("--set", s)]
 
