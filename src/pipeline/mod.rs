@@ -14,7 +14,9 @@
 //! callback, which librdkafka runs inside `poll` on that same thread, sees a consistent state.
 //! Batches cross to the sink task over a bounded channel; acknowledgements come back over a
 //! channel and are applied before new input. Offsets are committed explicitly, only for the
-//! contiguous acknowledged prefix, periodically, on revoke and on drain.
+//! contiguous acknowledged prefix, periodically, on revoke and on drain; the periodic commits
+//! (and exactly-once stream registrations) go through a committer thread, because a commit
+//! waits for a pending rebalance round (`state/commits.rs`).
 //!
 //! Backpressure: when the Arrow bytes of unacknowledged batches reach
 //! `batching.max_inflight_bytes`, every assigned partition is paused (the consumer keeps
