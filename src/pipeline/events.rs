@@ -195,6 +195,14 @@ impl BatchFlushed {
         metrics::counter!(names::BYTES_CONSUMED).increment(self.input_bytes);
         metrics::counter!(names::ROWS_DECODED).increment(self.rows_decoded);
         InflightBytes(self.inflight_bytes).emit();
+        // At debug level: where intake stood against the consumer's own log lines (librdkafka's
+        // `debug` lines come through the same thread, in order).
+        tracing::debug!(
+            reason = self.reason,
+            rows = self.rows,
+            messages = self.messages,
+            "batch flushed"
+        );
     }
 }
 

@@ -5,14 +5,14 @@
 
 use super::checkpoints;
 use super::start_from;
-use super::state::{Next, Settings, State};
+use super::state::{self, Event, Next, Settings, State};
 use crate::commit::Partition;
 use crate::config::StartFrom;
 use crate::source::group::Group;
 use crate::source::{RebalanceListener, SourceContext};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::TopicPartitionList;
-use std::sync::{Arc, Mutex};
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
@@ -22,6 +22,8 @@ pub(crate) struct KafkaLoop {
     pub(crate) drain_timeout: Duration,
     /// What the state's housekeeping follows.
     pub(crate) settings: Settings,
+    /// Where the committer thread's answers go (the state's events).
+    pub(crate) commit_events: mpsc::Sender<Event>,
 }
 
 /// Messages taken per burst of the poll loop, between two clock readings and cancellation
@@ -92,6 +94,21 @@ pub(crate) fn run(
         tracing::error!(error = %e, topic = %cfg.topic, "cannot subscribe");
         return false;
     }
+    // The commits that need not hold intake go through a thread of their own
+    // (`state/commits.rs`): a commit waits for a pending rebalance round.
+    let consumer = Arc::new(consumer);
+    let committer =
+        state::start_committer(Arc::clone(&consumer), cfg.topic.clone(), cfg.commit_events);
+    let committer = match committer {
+        Ok((queue, thread)) => {
+            State::lock(&state).commit_through(queue);
+            Some(thread)
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot start the commit thread; committing on the pipeline thread, which a rebalance then holds");
+            None
+        }
+    };
     let group = Group::new(&consumer, &cfg.topic);
     // Each turn: intake as the state said, then the state's housekeeping, which says what the
     // next turn's intake does.
@@ -110,7 +127,11 @@ pub(crate) fn run(
     tracing::info!("draining: intake stopped");
     let mut st = State::lock(&state);
     let drained = st.drain(&group, cfg.drain_timeout);
+    st.stop_committer();
     drop(st);
+    if let Some(t) = committer {
+        let _ = t.join();
+    }
     consumer.unsubscribe();
     drop(consumer);
     drained

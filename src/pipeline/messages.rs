@@ -41,4 +41,9 @@ pub(crate) enum Event {
     /// Exactly-once: the sink opened a new stream and waits for it to be recorded in the
     /// group's commit before writing to it.
     Register(Registration),
+    /// The committer thread's answer to commit `id` (`state/commits.rs`).
+    Committed {
+        id: u64,
+        result: rdkafka::error::KafkaResult<()>,
+    },
 }

@@ -14,7 +14,9 @@
 //! callback, which librdkafka runs inside `poll` on that same thread, sees a consistent state.
 //! Batches cross to the sink task over a bounded channel; acknowledgements come back over a
 //! channel and are applied before new input. Offsets are committed explicitly, only for the
-//! contiguous acknowledged prefix, periodically, on revoke and on drain.
+//! contiguous acknowledged prefix, periodically, on revoke and on drain; the periodic commits
+//! (and exactly-once stream registrations) go through a committer thread, because a commit
+//! waits for a pending rebalance round (`state/commits.rs`).
 //!
 //! Backpressure: when the Arrow bytes of unacknowledged batches reach
 //! `batching.max_inflight_bytes`, every assigned partition is paused (the consumer keeps
@@ -88,8 +90,12 @@ struct Publisher {
 enum Intake {
     /// A length-delimited file (`run --replay`).
     Replay(PathBuf),
-    /// The model version's topic.
-    Kafka(Box<BaseConsumer<SourceContext>>, KafkaSource),
+    /// The model version's topic; the sender is for the committer thread's answers.
+    Kafka(
+        Box<BaseConsumer<SourceContext>>,
+        KafkaSource,
+        mpsc::Sender<Event>,
+    ),
 }
 
 /// The pipeline thread running; [`Running::join`] waits for it to drain.
@@ -196,6 +202,7 @@ impl Publisher {
             topic.clone(),
         ));
 
+        let commit_events = ev_tx.clone();
         let dlq = build::dead_letters(&cfg, replay.as_deref(), ev_tx)?;
         health
             .dead_letter_ok
@@ -225,7 +232,8 @@ impl Publisher {
         let intake = match (replay, &cfg.observation_source) {
             (Some(path), _) => Intake::Replay(path),
             (None, Some(src)) => {
-                Intake::Kafka(Box::new(build::consumer(&cfg, src, &health)?), src.clone())
+                let consumer = Box::new(build::consumer(&cfg, src, &health)?);
+                Intake::Kafka(consumer, src.clone(), commit_events)
             }
             (None, None) => {
                 return Err(NotStarted::Config("observation_source is required".into()))
@@ -268,7 +276,7 @@ impl Publisher {
                 let max_frame = cfg.batching.max_frame_bytes;
                 thread.spawn(move || replay::run(&path, state, shutdown, drain, max_frame))
             }
-            Intake::Kafka(consumer, src) => {
+            Intake::Kafka(consumer, src, commit_events) => {
                 let start = cfg.start_from();
                 let other_group = start_from::other_group_reader(
                     start.as_ref(),
@@ -292,6 +300,7 @@ impl Publisher {
                         other_group,
                         start_from: start,
                     },
+                    commit_events,
                 };
                 thread.spawn(move || kafka::run(*consumer, state, loop_cfg, shutdown))
             }

@@ -25,7 +25,7 @@ use crate::batch::{Batch, Batcher};
 use crate::commit::Partition;
 use crate::deadletter::{self, DeadLetter, Outcome};
 use crate::server::Health;
-use crate::sink::bigquery::exactly_once::{PartitionStarts, Registered, Registration};
+use crate::sink::bigquery::exactly_once::{PartitionStarts, Registration};
 use crate::sink::RevokeHook;
 use crate::source::group::Group;
 use rdkafka::error::KafkaError;
@@ -73,6 +73,8 @@ pub(crate) struct State {
     timers: Timers,
     /// The poll loop's warnings (a pause that failed, a missing topic).
     errors: RateLimit,
+    /// Commits with the committer thread.
+    commits: commits::Commits,
 }
 
 impl State {
@@ -123,6 +125,7 @@ impl State {
             intake: Intake::default(),
             timers: Timers::new(Instant::now()),
             errors: RateLimit::new(),
+            commits: commits::Commits::default(),
         }
     }
 
@@ -384,6 +387,7 @@ impl State {
                 }
             }
             Event::Register(r) => self.registrations.push(r),
+            Event::Committed { id, result } => self.commit_answered(id, result),
         }
     }
 
@@ -536,7 +540,7 @@ impl State {
             self.retry_held(group);
             self.retry_starts(now, group, s);
             if self.timers.commit(now, s.commit_interval) {
-                self.commit(group, None);
+                self.commit_in_background(group);
                 if let Some(other) = &s.other_group {
                     start_from::serve_events(other);
                 }
@@ -612,48 +616,6 @@ impl State {
             if !listed && self.errors.allow(now) {
                 tracing::warn!(topic = %group.topic(), "source topic does not exist yet; waiting");
             }
-        }
-    }
-
-    /// Commits what the ledger says may be committed (only `only`'s partitions, if given).
-    pub(crate) fn commit(&mut self, group: &Group<'_>, only: Option<&[Partition]>) {
-        let points = self.ledger.commit_points(only);
-        if points.is_empty() {
-            return;
-        }
-        let list = points
-            .iter()
-            .map(|p| (p.partition, p.offset, p.metadata.as_deref()));
-        match group.commit(list) {
-            Ok(()) => {
-                for p in &points {
-                    self.ledger.committed(p);
-                }
-                events::Committed::Done.emit();
-            }
-            Err(e) => events::Committed::Failed(&e).emit(),
-        }
-    }
-
-    /// Exactly-once: records the new streams the sink opened in the group's commit,
-    /// synchronously, before the sink writes a row into them, where the ledger says.
-    fn register(&mut self, group: &Group<'_>) {
-        for r in std::mem::take(&mut self.registrations) {
-            let Some(offset) = self.ledger.stream_opened(r.partition, r.epoch, r.offset) else {
-                let _ = r.done.send(Registered::Stale);
-                continue;
-            };
-            let answer = match group.commit([(r.partition, offset, Some(r.metadata.as_str()))]) {
-                Ok(()) => {
-                    self.ledger.stream_recorded(r.partition, offset, r.metadata);
-                    Registered::Committed
-                }
-                Err(e) => {
-                    tracing::warn!(partition = r.partition, error = %e, "exactly-once: cannot record a new stream; retried");
-                    Registered::Failed(e.to_string())
-                }
-            };
-            let _ = r.done.send(answer);
         }
     }
 
@@ -774,7 +736,7 @@ impl State {
         if !self.settle(deadline, Some(partitions), Some(group)) {
             tracing::warn!(partitions = ?partitions, "revoke deadline passed with rows unacknowledged; they stay uncommitted");
         }
-        self.commit(group, Some(partitions));
+        self.commit(group, Some(partitions), deadline);
         self.forget(partitions);
     }
 
@@ -784,7 +746,7 @@ impl State {
         let deadline = Instant::now() + timeout;
         self.flush(Instant::now());
         let ok = self.settle(deadline, None, Some(group));
-        self.commit(group, None);
+        self.commit(group, None, deadline);
         self.drained = true;
         let Totals {
             messages,
@@ -795,6 +757,9 @@ impl State {
         ok
     }
 }
+
+mod commits;
+pub(crate) use commits::start as start_committer;
 
 #[cfg(test)]
 mod tests;

@@ -7,6 +7,7 @@ mod cases;
 mod dlq;
 mod groups;
 mod quality;
+mod rebalance;
 
 use crate::common::{bin, Reaped};
 use observation_publisher::framing::FrameReader;
