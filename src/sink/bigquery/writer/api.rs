@@ -7,7 +7,7 @@ use super::default_stream::DefaultStream;
 use super::driver::Driver;
 use super::policy::Evolution;
 use super::policy::StreamPolicy;
-use super::request::{prepare, Job};
+use super::request::{prepare, Job, Prepared};
 use crate::sink::bigquery::client::StorageClient;
 use crate::sink::bigquery::encode::{payload_budget, schema_bytes};
 use crate::sink::bigquery::metrics as m;
@@ -36,6 +36,19 @@ impl Future for Pending {
             Ok(Err(reason)) => Err(WriterError::Stopped(reason)),
             Err(_) => Err(WriterError::Closed),
         })
+    }
+}
+
+/// A batch encoded into requests by [`AppendWriter::encode`], to be queued with
+/// [`AppendWriter::submit`] on that writer or on another writer of the same stream and schema
+/// (a pool chooses its writer by the encoded size).
+#[derive(Debug)]
+pub struct Encoded(Prepared);
+
+impl Encoded {
+    /// Encoded bytes: what the batch takes of a writer's `max_inflight_bytes`.
+    pub fn bytes(&self) -> usize {
+        self.0.bytes
     }
 }
 
@@ -134,6 +147,11 @@ impl AppendWriter {
     /// Encodes `batch`, waits until the in-flight byte budget admits it, and queues it. The
     /// returned [`Pending`] resolves when every row is accepted or reported rejected.
     pub async fn append(&self, batch: RecordBatch) -> Result<Pending, WriterError> {
+        self.submit(self.encode(batch)?).await
+    }
+
+    /// Encodes `batch` into requests (the first half of [`Self::append`]).
+    pub fn encode(&self, batch: RecordBatch) -> Result<Encoded, WriterError> {
         if batch.schema().fields() != self.schema.fields() {
             return Err(WriterError::SchemaMismatch);
         }
@@ -143,6 +161,13 @@ impl AppendWriter {
             now_micros(),
             self.payload_budget,
         )?;
+        Ok(Encoded(prepared))
+    }
+
+    /// Waits until the in-flight byte budget admits `encoded`, and queues it (the second half
+    /// of [`Self::append`]).
+    pub async fn submit(&self, encoded: Encoded) -> Result<Pending, WriterError> {
+        let prepared = encoded.0;
         let permits = prepared.bytes.clamp(1, self.max_inflight) as u32;
         let permit = Arc::clone(&self.budget)
             .acquire_many_owned(permits)
@@ -173,6 +198,20 @@ impl AppendWriter {
     pub fn inflight_bytes(&self) -> usize {
         self.max_inflight
             .saturating_sub(self.budget.available_permits())
+    }
+
+    /// The writer's `max_inflight_bytes`: a batch is admitted once its encoded bytes (at most
+    /// this many) fit beside [`Self::inflight_bytes`].
+    pub fn capacity(&self) -> usize {
+        self.max_inflight
+    }
+
+    /// True while an AppendRows connection is open (or being opened, or half-closed and not yet
+    /// ended).
+    pub fn is_connected(&self) -> bool {
+        self.stats
+            .connected
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Counters (connections, requests, failures).
