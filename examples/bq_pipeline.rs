@@ -14,7 +14,7 @@ use observation_publisher::batch::{Batch, Batcher};
 use observation_publisher::config::Batching;
 use observation_publisher::gen::{GenOptions, Generator};
 use observation_publisher::sink::bigquery::BigQueryTableSink;
-use observation_publisher::sink::bigquery::{StorageClient, TableRef, WriterOptions};
+use observation_publisher::sink::bigquery::{Elastic, StorageClient, TableRef, WriterOptions};
 use observation_publisher::sink::{Progress, Sink};
 use observation_publisher::table::TableLayout;
 use std::sync::Arc;
@@ -68,7 +68,7 @@ async fn sink(url: &str, layout: &TableLayout, connections: usize) -> BigQueryTa
         &table,
         Arc::clone(&layout.arrow),
         WriterOptions::default(),
-        connections,
+        Elastic::new(connections),
     )
     .expect("sink")
 }
