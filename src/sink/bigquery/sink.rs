@@ -6,7 +6,7 @@
 //! changed column type or a missing dataset is a configuration error. Submitting a batch encodes
 //! it and queues it on the writer the pool's rule picks ([`crate::sink::bigquery::pool`]): the
 //! first open one with room in its share of `max_inflight_bytes`, else a closed one (a backlog
-//! opens another connection), else the least loaded, waiting for room. Writers close their
+//! opens another connection), else the first to have room, waiting for it. Writers close their
 //! connection when idle, so an idle sink holds one connection, then none, and a backlog up to
 //! `connections`. The acknowledgement resolves, asynchronously, when BigQuery
 //! accepted every row except those it refused for good, which come back in the [`WriteReport`]
@@ -18,7 +18,7 @@
 use crate::batch::Batch;
 use crate::config::{BigQuerySink as BigQueryConfig, Config};
 use crate::sink::bigquery::pool::{Elastic, Lane, Route};
-use crate::sink::bigquery::writer::Encoded;
+use crate::sink::bigquery::writer::{Encoded, Pending};
 use crate::sink::bigquery::{
     self, AppendWriter, StorageClient, TableManager, TableSpec, WriterError,
 };
@@ -185,8 +185,8 @@ impl BigQueryTableSink {
         self.writers.iter().filter(|w| w.is_connected()).count()
     }
 
-    /// The writer `records` go to, by the pool's rule, and the records encoded.
-    fn route(&self, records: RecordBatch) -> Result<(usize, Encoded), SinkError> {
+    /// Where `records` go, by the pool's rule, and the records encoded.
+    fn route(&self, records: RecordBatch) -> Result<(Route, Encoded), SinkError> {
         let encoded = self.writers[0].encode(records).map_err(sink_error)?;
         let lanes: Vec<Lane> = self
             .writers
@@ -205,7 +205,31 @@ impl BigQueryTableSink {
                 "every open AppendRows connection is full; opening another"
             );
         }
-        Ok((route.lane(), encoded))
+        Ok((route, encoded))
+    }
+
+    /// Queues `encoded` on the first writer to have room for it (every connection is open and
+    /// full): whichever connection BigQuery answers first takes the next batch, as round-robin
+    /// over equally full connections did.
+    async fn submit_to_first_room(&self, encoded: Encoded) -> Result<Pending, WriterError> {
+        let bytes = encoded.bytes();
+        let mut rooms: Vec<_> = self
+            .writers
+            .iter()
+            .map(|w| Box::pin(w.room(bytes)))
+            .collect();
+        let (i, room) = std::future::poll_fn(|cx| {
+            for (i, room) in rooms.iter_mut().enumerate() {
+                if let std::task::Poll::Ready(r) = std::future::Future::poll(room.as_mut(), cx) {
+                    return std::task::Poll::Ready((i, r));
+                }
+            }
+            std::task::Poll::Pending
+        })
+        .await;
+        // The other writers' waits are dropped here, taking nothing.
+        drop(rooms);
+        self.writers[i].submit_in(encoded, room?)
     }
 }
 
@@ -264,11 +288,11 @@ impl Sink for BigQueryTableSink {
     fn submit(&mut self, batch: Arc<Batch>) -> SubmitFuture<'_> {
         Box::pin(async move {
             let records = rows_to_write(&batch, self.kafka_schema.as_ref())?;
-            let (lane, encoded) = self.route(records)?;
-            let pending = self.writers[lane]
-                .submit(encoded)
-                .await
-                .map_err(sink_error)?;
+            let pending = match self.route(records)? {
+                (Route::Use(i) | Route::Open(i), encoded) => self.writers[i].submit(encoded).await,
+                (Route::Wait, encoded) => self.submit_to_first_room(encoded).await,
+            }
+            .map_err(sink_error)?;
             let ack: crate::sink::Acknowledgement = Box::pin(async move {
                 let outcome = pending.await.map_err(sink_error)?;
                 Ok(Progress::Written(WriteReport {

@@ -21,7 +21,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
-use tokio::sync::{mpsc, oneshot, watch, Semaphore};
+use tokio::sync::{mpsc, oneshot, watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
 
 /// The caller's handle on one appended batch; resolves as described in the module docs.
@@ -51,6 +51,11 @@ impl Encoded {
         self.0.bytes
     }
 }
+
+/// Room taken in one writer's in-flight byte budget by [`AppendWriter::room`], for
+/// [`AppendWriter::submit_in`] of that writer.
+#[derive(Debug)]
+pub struct Room(OwnedSemaphorePermit);
 
 /// Handle on the writer task of one table. Cheap operations only; drop it to stop the task.
 #[derive(Debug)]
@@ -167,12 +172,36 @@ impl AppendWriter {
     /// Waits until the in-flight byte budget admits `encoded`, and queues it (the second half
     /// of [`Self::append`]).
     pub async fn submit(&self, encoded: Encoded) -> Result<Pending, WriterError> {
+        let room = self.room(encoded.bytes()).await?;
+        self.submit_in(encoded, room)
+    }
+
+    /// Waits for room for a batch of `bytes` encoded bytes in the in-flight byte budget and
+    /// takes it (dropping the future before it is ready takes nothing), so that a pool can wait
+    /// on several writers at once and use the first that has room.
+    pub fn room(
+        &self,
+        bytes: usize,
+    ) -> impl Future<Output = Result<Room, WriterError>> + Send + 'static {
+        let permits = bytes.clamp(1, self.max_inflight) as u32;
+        let budget = Arc::clone(&self.budget);
+        async move {
+            let permit = budget.acquire_many_owned(permits).await;
+            permit.map(Room).map_err(|_| WriterError::Closed)
+        }
+    }
+
+    /// Queues `encoded` in `room` (taken for it with [`Self::room`]).
+    ///
+    /// # Panics
+    /// If `room` was taken in another writer's budget.
+    pub fn submit_in(&self, encoded: Encoded, room: Room) -> Result<Pending, WriterError> {
+        assert!(
+            Arc::ptr_eq(room.0.semaphore(), &self.budget),
+            "room taken in another writer's budget"
+        );
         let prepared = encoded.0;
-        let permits = prepared.bytes.clamp(1, self.max_inflight) as u32;
-        let permit = Arc::clone(&self.budget)
-            .acquire_many_owned(permits)
-            .await
-            .map_err(|_| WriterError::Closed)?;
+        let permit = room.0;
         if self.oversized_row_fails_batch {
             if let Some(i) = prepared.first_oversized {
                 return Err(WriterError::RowTooLarge(i));
