@@ -14,7 +14,7 @@ use observation_publisher::batch::{Batch, Batcher};
 use observation_publisher::config::Batching;
 use observation_publisher::gen::{GenOptions, Generator};
 use observation_publisher::sink::bigquery::BigQueryTableSink;
-use observation_publisher::sink::bigquery::{StorageClient, TableRef, WriterOptions};
+use observation_publisher::sink::bigquery::{Elastic, StorageClient, TableRef, WriterOptions};
 use observation_publisher::sink::{Progress, Sink};
 use observation_publisher::table::TableLayout;
 use std::sync::Arc;
@@ -68,7 +68,7 @@ async fn sink(url: &str, layout: &TableLayout, connections: usize) -> BigQueryTa
         &table,
         Arc::clone(&layout.arrow),
         WriterOptions::default(),
-        connections,
+        Elastic::new(connections),
     )
     .expect("sink")
 }
@@ -89,8 +89,14 @@ async fn before(url: &str, batches: &[Arc<Batch>], layout: &TableLayout) -> f64 
 /// Every batch submitted as soon as the sink takes it; acknowledgements awaited concurrently.
 async fn after(url: &str, batches: &[Arc<Batch>], layout: &TableLayout, connections: usize) -> f64 {
     let mut s = sink(url, layout, connections).await;
-    for _ in 0..connections {
-        s.write(Arc::clone(&batches[0])).await.expect("warm-up");
+    // Warm up with a backlog (64 batches submitted at once), so that every connection a backlog
+    // opens is open and primed before the clock starts.
+    let mut warm = tokio::task::JoinSet::new();
+    for _ in 0..64 {
+        warm.spawn(s.submit(Arc::clone(&batches[0])).await.expect("taken"));
+    }
+    while let Some(a) = warm.join_next().await {
+        assert!(matches!(a.expect("joined"), Ok(Progress::Written(_))));
     }
     let started = Instant::now();
     let mut acks = tokio::task::JoinSet::new();

@@ -66,7 +66,8 @@ pub(crate) const APPEND_REQUEST_BYTES: RangeInclusive<u64> = (64 * KIB)..=MAX_AP
 /// A BIGQUERY sink's `max_inflight_bytes`: 64 KiB to 64 GiB (and at least `max_request_bytes`).
 pub(crate) const SINK_INFLIGHT_BYTES: RangeInclusive<u64> = (64 * KIB)..=(64 * GIB);
 
-/// A BIGQUERY sink's `connections` (AppendRows connections to the `_default` stream): 1 to 16.
+/// A BIGQUERY sink's `connections` (the most AppendRows connections to the `_default` stream):
+/// 1 to 16.
 pub(crate) const APPEND_CONNECTIONS: RangeInclusive<u64> = 1..=(MAX_CONNECTIONS as u64);
 /// An ARIZE sink's `request_timeout` and `connect_timeout`: 1 ms to 1 h.
 pub(crate) const ARIZE_TIMEOUT: RangeInclusive<Duration> = MS..=HOUR;

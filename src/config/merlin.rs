@@ -139,14 +139,16 @@ pub struct BigQuerySink {
     /// Ours: add `_kafka_partition` and `_kafka_offset` (INTEGER) to every row, so duplicates
     /// left by at-least-once delivery can be told apart and removed by source position.
     pub kafka_columns: bool,
-    /// Ours: AppendRows connections to the table's `_default` stream (`connections`, default
-    /// [`DEFAULT_CONNECTIONS`], 1 to [`super::MAX_CONNECTIONS`]); batches go to them in turn, each
-    /// pipelining its requests, together within `max_inflight_bytes`. Exactly-once ignores it
-    /// (one COMMITTED stream per partition).
+    /// Ours: the most AppendRows connections to the table's `_default` stream (`connections`,
+    /// default [`DEFAULT_CONNECTIONS`], 1 to [`super::MAX_CONNECTIONS`]). The sink opens one more
+    /// only while every open one is full (a backlog) and closes them when idle, so an idle sink
+    /// holds one, then none (`sink::bigquery::pool`); each pipelines its requests, together
+    /// within `max_inflight_bytes`. Exactly-once ignores it (one COMMITTED stream per partition).
     pub connections: u32,
 }
 
-/// Default `connections` (chosen by measurement: docs/performance.md, "Appends pipelined").
+/// Default `connections`, the most a backlog opens (chosen by measurement: docs/performance.md,
+/// "Appends pipelined").
 pub const DEFAULT_CONNECTIONS: u32 = 4;
 
 /// Default `max_request_bytes`: 4 MB, twice a batch at the default in-flight budget (a larger

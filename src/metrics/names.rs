@@ -204,7 +204,8 @@ pub const ALL: &[(&str, MetricKind, &str)] = &[
     (bigquery::INFLIGHT_REQUESTS, MetricKind::Gauge, "AppendRows requests sent and not yet answered."),
     (bigquery::INFLIGHT_BYTES, MetricKind::Gauge, "Bytes admitted into the BigQuery writer and not yet resolved."),
     (bigquery::RETRIES_TOTAL, MetricKind::Counter, "AppendRows requests re-sent after an error, by gRPC code."),
-    (bigquery::RECONNECTS_TOTAL, MetricKind::Counter, "AppendRows connections opened after the first."),
+    (bigquery::RECONNECTS_TOTAL, MetricKind::Counter, "AppendRows connections opened again after one was lost or given up (not after an idle close)."),
+    (bigquery::CONNECTIONS_OPEN, MetricKind::Gauge, "AppendRows connections open now (each counts against BigQuery's concurrent-connection quota)."),
     (bigquery::ROW_ERRORS_TOTAL, MetricKind::Counter, "Rows BigQuery rejected, by kind."),
     (bigquery::SPLITS_TOTAL, MetricKind::Counter, "AppendRows requests split because they hit the size cap."),
     (bigquery::SCHEMA_EVOLUTIONS_TOTAL, MetricKind::Counter, "Columns added to the table."),
@@ -249,8 +250,12 @@ pub mod bigquery {
     pub const INFLIGHT_BYTES: &str = "observation_publisher_bigquery_inflight_bytes";
     /// Counter, label `code`: requests re-sent after an error, by gRPC code name.
     pub const RETRIES_TOTAL: &str = "observation_publisher_bigquery_retries_total";
-    /// Counter: AppendRows connections opened after the first.
+    /// Counter: AppendRows connections a writer opened again after one was lost or given up (an
+    /// error, a stall, a schema change); reopening after an idle close is not counted.
     pub const RECONNECTS_TOTAL: &str = "observation_publisher_bigquery_reconnects_total";
+    /// Gauge: AppendRows connections open now, over every writer of the process (opening and
+    /// half-closed ones included): what counts against BigQuery's concurrent-connection quota.
+    pub const CONNECTIONS_OPEN: &str = "observation_publisher_bigquery_connections_open";
     /// Counter, label `kind` (`row_error`, `invalid`, `too_large`): rows BigQuery rejected.
     pub const ROW_ERRORS_TOTAL: &str = "observation_publisher_bigquery_row_errors_total";
     /// Counter: requests split because they hit the size cap.

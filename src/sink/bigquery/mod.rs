@@ -12,6 +12,8 @@
 //! - [`checkpoint`]: exactly-once checkpoints in Kafka commit metadata, and resuming a
 //!   partition's COMMITTED stream from one.
 //! - [`sink`]: the at-least-once adapter to the seam (a pool of default-stream writers).
+//! - [`pool`]: the rule of that pool: which writer takes a batch, when connections open and
+//!   close (pure).
 //! - [`exactly_once`]: the exactly-once adapter (a COMMITTED stream per partition).
 //! - [`table`]: create the table, add columns, partition expiration, clustering, queries.
 //! - [`validate`]: rows BigQuery would refuse (partition range), found before sending.
@@ -28,6 +30,7 @@ pub mod encode;
 pub mod error;
 pub mod exactly_once;
 pub mod metrics;
+pub mod pool;
 pub mod sink;
 pub mod table;
 pub mod validate;
@@ -36,6 +39,7 @@ pub mod writer;
 pub use auth::Credentials;
 pub use client::StorageClient;
 pub use exactly_once::ExactlyOnceSink;
+pub use pool::Elastic;
 pub use sink::BigQueryTableSink;
 pub use table::{EnsureReport, TableError, TableManager, TableSpec};
 pub use writer::{

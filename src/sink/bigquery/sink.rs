@@ -1,11 +1,14 @@
 //! The BigQuery sink: the runtime's [`Sink`] over a small pool of Storage Write writers
-//! ([`crate::sink::bigquery::writer::AppendWriter`], each one persistent AppendRows connection on the
-//! table's `_default` stream, at-least-once; `connections` of them).
+//! ([`crate::sink::bigquery::writer::AppendWriter`], each at most one AppendRows connection on
+//! the table's `_default` stream, at-least-once; `connections` of them at most).
 //!
 //! At start-up the table is created or migrated (add-only columns, partition expiration); a
 //! changed column type or a missing dataset is a configuration error. Submitting a batch encodes
-//! it and queues it on the next writer in turn (waiting while that writer's share of
-//! `max_inflight_bytes` is used up); the acknowledgement resolves, asynchronously, when BigQuery
+//! it and queues it on the writer the pool's rule picks ([`crate::sink::bigquery::pool`]): the
+//! first open one with room in its share of `max_inflight_bytes`, else a closed one (a backlog
+//! opens another connection), else the first to have room, waiting for it. Writers close their
+//! connection when idle, so an idle sink holds one connection, then none, and a backlog up to
+//! `connections`. The acknowledgement resolves, asynchronously, when BigQuery
 //! accepted every row except those it refused for good, which come back in the [`WriteReport`]
 //! to be dead-lettered. Each writer pipelines its requests, so several batches are in flight per
 //! connection and across connections; the default stream gives no order between requests, and
@@ -14,6 +17,8 @@
 
 use crate::batch::Batch;
 use crate::config::{BigQuerySink as BigQueryConfig, Config};
+use crate::sink::bigquery::pool::{Elastic, Lane, Route};
+use crate::sink::bigquery::writer::{Encoded, Pending};
 use crate::sink::bigquery::{
     self, AppendWriter, StorageClient, TableManager, TableSpec, WriterError,
 };
@@ -27,10 +32,10 @@ use std::sync::Arc;
 
 /// Writes batches into the model's table.
 pub struct BigQueryTableSink {
-    /// The pool: one AppendRows connection each.
+    /// The pool: at most one AppendRows connection each, opened and closed as the rule says.
     writers: Vec<AppendWriter>,
-    /// The writer the next batch goes to.
-    next: usize,
+    /// The rule that picks a batch's writer.
+    pool: Elastic,
     /// Whether every writer is healthy.
     health: tokio::sync::watch::Receiver<bool>,
     /// With `kafka_columns`: the schema with `_kafka_partition` and `_kafka_offset` appended.
@@ -118,19 +123,15 @@ impl BigQueryTableSink {
     /// Connects, creates or migrates the table and starts the writer (inside a tokio runtime).
     pub async fn start(cfg: &Config, sink: &BigQueryConfig) -> Result<Self, StartError> {
         let p = prepare(cfg, sink).await?;
-        let connections = sink.connections.max(1) as usize;
-        let mut opts = bigquery::writer_options(sink);
-        // The pool shares the sink's in-flight bound; each writer still admits a whole request.
-        opts.max_inflight_bytes =
-            (opts.max_inflight_bytes / connections).max(opts.max_request_bytes);
-        let writers = (0..connections)
-            .map(|_| {
+        let pool = Elastic::new(sink.connections as usize);
+        let writers = lane_options(bigquery::writer_options(sink), &pool)
+            .map(|opts| {
                 AppendWriter::start_evolving(
                     p.client.own_connection(),
                     p.tables.clone(),
                     p.spec.clone(),
                     Arc::clone(&p.schema),
-                    opts.clone(),
+                    opts,
                 )
                 .map_err(|e| StartError::Config(e.to_string()))
             })
@@ -138,39 +139,31 @@ impl BigQueryTableSink {
         Ok(BigQueryTableSink {
             health: all_healthy(&writers),
             writers,
-            next: 0,
+            pool,
             kafka_schema: p.kafka_schema,
         })
     }
 
-    /// A sink on `table`'s default stream through `connections` writers sharing
+    /// A sink on `table`'s default stream through at most `pool.max` connections sharing
     /// `opts.max_inflight_bytes`, without table management (the table must exist with the
     /// layout's columns): for measurements against a stand-in AppendRows server
-    /// (`examples/bq_pipeline.rs`).
+    /// (`examples/bq_pipeline.rs`) and for tests, which shorten the pool's idle periods.
     pub fn on_default_stream(
         client: &StorageClient,
         table: &bigquery::TableRef,
         schema: SchemaRef,
-        mut opts: bigquery::WriterOptions,
-        connections: usize,
+        opts: bigquery::WriterOptions,
+        pool: Elastic,
     ) -> Result<Self, WriterError> {
-        let connections = connections.max(1);
-        opts.max_inflight_bytes =
-            (opts.max_inflight_bytes / connections).max(opts.max_request_bytes);
-        let writers = (0..connections)
-            .map(|_| {
-                AppendWriter::start(
-                    client.own_connection(),
-                    table,
-                    Arc::clone(&schema),
-                    opts.clone(),
-                )
+        let writers = lane_options(opts, &pool)
+            .map(|opts| {
+                AppendWriter::start(client.own_connection(), table, Arc::clone(&schema), opts)
             })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(BigQueryTableSink {
             health: all_healthy(&writers),
             writers,
-            next: 0,
+            pool,
             kafka_schema: None,
         })
     }
@@ -182,10 +175,76 @@ impl BigQueryTableSink {
         self.writers.iter().map(AppendWriter::inflight_bytes).sum()
     }
 
-    /// Connections in the pool.
+    /// The most connections the pool opens (`connections`).
     pub fn connections(&self) -> usize {
         self.writers.len()
     }
+
+    /// AppendRows connections open now (opening and half-closed ones included).
+    pub fn connections_open(&self) -> usize {
+        self.writers.iter().filter(|w| w.is_connected()).count()
+    }
+
+    /// Where `records` go, by the pool's rule, and the records encoded.
+    fn route(&self, records: RecordBatch) -> Result<(Route, Encoded), SinkError> {
+        let encoded = self.writers[0].encode(records).map_err(sink_error)?;
+        let lanes: Vec<Lane> = self
+            .writers
+            .iter()
+            .map(|w| Lane {
+                open: w.is_connected() || w.inflight_bytes() > 0,
+                inflight: w.inflight_bytes(),
+                capacity: w.capacity(),
+            })
+            .collect();
+        let route = self.pool.route(&lanes, encoded.bytes());
+        if let Route::Open(i) = route {
+            tracing::debug!(
+                lane = i,
+                open = lanes.iter().filter(|l| l.open).count(),
+                "every open AppendRows connection is full; opening another"
+            );
+        }
+        Ok((route, encoded))
+    }
+
+    /// Queues `encoded` on the first writer to have room for it (every connection is open and
+    /// full): whichever connection BigQuery answers first takes the next batch, as round-robin
+    /// over equally full connections did.
+    async fn submit_to_first_room(&self, encoded: Encoded) -> Result<Pending, WriterError> {
+        let bytes = encoded.bytes();
+        let mut rooms: Vec<_> = self
+            .writers
+            .iter()
+            .map(|w| Box::pin(w.room(bytes)))
+            .collect();
+        let (i, room) = std::future::poll_fn(|cx| {
+            for (i, room) in rooms.iter_mut().enumerate() {
+                if let std::task::Poll::Ready(r) = std::future::Future::poll(room.as_mut(), cx) {
+                    return std::task::Poll::Ready((i, r));
+                }
+            }
+            std::task::Poll::Pending
+        })
+        .await;
+        // The other writers' waits are dropped here, taking nothing.
+        drop(rooms);
+        self.writers[i].submit_in(encoded, room?)
+    }
+}
+
+/// Each lane's writer options: its share of the sink's in-flight bound (each writer still
+/// admits a whole request) and its idle period.
+fn lane_options(
+    opts: bigquery::WriterOptions,
+    pool: &Elastic,
+) -> impl Iterator<Item = bigquery::WriterOptions> + '_ {
+    let share = (opts.max_inflight_bytes / pool.max).max(opts.max_request_bytes);
+    (0..pool.max).map(move |i| bigquery::WriterOptions {
+        max_inflight_bytes: share,
+        idle_close: Some(pool.idle_close(i)),
+        ..opts.clone()
+    })
 }
 
 /// A watch that is true while every writer of the pool is healthy (checked every 200 ms, as
@@ -223,15 +282,17 @@ impl Sink for BigQueryTableSink {
         "bigquery"
     }
 
-    /// Queues the batch on the next writer of the pool (waiting while its share of the
-    /// in-flight bytes is used up); the acknowledgement resolves when BigQuery answered for
-    /// every row.
+    /// Queues the batch on the writer the pool's rule picks (waiting while its share of the
+    /// in-flight bytes is used up, when every connection is open and full); the
+    /// acknowledgement resolves when BigQuery answered for every row.
     fn submit(&mut self, batch: Arc<Batch>) -> SubmitFuture<'_> {
         Box::pin(async move {
             let records = rows_to_write(&batch, self.kafka_schema.as_ref())?;
-            let writer = &self.writers[self.next % self.writers.len()];
-            self.next = (self.next + 1) % self.writers.len();
-            let pending = writer.append(records).await.map_err(sink_error)?;
+            let pending = match self.route(records)? {
+                (Route::Use(i) | Route::Open(i), encoded) => self.writers[i].submit(encoded).await,
+                (Route::Wait, encoded) => self.submit_to_first_room(encoded).await,
+            }
+            .map_err(sink_error)?;
             let ack: crate::sink::Acknowledgement = Box::pin(async move {
                 let outcome = pending.await.map_err(sink_error)?;
                 Ok(Progress::Written(WriteReport {

@@ -135,6 +135,7 @@ pub(crate) fn test_writer_options() -> WriterOptions {
         drain_timeout: Duration::from_secs(10),
         response_timeout: Duration::from_secs(60),
         partition_window: None,
+        idle_close: None,
     }
 }
 

@@ -15,7 +15,7 @@ use observation_publisher::batch::{Batch, Batcher};
 use observation_publisher::config::Batching;
 use observation_publisher::gen::{GenOptions, Generator};
 use observation_publisher::sink::bigquery::BigQueryTableSink;
-use observation_publisher::sink::bigquery::{StorageClient, TableRef, WriterOptions};
+use observation_publisher::sink::bigquery::{Elastic, StorageClient, TableRef, WriterOptions};
 use observation_publisher::sink::{Progress, Sink};
 use observation_publisher::table::TableLayout;
 use std::sync::Arc;
@@ -82,7 +82,7 @@ async fn run(
         &table,
         Arc::clone(&layout.arrow),
         opts,
-        connections,
+        Elastic::new(connections),
     )
     .expect("sink");
     // One batch past the budget (intake pauses after it), weighed as the pipeline weighs it.

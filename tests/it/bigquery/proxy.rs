@@ -53,6 +53,9 @@ pub(crate) enum Fault {
 pub(crate) struct Script {
     pub(crate) at: HashMap<usize, Fault>,
     pub(crate) refuse_open: VecDeque<Code>,
+    /// When the writer half-closes a connection, keep the RPC open (never end it) until the
+    /// writer drops it, as a server slow to end a call would.
+    pub(crate) hold_after_half_close: bool,
 }
 
 struct Inner {
@@ -61,6 +64,9 @@ struct Inner {
     requests: AtomicUsize,
     forwarded: AtomicUsize,
     opens: AtomicUsize,
+    /// AppendRows calls being served now, and the most at once.
+    live: AtomicUsize,
+    peak: AtomicUsize,
 }
 
 /// A running proxy; stopped on drop.
@@ -83,6 +89,8 @@ impl Proxy {
             requests: AtomicUsize::new(0),
             forwarded: AtomicUsize::new(0),
             opens: AtomicUsize::new(0),
+            live: AtomicUsize::new(0),
+            peak: AtomicUsize::new(0),
         });
         let (stop, stopped) = oneshot::channel::<()>();
         let svc = ProxySvc(Arc::clone(&inner));
@@ -127,6 +135,21 @@ impl Proxy {
     /// AppendRows calls received.
     pub(crate) fn opens(&self) -> usize {
         self.inner.opens.load(Ordering::SeqCst)
+    }
+
+    /// AppendRows calls being served now (opened and not yet ended by the writer).
+    pub(crate) fn live(&self) -> usize {
+        self.inner.live.load(Ordering::SeqCst)
+    }
+
+    /// The most AppendRows calls served at once since the last [`Self::reset_peak`] (or start).
+    pub(crate) fn peak(&self) -> usize {
+        self.inner.peak.load(Ordering::SeqCst)
+    }
+
+    /// Starts counting [`Self::peak`] again from the calls being served now.
+    pub(crate) fn reset_peak(&self) {
+        self.inner.peak.store(self.live(), Ordering::SeqCst);
     }
 
     /// Schedules `faults` for the requests to come, every other one from the next request on
@@ -260,7 +283,12 @@ impl Service<tonic::Request<Streaming<AppendRowsRequest>>> for AppendSvc {
                 return Err(Status::new(code, "injected at open"));
             }
             let (tx, rx) = mpsc::channel(64);
-            tokio::spawn(relay(inner, req.into_inner(), tx));
+            let live = inner.live.fetch_add(1, Ordering::SeqCst) + 1;
+            inner.peak.fetch_max(live, Ordering::SeqCst);
+            tokio::spawn(async move {
+                relay(Arc::clone(&inner), req.into_inner(), tx).await;
+                inner.live.fetch_sub(1, Ordering::SeqCst);
+            });
             Ok(tonic::Response::new(ReceiverStream::new(rx)))
         })
     }
@@ -421,5 +449,9 @@ async fn relay(
         if tx.send(Ok(answer)).await.is_err() {
             return;
         }
+    }
+    let hold = inner.script.lock().expect("script").hold_after_half_close;
+    if hold {
+        tx.closed().await;
     }
 }

@@ -7,7 +7,7 @@ use super::default_stream::DefaultStream;
 use super::driver::Driver;
 use super::policy::Evolution;
 use super::policy::StreamPolicy;
-use super::request::{prepare, Job};
+use super::request::{prepare, Job, Prepared};
 use crate::sink::bigquery::client::StorageClient;
 use crate::sink::bigquery::encode::{payload_budget, schema_bytes};
 use crate::sink::bigquery::metrics as m;
@@ -21,7 +21,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
-use tokio::sync::{mpsc, oneshot, watch, Semaphore};
+use tokio::sync::{mpsc, oneshot, watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
 
 /// The caller's handle on one appended batch; resolves as described in the module docs.
@@ -38,6 +38,24 @@ impl Future for Pending {
         })
     }
 }
+
+/// A batch encoded into requests by [`AppendWriter::encode`], to be queued with
+/// [`AppendWriter::submit`] on that writer or on another writer of the same stream and schema
+/// (a pool chooses its writer by the encoded size).
+#[derive(Debug)]
+pub struct Encoded(Prepared);
+
+impl Encoded {
+    /// Encoded bytes: what the batch takes of a writer's `max_inflight_bytes`.
+    pub fn bytes(&self) -> usize {
+        self.0.bytes
+    }
+}
+
+/// Room taken in one writer's in-flight byte budget by [`AppendWriter::room`], for
+/// [`AppendWriter::submit_in`] of that writer.
+#[derive(Debug)]
+pub struct Room(OwnedSemaphorePermit);
 
 /// Handle on the writer task of one table. Cheap operations only; drop it to stop the task.
 #[derive(Debug)]
@@ -134,6 +152,11 @@ impl AppendWriter {
     /// Encodes `batch`, waits until the in-flight byte budget admits it, and queues it. The
     /// returned [`Pending`] resolves when every row is accepted or reported rejected.
     pub async fn append(&self, batch: RecordBatch) -> Result<Pending, WriterError> {
+        self.submit(self.encode(batch)?).await
+    }
+
+    /// Encodes `batch` into requests (the first half of [`Self::append`]).
+    pub fn encode(&self, batch: RecordBatch) -> Result<Encoded, WriterError> {
         if batch.schema().fields() != self.schema.fields() {
             return Err(WriterError::SchemaMismatch);
         }
@@ -143,11 +166,42 @@ impl AppendWriter {
             now_micros(),
             self.payload_budget,
         )?;
-        let permits = prepared.bytes.clamp(1, self.max_inflight) as u32;
-        let permit = Arc::clone(&self.budget)
-            .acquire_many_owned(permits)
-            .await
-            .map_err(|_| WriterError::Closed)?;
+        Ok(Encoded(prepared))
+    }
+
+    /// Waits until the in-flight byte budget admits `encoded`, and queues it (the second half
+    /// of [`Self::append`]).
+    pub async fn submit(&self, encoded: Encoded) -> Result<Pending, WriterError> {
+        let room = self.room(encoded.bytes()).await?;
+        self.submit_in(encoded, room)
+    }
+
+    /// Waits for room for a batch of `bytes` encoded bytes in the in-flight byte budget and
+    /// takes it (dropping the future before it is ready takes nothing), so that a pool can wait
+    /// on several writers at once and use the first that has room.
+    pub fn room(
+        &self,
+        bytes: usize,
+    ) -> impl Future<Output = Result<Room, WriterError>> + Send + 'static {
+        let permits = bytes.clamp(1, self.max_inflight) as u32;
+        let budget = Arc::clone(&self.budget);
+        async move {
+            let permit = budget.acquire_many_owned(permits).await;
+            permit.map(Room).map_err(|_| WriterError::Closed)
+        }
+    }
+
+    /// Queues `encoded` in `room` (taken for it with [`Self::room`]).
+    ///
+    /// # Panics
+    /// If `room` was taken in another writer's budget.
+    pub fn submit_in(&self, encoded: Encoded, room: Room) -> Result<Pending, WriterError> {
+        assert!(
+            Arc::ptr_eq(room.0.semaphore(), &self.budget),
+            "room taken in another writer's budget"
+        );
+        let prepared = encoded.0;
+        let permit = room.0;
         if self.oversized_row_fails_batch {
             if let Some(i) = prepared.first_oversized {
                 return Err(WriterError::RowTooLarge(i));
@@ -173,6 +227,20 @@ impl AppendWriter {
     pub fn inflight_bytes(&self) -> usize {
         self.max_inflight
             .saturating_sub(self.budget.available_permits())
+    }
+
+    /// The writer's `max_inflight_bytes`: a batch is admitted once its encoded bytes (at most
+    /// this many) fit beside [`Self::inflight_bytes`].
+    pub fn capacity(&self) -> usize {
+        self.max_inflight
+    }
+
+    /// True while an AppendRows connection is open (or being opened, or half-closed and not yet
+    /// ended).
+    pub fn is_connected(&self) -> bool {
+        self.stats
+            .connected
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Counters (connections, requests, failures).

@@ -1,10 +1,12 @@
 //! What a writer is given and what it answers: its options, the outcome of a batch, the rows
-//! BigQuery will not take, its errors and its counters. Every other file of the writer uses
-//! these; this one uses none of them.
+//! BigQuery will not take, its errors and its counters (with the mark that counts an open
+//! connection). Every other file of the writer uses these; this one uses none of them.
 
+use crate::sink::bigquery::metrics as m;
 use crate::sink::bigquery::validate::PartitionWindow;
 use arrow_schema::ArrowError;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Writer settings.
@@ -30,6 +32,10 @@ pub struct WriterOptions {
     /// Rows outside this range of the partitioning column are reported rejected and not sent
     /// (None: no check).
     pub partition_window: Option<PartitionWindow>,
+    /// A connection with nothing to send and nothing unanswered for this long is closed (a
+    /// half-close); the next batch opens a new one. None: the connection stays open. The
+    /// at-least-once sink sets it per connection of its pool (`sink::bigquery::pool`).
+    pub idle_close: Option<Duration>,
 }
 
 impl Default for WriterOptions {
@@ -44,6 +50,7 @@ impl Default for WriterOptions {
             drain_timeout: Duration::from_secs(30),
             response_timeout: Duration::from_secs(300),
             partition_window: None,
+            idle_close: None,
         }
     }
 }
@@ -131,4 +138,29 @@ pub struct WriterStats {
     pub requests_accepted: AtomicU64,
     /// Failed attempts (connection failures and retryable refusals).
     pub failures: AtomicU64,
+    /// An AppendRows connection is open now (or being opened, or half-closed and not yet ended).
+    pub connected: AtomicBool,
+    /// Connections closed because they were idle ([`WriterOptions::idle_close`]).
+    pub idle_closes: AtomicU64,
+}
+
+/// Held by a writer's connection for as long as it lives: counts it in
+/// `observation_publisher_bigquery_connections_open` and in [`WriterStats::connected`], so the
+/// count stays right however the connection ends (closed, lost, or the writer dropped).
+#[derive(Debug)]
+pub(super) struct ConnectionMark(Arc<WriterStats>);
+
+impl ConnectionMark {
+    pub(super) fn new(stats: &Arc<WriterStats>) -> Self {
+        stats.connected.store(true, Ordering::Relaxed);
+        metrics::gauge!(m::CONNECTIONS_OPEN).increment(1.0);
+        ConnectionMark(Arc::clone(stats))
+    }
+}
+
+impl Drop for ConnectionMark {
+    fn drop(&mut self) {
+        self.0.connected.store(false, Ordering::Relaxed);
+        metrics::gauge!(m::CONNECTIONS_OPEN).decrement(1.0);
+    }
 }

@@ -4,7 +4,9 @@
 //! as requests, the policy's verdict on a request carried out, a batch resolved when its last
 //! request is.
 
-use super::contract::{AppendOutcome, RejectReason, RejectedRow, WriterOptions, WriterStats};
+use super::contract::{
+    AppendOutcome, ConnectionMark, RejectReason, RejectedRow, WriterOptions, WriterStats,
+};
 use super::policy::{Evolving, Lost, StreamPolicy, Verdict};
 use super::request::{Job, Req};
 use crate::sink::bigquery::client::StorageClient;
@@ -39,6 +41,8 @@ pub(super) struct Conn {
     /// A request carrying the schema was accepted on this connection.
     pub(super) primed: bool,
     pub(super) drain_deadline: Option<Instant>,
+    /// Counts the connection as open (gauge and writer flag) for as long as it lives.
+    pub(super) _mark: ConnectionMark,
 }
 
 impl Drop for Conn {
@@ -56,6 +60,7 @@ pub(super) enum Wake {
     Retry,
     DrainTimeout,
     AnswerTimeout,
+    Idle,
 }
 
 pub(super) enum ConnEvent {
@@ -119,6 +124,10 @@ pub(super) struct Driver {
     pub(super) connections: u64,
     /// The current connection attempt already counted as failed.
     pub(super) attempt_failed: bool,
+    /// Last work: a batch admitted, an answer, a connection opened (for `opts.idle_close`).
+    pub(super) last_active: Instant,
+    /// The last connection was closed for idling (opening the next is no reconnect).
+    pub(super) idle_closed: bool,
     pub(super) health: watch::Sender<bool>,
 }
 
@@ -158,6 +167,8 @@ impl Driver {
             failures: 0,
             connections: 0,
             attempt_failed: false,
+            last_active: Instant::now(),
+            idle_closed: false,
             health,
             evolving: None,
             policy,
@@ -186,6 +197,7 @@ impl Driver {
                 .map(|t| t + self.opts.response_timeout);
             let has_conn = self.conn.is_some();
             let evolving = self.evolving.is_some();
+            let idle_at = self.idle_close_at();
             let wake = {
                 let conn = &mut self.conn;
                 let jobs = &mut self.jobs;
@@ -208,6 +220,7 @@ impl Driver {
                     _ = tokio::time::sleep_until(retry_at), if waiting => Wake::Retry,
                     _ = tokio::time::sleep_until(drain_at.unwrap_or(retry_at)), if drain_at.is_some() => Wake::DrainTimeout,
                     _ = tokio::time::sleep_until(answer_due.unwrap_or(retry_at)), if answer_due.is_some() => Wake::AnswerTimeout,
+                    _ = tokio::time::sleep_until(idle_at.unwrap_or(retry_at)), if idle_at.is_some() => Wake::Idle,
                 }
             };
             match wake {
@@ -220,11 +233,19 @@ impl Driver {
                     self.retry_at = None;
                 }
                 Wake::DrainTimeout => {
-                    warn!(
-                        unanswered = self.inflight.len(),
-                        "BigQuery did not answer after half-close; dropping the connection and re-sending"
-                    );
+                    if !self.inflight.is_empty() {
+                        warn!(
+                            unanswered = self.inflight.len(),
+                            "BigQuery did not answer after half-close; dropping the connection and re-sending"
+                        );
+                    }
                     self.lose_connection();
+                }
+                Wake::Idle => {
+                    debug!(writer = self.id, "closing the idle AppendRows connection");
+                    self.stats.idle_closes.fetch_add(1, Ordering::Relaxed);
+                    self.idle_closed = true;
+                    self.begin_drain();
                 }
                 Wake::AnswerTimeout => {
                     let info = ErrorInfo {
@@ -246,6 +267,11 @@ impl Driver {
     pub(super) fn pump(&mut self) {
         if self.queue.is_empty() {
             return;
+        }
+        // A half-closed connection with nothing unanswered only waits for its end: new work
+        // need not wait for it.
+        if self.conn.as_ref().is_some_and(|c| c.tx.is_none()) && self.inflight.is_empty() {
+            self.conn = None;
         }
         if self.conn.is_none() {
             if self.evolving.is_some() || self.retry_at.is_some_and(|t| t > Instant::now()) {
@@ -288,6 +314,8 @@ impl Driver {
     }
 
     pub(super) fn open(&mut self) {
+        // The old connection goes first, so that the open-connection count never holds both.
+        self.conn = None;
         let (tx, rx) = mpsc::unbounded_channel();
         let client = self.client.clone();
         let ws = self.write_stream.clone();
@@ -302,7 +330,8 @@ impl Driver {
         self.connections += 1;
         self.stats.connections.fetch_add(1, Ordering::Relaxed);
         self.attempt_failed = false;
-        if self.connections > 1 {
+        self.last_active = Instant::now();
+        if self.connections > 1 && !std::mem::take(&mut self.idle_closed) {
             metrics::counter!(m::RECONNECTS_TOTAL).increment(1);
         }
         debug!(
@@ -317,7 +346,17 @@ impl Driver {
             schema_sent: false,
             primed: false,
             drain_deadline: None,
+            _mark: ConnectionMark::new(&self.stats),
         });
+    }
+
+    /// When the open connection is due to be closed for idling: nothing queued, sent or
+    /// unresolved (nor a schema change running) since [`WriterOptions::idle_close`] ago.
+    fn idle_close_at(&self) -> Option<Instant> {
+        let idle = self.conn.as_ref()?.tx.is_some()
+            && (self.queue.is_empty() && self.inflight.is_empty() && self.batches.is_empty())
+            && self.evolving.is_none();
+        Some(self.last_active + self.opts.idle_close.filter(|_| idle)?)
     }
 
     pub(super) fn set_health(&self, ok: bool) {
@@ -484,6 +523,7 @@ impl Driver {
     }
 
     pub(super) fn on_response(&mut self, resp: AppendRowsResponse) {
+        self.last_active = Instant::now();
         let Some(req) = self.inflight.pop_front() else {
             warn!("AppendRows response without a request; reconnecting");
             self.begin_drain();
@@ -537,6 +577,7 @@ pub(super) struct BatchState {
 impl Driver {
     /// Records a batch and queues its requests, placed by the policy (offsets, send order).
     pub(super) fn admit(&mut self, job: Job) {
+        self.last_active = Instant::now();
         let id = self.next_id;
         self.next_id += 1;
         tracing::debug!(

@@ -45,7 +45,7 @@ mod driver;
 mod policy;
 mod request;
 
-pub use api::{AppendWriter, Pending};
+pub use api::{AppendWriter, Encoded, Pending, Room};
 pub use contract::{
     AppendOutcome, RejectReason, RejectedRow, WriterError, WriterOptions, WriterStats,
 };
