@@ -23,6 +23,20 @@ pub(crate) fn consumer_group_of(config: &std::path::Path) -> String {
     serde_yaml_ng::from_str::<String>(name).unwrap()
 }
 
+/// Adds librdkafka settings (`      key: value` lines) to the `observation_source` of the
+/// configuration at `config`, right after its `group_id`.
+pub(crate) fn add_consumer_settings(config: &std::path::Path, lines: &str) {
+    let cfg = std::fs::read_to_string(config).unwrap();
+    let at = cfg.find("    group_id: ").expect("a group_id line");
+    let end = at + cfg[at..].find('\n').unwrap() + 1;
+    let cfg = format!(
+        "{}    additional_consumer_config:\n{lines}{}",
+        &cfg[..end],
+        &cfg[end..]
+    );
+    std::fs::write(config, cfg).unwrap();
+}
+
 /// Runs the binary with `args` and returns its output.
 pub(crate) fn run(args: &[&str]) -> Output {
     bin()

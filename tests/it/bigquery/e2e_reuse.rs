@@ -96,13 +96,8 @@ async fn streams_through_a_join_and_a_leave(eager: bool) {
         _dir,
     } = ExactlyOnce::new("eo_keep", 4, 1200, 65, 50, "200ms", &[]).await;
     if eager {
-        let yaml = std::fs::read_to_string(&run.config).unwrap();
-        let at = yaml.find("    group_id: ").unwrap();
-        let end = at + yaml[at..].find('\n').unwrap() + 1;
-        let strategy =
-            "    additional_consumer_config:\n      partition.assignment.strategy: range\n";
-        let yaml = format!("{}{strategy}{}", &yaml[..end], &yaml[end..]);
-        std::fs::write(&run.config, yaml).unwrap();
+        let range = "      partition.assignment.strategy: range\n";
+        crate::common::add_consumer_settings(&run.config, range);
     }
     // B: the same group, its own port and dead-letter file.
     let port_b = free_port();

@@ -26,15 +26,7 @@ fn consumer_key(s: &mut Setup, line: &str) {
 
 /// Adds librdkafka settings to a Setup's `observation_source`.
 fn consumer_settings(s: &Setup, lines: &str) {
-    let cfg = std::fs::read_to_string(&s.config).unwrap();
-    let at = cfg.find("    group_id: ").unwrap();
-    let end = at + cfg[at..].find('\n').unwrap() + 1;
-    let cfg = format!(
-        "{}    additional_consumer_config:\n{lines}{}",
-        &cfg[..end],
-        &cfg[end..]
-    );
-    std::fs::write(&s.config, cfg).unwrap();
+    crate::common::add_consumer_settings(&s.config, lines);
 }
 
 #[test]

@@ -22,15 +22,13 @@ const FLUSHES_PER_ROUND: usize = 5;
 /// Cooperative-sticky with librdkafka's group debug lines; 6 s sessions (tansu holds each join
 /// round 3 s), commits every 20 ms, batches every 50 ms, and the flushes in the log.
 fn cooperative(s: &Setup) {
-    let cfg = std::fs::read_to_string(&s.config).unwrap();
-    let at = cfg.find("    group_id: ").unwrap();
-    let end = at + cfg[at..].find('\n').unwrap() + 1;
-    let cfg = format!(
-        "{}    additional_consumer_config:\n      partition.assignment.strategy: cooperative-sticky\n      debug: cgrp\n{}",
-        &cfg[..end],
-        &cfg[end..]
-    )
-    .replace("session_timeout: 2s", "session_timeout: 6s")
+    crate::common::add_consumer_settings(
+        &s.config,
+        "      partition.assignment.strategy: cooperative-sticky\n      debug: cgrp\n",
+    );
+    let cfg = std::fs::read_to_string(&s.config)
+        .unwrap()
+        .replace("session_timeout: 2s", "session_timeout: 6s")
     .replace("commit_interval: 200ms", "commit_interval: 20ms")
     .replace("linger: 300ms", "linger: 50ms")
     .replace(
