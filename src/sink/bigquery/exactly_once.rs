@@ -232,6 +232,14 @@ impl ExactlyOnceSink {
         let p = super::sink::prepare(cfg, sink).await?;
         let mut opts = bigquery::writer_options(sink);
         let window = opts.partition_window.take();
+        // Both series exist from the start, so a dashboard's rate and an alert's increase() see
+        // the first stream too.
+        for name in [
+            super::metrics::STREAMS_CREATED_TOTAL,
+            super::metrics::STREAMS_REUSED_TOTAL,
+        ] {
+            metrics::counter!(name).absolute(0);
+        }
         Ok(ExactlyOnceSink {
             client: p.client,
             table: p.spec.table.clone(),

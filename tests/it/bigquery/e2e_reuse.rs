@@ -148,8 +148,14 @@ async fn streams_through_a_join_and_a_leave(eager: bool) {
         "A kept the streams of the partitions it got back; {}",
         logs()
     );
-    // Under cooperative-sticky A's other partitions were never revoked: nothing to keep.
+    // Under cooperative-sticky A's other partitions were never revoked: nothing to keep, and
+    // the series is there at 0 (registered at start, so a rate or an increase() sees its first
+    // event).
     let kept = if eager { 4 - moved } else { 0 };
+    if !eager {
+        let body = http_get(a, "/metrics").map(|r| r.1).unwrap_or_default();
+        assert!(body.contains(&format!("\n{REUSED} 0\n")), "{body}");
+    }
     assert_eq!(metric(a, REUSED), Some(kept), "{}", logs());
 
     let code = tokio::task::spawn_blocking(move || stop(child_b))
