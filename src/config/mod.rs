@@ -237,6 +237,29 @@ impl Config {
         {
             problems.push("delivery", "exactly_once needs a BIGQUERY sink");
         }
+        let bigquery_sinks: Vec<String> = observation_sinks
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| matches!(s, SinkConfig::BigQuery(_)))
+            .map(|(i, _)| format!("observation_sinks[{i}]"))
+            .collect();
+        // A partition's commit metadata holds one stream position. Two exactly-once sinks
+        // would both record theirs there; after a restart or rebalance both resume from the
+        // one left, so one finalizes the other's stream: rows skipped (lost) or written twice.
+        if needs.sinks && delivery == Delivery::ExactlyOnce && bigquery_sinks.len() > 1 {
+            problems.push(
+                "delivery",
+                format_args!(
+                    "exactly_once allows one BIGQUERY sink per publisher, found {} ({}): a \
+                     partition's commit metadata holds one stream position, so after a restart \
+                     or rebalance both sinks would resume from one checkpoint and lose or repeat \
+                     rows; keep one BIGQUERY sink here and write the other table from a second \
+                     publisher with its own group_id (or use delivery: at_least_once)",
+                    bigquery_sinks.len(),
+                    bigquery_sinks.join(", ")
+                ),
+            );
+        }
         if needs.bigquery
             && !observation_sinks
                 .iter()

@@ -721,3 +721,24 @@ fn problems_and_warnings_about_an_override_never_show_its_value() {
     shows(vec![], set("batching..linger=VALUE"), "empty path segment");
     shows(vec![], set("VALUE"), "expected key.path=value");
 }
+
+#[test]
+fn exactly_once_refuses_a_second_bigquery_sink_and_says_what_to_do() {
+    let second = "- type: BIGQUERY\n  config: {project: p2, dataset: other, ttl_days: 7}\nobservation_source:";
+    let two = MERLIN.replace("observation_source:", second);
+    let err = parse(&format!("{two}delivery: exactly_once\n"), Needs::RUN).unwrap_err();
+    let text = err.to_string();
+    for expected in [
+        "delivery: exactly_once allows one BIGQUERY sink per publisher, found 2 (observation_sinks[0], observation_sinks[1])",
+        "resume from one checkpoint",
+        "a second publisher with its own group_id",
+    ] {
+        assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
+    }
+    // At least once, each sink commits nothing of its own: two tables are fine.
+    parse(&format!("{two}delivery: at_least_once\n"), Needs::RUN).unwrap();
+    // One exactly-once BigQuery sink beside another kind of sink is fine.
+    let mc = "- type: MAXCOMPUTE\n  config: {project: p, dataset: d, ttl_days: 0, access_key_id: k, access_key_secret: s, access_url: url}\nobservation_source:";
+    let mixed = MERLIN.replace("observation_source:", mc);
+    parse(&format!("{mixed}delivery: exactly_once\n"), Needs::RUN).unwrap();
+}

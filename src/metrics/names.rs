@@ -12,6 +12,11 @@ pub const LAST_PROCESSED_TIMESTAMP: &str = "last_processed_timestamp";
 /// [`MERLIN_PROJECT`].
 pub const PREDICTION_LOGS_PROCESSED: &str = "total_prediction_logs_processed_total";
 
+/// Messages of a revoked partition whose rows a sink had written (for MaxCompute: moved into the
+/// target) while another sink had not acknowledged them: left uncommitted, the next owner writes
+/// them again, so they are duplicates in the sinks that had them. Counter.
+pub const REVOKE_WRITTEN_UNCOMMITTED: &str =
+    "observation_publisher_revoke_written_uncommitted_messages_total";
 /// Kafka messages consumed. Counter.
 pub const MESSAGES_CONSUMED: &str = "observation_publisher_messages_consumed_total";
 /// Bytes of Kafka message values consumed. Counter.

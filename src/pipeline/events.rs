@@ -298,6 +298,20 @@ impl BatchAcknowledged<'_> {
     }
 }
 
+/// A revoke left this many messages uncommitted that a sink had already written, because
+/// another sink had not acknowledged them: the next owner writes them again (duplicates by
+/// design, docs/reliability.md).
+pub(crate) struct RevokeLeftWritten(pub(crate) usize);
+
+impl RevokeLeftWritten {
+    pub(crate) fn emit(&self) {
+        if self.0 > 0 {
+            metrics::counter!(names::REVOKE_WRITTEN_UNCOMMITTED).increment(self.0 as u64);
+            tracing::info!(messages = self.0, "a revoked partition's messages already written by a sink were left uncommitted (another sink had not acknowledged them); the next owner writes them again");
+        }
+    }
+}
+
 /// Offsets were committed (or the commit failed and is retried at the next interval).
 pub(crate) enum Committed<'a> {
     Done,
@@ -441,6 +455,9 @@ mod tests {
             }
             .emit();
             Committed::Done.emit();
+            RevokeLeftWritten(0).emit();
+            RevokeLeftWritten(4).emit();
+            RevokeLeftWritten(3).emit();
             Intake {
                 paused_partitions: 3,
                 changed: true,
@@ -473,6 +490,7 @@ mod tests {
             format!("{}{model} 5", names::PREDICTION_LOGS_PROCESSED),
             format!("{}{model} 1500000000", names::LAST_PROCESSED_TIMESTAMP),
             format!("{} 1", names::COMMITS),
+            format!("{} 7", names::REVOKE_WRITTEN_UNCOMMITTED),
             format!("{} 3", names::PAUSED_PARTITIONS),
             format!("{} 20", names::DEAD_LETTER_PENDING_BYTES),
             format!(

@@ -423,6 +423,20 @@ impl Ledger {
         self.tracker.positioned(p, offset);
     }
 
+    /// Offsets of `partitions`, consumed in their current assignment, in batches some sink has
+    /// written (acknowledged) and another has not: a revoke leaves them uncommitted, so the next
+    /// owner writes their rows again to the sinks that had them. Ask before [`Ledger::revoked`].
+    pub(crate) fn written_uncommitted(&self, partitions: &[Partition]) -> usize {
+        self.flights
+            .values()
+            .filter(|f| f.sinks.contains(&Held::Acked))
+            .flat_map(|f| &f.offsets)
+            .filter(|(po, e)| partitions.contains(&po.partition) && self.epoch(po.partition) == *e)
+            .flat_map(|(po, _)| &po.ranges)
+            .map(|r| (r.last - r.first + 1) as usize)
+            .sum()
+    }
+
     /// `partitions` were revoked (after what could be committed for them was): their
     /// unacknowledged offsets and letters are forgotten; the next owner reads them again.
     pub(crate) fn revoked(&mut self, partitions: &[Partition]) -> Vec<Revoked> {

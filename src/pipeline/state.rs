@@ -498,6 +498,7 @@ impl State {
         self.held.revoked(partitions);
         self.publish_held();
         self.letters.forget(partitions);
+        events::RevokeLeftWritten(self.ledger.written_uncommitted(partitions)).emit();
         for r in self.ledger.revoked(partitions) {
             if r.dropped > 0 {
                 tracing::info!(

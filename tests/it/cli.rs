@@ -427,6 +427,35 @@ fn names_that_break_bigquery_or_kafka_exit_2_naming_key_and_rule() {
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
 }
 
+/// Two exactly-once BigQuery sinks would resume from one checkpoint: both offline validation
+/// and `run` refuse them before anything connects, with the reason and what to do instead.
+#[test]
+fn exactly_once_with_two_bigquery_sinks_exits_2_saying_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("c.yaml");
+    let text = std::fs::read_to_string(repo_config("merlin-binary.yaml"))
+        .unwrap()
+        .replace(
+            "observation_source:",
+            "- type: BIGQUERY\n  config: {project: p2, dataset: other, ttl_days: 7}\nobservation_source:",
+        );
+    std::fs::write(&cfg, format!("{text}delivery: exactly_once\n")).unwrap();
+    for cmd in ["check-config", "run"] {
+        let o = run(&[cmd, "-c", cfg.to_str().unwrap()]);
+        assert_eq!(o.status.code(), Some(2), "{cmd}: {}", stderr(&o));
+        let err = stderr(&o);
+        for expected in [
+            "delivery: exactly_once allows one BIGQUERY sink per publisher, found 2",
+            "a second publisher with its own group_id",
+        ] {
+            assert!(
+                err.contains(expected),
+                "{cmd}: missing {expected:?} in {err}"
+            );
+        }
+    }
+}
+
 /// An override may carry a secret: no error about a `--set`, an `OBS_PUBLISHER__` variable or an
 /// override given without `--set` prints its value, only the key path and what is wrong.
 #[test]

@@ -551,3 +551,47 @@ fn acknowledgements_of_an_earlier_assignment_do_not_count() {
         }]
     );
 }
+
+#[test]
+fn a_revoke_counts_the_offsets_one_sink_wrote_and_another_did_not() {
+    let mut l = Ledger::new(false);
+    l.assigned(&[0, 1], &HashMap::new());
+    let po = |p, first, last| PartitionOffsets {
+        partition: p,
+        ranges: vec![OffsetRange::new(first, last)],
+    };
+    for o in 0..20 {
+        assert!(l.consumed(0, o));
+        assert!(l.consumed(1, o));
+    }
+    // Written by sink 0 (the MaxCompute move done), not by sink 1: counted.
+    let (a, _) = l.dispatched(&[po(0, 0, 4), po(1, 0, 4)], 10, 2);
+    l.sink_acked(a, 0, &[], Vec::new());
+    // Staged only, or held by both: nothing written yet, the next owner's copy is the first.
+    let (b, _) = l.dispatched(&[po(0, 5, 9)], 10, 2);
+    l.staged(b, 0);
+    let (_c, _) = l.dispatched(&[po(0, 10, 12)], 10, 2);
+    // Written by both: complete, its offsets are the tracker's, not left by another sink.
+    let (d, _) = l.dispatched(&[po(0, 13, 14)], 10, 2);
+    l.sink_acked(d, 0, &[], Vec::new());
+    l.sink_acked(d, 1, &[], Vec::new());
+    // Two ranges in one batch, written by sink 1 only.
+    let (e, _) = l.dispatched(
+        &[PartitionOffsets {
+            partition: 0,
+            ranges: vec![OffsetRange::new(15, 16), OffsetRange::new(18, 19)],
+        }],
+        10,
+        2,
+    );
+    l.sink_acked(e, 1, &[], Vec::new());
+    assert_eq!(l.written_uncommitted(&[0]), 5 + 4);
+    assert_eq!(l.written_uncommitted(&[1]), 5, "partition 1 of batch a");
+    assert_eq!(l.written_uncommitted(&[0, 1]), 14);
+    l.revoked(&[0]);
+    // Batch a is still in flight for partition 1, but partition 0's offsets in it belong to
+    // an earlier assignment now: a second revoke does not count them again.
+    l.assigned(&[0], &HashMap::new());
+    assert_eq!(l.written_uncommitted(&[0]), 0);
+    assert_eq!(l.written_uncommitted(&[1]), 5);
+}

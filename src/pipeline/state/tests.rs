@@ -192,3 +192,40 @@ fn a_sink_task_that_stopped_is_a_crash_and_stops_the_intake() {
     );
     assert!(!st.health.sinks_ok.load(Ordering::Relaxed));
 }
+
+#[test]
+fn a_revoke_counts_the_messages_one_sink_wrote_that_stay_uncommitted_for_another() {
+    let (tx, rx) = mpsc::channel();
+    let (sink_tx, sink_rx) = tokio::sync::mpsc::channel(2);
+    std::mem::forget(sink_rx);
+    let mut st = State::new(
+        "t".into(),
+        2,
+        Batcher::new(layout(), Batching::default()),
+        Health::new(),
+        rx,
+        sink_tx,
+        Box::new(Recorder::default()),
+        1 << 20,
+        None,
+    );
+    st.assigned_with(&[0], &HashMap::new());
+    for offset in 0..3 {
+        let log = crate::batch::testing::log("s", 1, offset, 0);
+        st.take(0, offset, None, Some(&log), Instant::now());
+    }
+    st.flush(Instant::now());
+    tx.send(Event::Acked {
+        id: 0,
+        sink: 0,
+        dead: Vec::new(),
+        checkpoints: Vec::new(),
+    })
+    .unwrap();
+    st.drain_events(None);
+    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+    let handle = recorder.handle();
+    metrics::with_local_recorder(&recorder, || st.forget(&[0]));
+    let line = format!("{} 3", crate::metrics::names::REVOKE_WRITTEN_UNCOMMITTED);
+    assert!(handle.render().contains(&line), "{}", handle.render());
+}

@@ -28,14 +28,28 @@ pub const NARROWING_UPLOADS: usize = 1_024;
 /// split in two until single rows, which are refused for good. The largest range waiting goes
 /// first, so once [`NARROWING_UPLOADS`] is spent the ranges left (refused whole, with a reason
 /// saying so) are the smallest: a batch the Tunnel refuses row by row is settled in a bounded
-/// number of uploads, and never uses more block ids than a session allows.
+/// number of uploads, and never uses more block ids than a session allows. A range put back
+/// after a stale session ([`Narrowing::again`]) was not refused: it is uploaded next, whatever
+/// the budget, so only a refusal makes rows letters.
 #[derive(Debug)]
 pub struct Narrowing {
-    todo: std::collections::BinaryHeap<(usize, std::cmp::Reverse<usize>)>,
+    /// Ranges waiting: (length, start, the refusal of the range they were split from).
+    todo: std::collections::BinaryHeap<(usize, std::cmp::Reverse<usize>, Option<Refusal>)>,
+    /// Ranges put back by [`Narrowing::again`], uploaded before anything else.
+    retry: Vec<Range<usize>>,
     refused: Vec<(usize, String)>,
     uploads: usize,
+    /// Uploads of ranges put back by [`Narrowing::again`] (not counted against the budget).
+    again: usize,
     budget: usize,
-    first_refusal: Option<String>,
+}
+
+/// A refused block: its row count and the service's message, which every part split from it
+/// keeps, so a part left unsplit says why it is a letter.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct Refusal {
+    rows: usize,
+    message: std::sync::Arc<str>,
 }
 
 impl Narrowing {
@@ -48,31 +62,37 @@ impl Narrowing {
     pub fn with_budget(rows: usize, budget: usize) -> Self {
         let mut todo = std::collections::BinaryHeap::new();
         if rows > 0 {
-            todo.push((rows, std::cmp::Reverse(0)));
+            todo.push((rows, std::cmp::Reverse(0), None));
         }
         Narrowing {
             todo,
+            retry: Vec::new(),
             refused: Vec::new(),
             uploads: 0,
+            again: 0,
             budget,
-            first_refusal: None,
         }
     }
 
     /// The next range to upload as one block; `None` when done.
     pub fn next_block(&mut self) -> Option<Range<usize>> {
-        if self.uploads > self.budget {
+        if let Some(range) = self.retry.pop() {
+            self.uploads += 1;
+            return Some(range);
+        }
+        if self.uploads - self.again > self.budget {
             return None;
         }
-        let (len, std::cmp::Reverse(start)) = self.todo.pop()?;
+        let (len, std::cmp::Reverse(start), _) = self.todo.pop()?;
         self.uploads += 1;
         Some(start..start + len)
     }
 
-    /// `range` was not settled (its session went stale): try it again.
+    /// `range` was not settled (its session went stale): try it again. The caller bounds how
+    /// often (`RENEWALS`), so the uploads stay within a session's block ids.
     pub fn again(&mut self, range: Range<usize>) {
-        self.todo
-            .push((range.len(), std::cmp::Reverse(range.start)));
+        self.again += 1;
+        self.retry.push(range);
     }
 
     /// Uploads handed out so far.
@@ -82,28 +102,43 @@ impl Narrowing {
 
     /// The service refused `range`'s block: halve it, or refuse its single row.
     pub fn refused(&mut self, range: Range<usize>, message: &str) {
-        self.first_refusal
-            .get_or_insert_with(|| message.to_string());
         if range.len() <= 1 {
             self.refused.push((range.start, message.to_string()));
         } else {
+            let why = Refusal {
+                rows: range.len(),
+                message: message.into(),
+            };
             let mid = range.start + range.len() / 2;
+            self.todo.push((
+                mid - range.start,
+                std::cmp::Reverse(range.start),
+                Some(why.clone()),
+            ));
             self.todo
-                .push((mid - range.start, std::cmp::Reverse(range.start)));
-            self.todo.push((range.end - mid, std::cmp::Reverse(mid)));
+                .push((range.end - mid, std::cmp::Reverse(mid), Some(why)));
         }
     }
 
     /// The rows refused, in row order: those refused alone, and, when the budget ran out, every
     /// row of a refused range not narrowed further (its reason says so).
     pub fn into_refused(mut self) -> Vec<(usize, String)> {
-        let spent = self.uploads;
-        let first = self.first_refusal.take().unwrap_or_default();
-        for (len, std::cmp::Reverse(start)) in std::mem::take(&mut self.todo).into_vec() {
+        let spent = self.uploads - self.again;
+        for (len, std::cmp::Reverse(start), from) in std::mem::take(&mut self.todo).into_vec() {
+            // Only a refused range is split, and a range put back after a stale session is
+            // always uploaded again, and the whole batch is always uploaded first: every range
+            // left has the refusal it came from. The other text only keeps a reason non-empty.
+            let refusal = from.map_or_else(
+                || "no block of them (they were never uploaded)".to_string(),
+                |r| format!("a block of {} rows holding them ({})", r.rows, r.message),
+            );
             let why = format!(
-                "refused by the Tunnel in a block of {len} rows, not narrowed further after \
-                 {spent} uploads (nearly every row refused: check the rows and the table): \
-                 {first}"
+                "the Tunnel refused {refusal}; narrowing the batch down to the refused rows \
+                 stopped after {spent} block uploads (the limit per batch, kept within one \
+                 upload session's block ids), so these {len} rows were lettered together \
+                 without being tried alone and may include rows the Tunnel takes: check the \
+                 rows against the staging table's columns (nearly every row of the batch was \
+                 refused), then replay this letter"
             );
             self.refused
                 .extend((start..start + len).map(|row| (row, why.clone())));
@@ -321,6 +356,38 @@ mod tests {
         assert!(bad.iter().all(|b| refused.binary_search(b).is_ok()));
         let staged: usize = ok.iter().map(|r| r.len()).sum();
         assert_eq!(staged + refused.len(), 50_000);
+    }
+
+    #[test]
+    fn rows_put_back_after_a_stale_session_are_uploaded_again_even_with_the_budget_spent() {
+        let mut plan = Narrowing::with_budget(8, 1);
+        assert_eq!(plan.next_block(), Some(0..8));
+        plan.refused(0..8, "InvalidRecord: row 5");
+        assert_eq!(plan.next_block(), Some(0..4));
+        plan.again(0..4);
+        assert_eq!(plan.next_block(), Some(0..4), "tried again, not lettered");
+        assert_eq!(
+            plan.next_block(),
+            None,
+            "the budget of one narrowing upload is spent"
+        );
+        let refused = plan.into_refused();
+        let rows: Vec<usize> = refused.iter().map(|r| r.0).collect();
+        assert_eq!(
+            rows,
+            [4, 5, 6, 7],
+            "only the part of a refused block left unsplit"
+        );
+        let why = &refused[0].1;
+        for expected in [
+            "the Tunnel refused a block of 8 rows holding them (InvalidRecord: row 5)",
+            "narrowing the batch down to the refused rows stopped after 2 block uploads",
+            "these 4 rows were lettered together without being tried alone",
+            "check the rows against the staging table's columns",
+            "then replay this letter",
+        ] {
+            assert!(why.contains(expected), "missing {expected:?} in {why:?}");
+        }
     }
 
     #[test]
