@@ -315,9 +315,51 @@ impl Logging {
             }
         };
         let level = o.string("level", problems).unwrap_or_else(|| "info".into());
+        if let Err(why) = check_level(&level) {
+            problems.push(&o.path_of("level"), why);
+        }
         o.deny_unknown(problems);
         Logging { format, level }
     }
+}
+
+/// The levels a `logging.level` directive may end in (any case, as tracing reads them).
+const LOG_LEVELS: &str = "error, warn, info, debug, trace or off";
+
+/// Checks a `logging.level` filter: a level, or comma-separated directives that each end in
+/// one (`info,observation_publisher::pipeline=debug`). tracing's filter reads a bare word that
+/// is not a level as a target whose events are all shown, and nothing else: `verbose` would
+/// silence every log, start-up and errors included, so it is refused here instead.
+pub(crate) fn check_level(filter: &str) -> Result<(), String> {
+    let is_level = |l: &str| {
+        ["error", "warn", "info", "debug", "trace", "off"]
+            .iter()
+            .any(|x| x.eq_ignore_ascii_case(l.trim()))
+    };
+    let directives: Vec<&str> = (filter.split(',').map(str::trim))
+        .filter(|d| !d.is_empty())
+        .collect();
+    if directives.is_empty() {
+        return Err(format!("empty; expected a level ({LOG_LEVELS})"));
+    }
+    for d in directives {
+        let level = d.rsplit_once('=').map_or(d, |(_, l)| l);
+        if !is_level(level) {
+            return Err(if d.contains('=') {
+                format!(
+                    "directive {d:?} does not end in a level; expected target=LEVEL with LEVEL one of {LOG_LEVELS}"
+                )
+            } else {
+                format!(
+                    "{d:?} is not a level; expected {LOG_LEVELS}, or directives such as info,observation_publisher::pipeline=debug"
+                )
+            });
+        }
+    }
+    tracing_subscriber::EnvFilter::builder()
+        .parse(filter)
+        .map(drop)
+        .map_err(|e| format!("not a log filter ({e}); expected a level ({LOG_LEVELS}) or directives such as info,observation_publisher::pipeline=debug"))
 }
 
 /// Delivery guarantee towards BigQuery.

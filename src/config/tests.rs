@@ -2,6 +2,7 @@ use super::*;
 
 mod gen;
 mod group;
+mod logging;
 mod names;
 use names::named;
 

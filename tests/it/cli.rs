@@ -546,3 +546,27 @@ fn an_argument_that_is_not_utf8_is_a_usage_error() {
     assert!(!err.contains("panicked"), "{err}");
     assert!(!err.contains("planted"), "{err}");
 }
+
+#[test]
+fn a_log_level_that_is_not_a_level_is_a_configuration_problem() {
+    let cfg = repo_config("merlin-binary.yaml");
+    let cfg = cfg.to_str().unwrap();
+    // tracing would read `verbose` as a target name and `run` would log nothing at all.
+    let o = run(&["check-config", "-c", cfg, "--set", "logging.level=verbose"]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("logging.level: ")
+            && err.contains("is not a level; expected error, warn, info, debug, trace or off"),
+        "{err}"
+    );
+    // The directive lists the tests themselves run with stay valid.
+    let o = run(&[
+        "check-config",
+        "-c",
+        cfg,
+        "--set",
+        "logging.level=info,observation_publisher::pipeline=debug,librdkafka=debug",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+}

@@ -10,6 +10,7 @@ mod cli;
 mod closed_stdout;
 mod common;
 mod crash;
+mod docs_defaults;
 mod hostile;
 mod http_capture;
 mod image;
