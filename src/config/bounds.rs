@@ -75,6 +75,11 @@ pub(crate) const ARIZE_TIMEOUT: RangeInclusive<Duration> = MS..=HOUR;
 pub(crate) const ARIZE_REQUEST_BYTES: RangeInclusive<u64> = (64 * KIB)..=GIB;
 /// A MAXCOMPUTE sink's `interval` (how often staged rows are moved into the target): 1 s to 1 day.
 pub(crate) const MAXCOMPUTE_INTERVAL: RangeInclusive<Duration> = SEC..=DAY;
+/// A MAXCOMPUTE sink's `move_timeout` (how long a move runs before it is reported): 10 s to 1
+/// week. Below 10 s an ordinary `INSERT` waiting for a slot would be reported; a week is past
+/// any interval (at most a day) times three.
+pub(crate) const MAXCOMPUTE_MOVE_TIMEOUT: RangeInclusive<Duration> =
+    Duration::from_secs(10)..=Duration::from_secs(7 * 86_400);
 
 /// Records a problem at `path` unless `value` lies in `range`, the numbers written by `show`.
 fn check<T: PartialOrd + Copy>(
@@ -247,6 +252,8 @@ mod tests {
             DRAIN_TIMEOUT,
             COMMIT_INTERVAL,
             SESSION_TIMEOUT,
+            MAXCOMPUTE_INTERVAL,
+            MAXCOMPUTE_MOVE_TIMEOUT,
         ] {
             assert!(r.start() <= r.end());
             assert!(now.checked_add(*r.end()).is_some());

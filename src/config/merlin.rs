@@ -243,6 +243,12 @@ pub struct MaxComputeSink {
     /// of a batch commit only after its move, so this bounds the commit latency.
     #[serde(with = "super::ours::humantime_serde_compat")]
     pub interval: std::time::Duration,
+    /// Ours: how long one move may run before the sink reports it (`move_timeout`): `/readyz`
+    /// answers 503 naming the instance, a metric counts it and one warning is logged. The move
+    /// is not abandoned (its `INSERT` may still finish, and a second one could insert its rows
+    /// twice). Default [`default_move_timeout`].
+    #[serde(with = "super::ours::humantime_serde_compat")]
+    pub move_timeout: std::time::Duration,
     /// Ours: timeout of one request (`request_timeout`).
     #[serde(with = "super::ours::humantime_serde_compat")]
     pub request_timeout: std::time::Duration,
@@ -266,6 +272,7 @@ impl std::fmt::Debug for MaxComputeSink {
             .field("retry", &self.retry)
             .field("tunnel_endpoint", &self.tunnel_endpoint)
             .field("interval", &self.interval)
+            .field("move_timeout", &self.move_timeout)
             .field("request_timeout", &self.request_timeout)
             .field("connect_timeout", &self.connect_timeout)
             .finish()
@@ -274,6 +281,14 @@ impl std::fmt::Debug for MaxComputeSink {
 
 /// Default `interval` of the MAXCOMPUTE sink: one `INSERT … SELECT` a minute (docs/maxcompute.md).
 pub const DEFAULT_MAXCOMPUTE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(60);
+/// Default `move_timeout` of the MAXCOMPUTE sink: three intervals, and at least 10 minutes. A
+/// move normally takes seconds; one queued behind other jobs of the project's quota group can
+/// take minutes, so a bound of a few intervals alone (3 s at `interval: 1s`) would report
+/// ordinary queueing, while 10 minutes of nothing moved already costs 10 minutes of commit
+/// latency. Three intervals keep a long `interval` from being reported for its own length.
+pub fn default_move_timeout(interval: std::time::Duration) -> std::time::Duration {
+    (3 * interval).max(std::time::Duration::from_secs(600))
+}
 /// Default `request_timeout` of the MAXCOMPUTE sink.
 pub const DEFAULT_MAXCOMPUTE_REQUEST_TIMEOUT: std::time::Duration =
     std::time::Duration::from_secs(60);
@@ -406,7 +421,7 @@ fn read_maxcompute(
     problems: &mut Problems,
     warnings: &mut Vec<String>,
 ) -> MaxComputeSink {
-    use super::bounds::{HTTP_TIMEOUT, MAXCOMPUTE_INTERVAL};
+    use super::bounds::{HTTP_TIMEOUT, MAXCOMPUTE_INTERVAL, MAXCOMPUTE_MOVE_TIMEOUT};
     let project = c.req_string("project", problems);
     let dataset = c.req_string("dataset", problems);
     let ttl_days = c.u64("ttl_days", problems).unwrap_or(0);
@@ -436,6 +451,12 @@ fn read_maxcompute(
         &MAXCOMPUTE_INTERVAL,
         problems,
     );
+    let move_timeout = c.duration_in(
+        "move_timeout",
+        default_move_timeout(interval),
+        &MAXCOMPUTE_MOVE_TIMEOUT,
+        problems,
+    );
     let request_timeout = c.duration_in(
         "request_timeout",
         DEFAULT_MAXCOMPUTE_REQUEST_TIMEOUT,
@@ -458,6 +479,7 @@ fn read_maxcompute(
         retry,
         tunnel_endpoint,
         interval,
+        move_timeout,
         request_timeout,
         connect_timeout,
     }

@@ -603,6 +603,11 @@ fn maxcompute_sink_reads_merlins_keys_and_ours_and_never_prints_the_keys() {
     assert_eq!(m.access_url, "http://odps.example/api");
     assert_eq!(m.tunnel_endpoint.as_deref(), Some("http://dt.example"));
     assert_eq!(m.interval, std::time::Duration::from_secs(300));
+    assert_eq!(
+        m.move_timeout,
+        std::time::Duration::from_secs(900),
+        "three intervals when that is over 10 minutes"
+    );
     assert_eq!(m.request_timeout, std::time::Duration::from_secs(20));
     assert_eq!(m.connect_timeout, std::time::Duration::from_secs(2));
     assert_eq!(
@@ -628,13 +633,28 @@ fn maxcompute_sink_reads_merlins_keys_and_ours_and_never_prints_the_keys() {
         panic!("no MAXCOMPUTE sink")
     };
     assert_eq!(m.interval, merlin::DEFAULT_MAXCOMPUTE_INTERVAL);
+    assert_eq!(
+        m.move_timeout,
+        std::time::Duration::from_secs(600),
+        "at least 10 minutes"
+    );
     assert_eq!(m.tunnel_endpoint, None);
+    let set = d.replace("access_url:", "move_timeout: 10s, access_url:");
+    let Some(SinkConfig::MaxCompute(m)) = parse(&set, Needs::SCHEMA)
+        .unwrap()
+        .0
+        .observation_sinks
+        .pop()
+    else {
+        panic!("no MAXCOMPUTE sink")
+    };
+    assert_eq!(m.move_timeout, std::time::Duration::from_secs(10));
     let bad = MERLIN.replace(
         "observation_source:",
-        "- type: MAXCOMPUTE\n  config: {project: p, dataset: d, access_key_id: k, access_key_secret: s, access_url: 'odps.example', interval: 10ms, request_timeout: 0s}\nobservation_source:",
+        "- type: MAXCOMPUTE\n  config: {project: p, dataset: d, access_key_id: k, access_key_secret: s, access_url: 'odps.example', interval: 10ms, request_timeout: 0s, move_timeout: 9s}\nobservation_source:",
     );
     let err = parse(&bad, Needs::SCHEMA).unwrap_err().to_string();
-    for key in ["interval", "request_timeout"] {
+    for key in ["interval", "request_timeout", "move_timeout"] {
         assert!(err.contains(&format!("config.{key}")), "{key}: {err}");
     }
     // Merlin's own test config has `access_url: url`: kept as written (checked at `run`).

@@ -224,12 +224,22 @@ pub const ALL: &[(&str, MetricKind, &str)] = &[
     (arize::RESPONSES_TOTAL, MetricKind::Counter, "Arize requests by answer: HTTP status class, timeout or connection error."),
     // The MaxCompute sink's.
     (maxcompute::POLL_ERRORS_TOTAL, MetricKind::Counter, "Polls of a MaxCompute SQL instance that failed and were repeated on the same instance."),
+    (maxcompute::MOVES_OVERDUE_TOTAL, MetricKind::Counter, "MaxCompute moves (INSERT ... SELECT, TRUNCATE) that ran longer than move_timeout."),
+    (maxcompute::MOVE_AGE_SECONDS, MetricKind::Gauge, "Seconds the running MaxCompute move has taken so far (0: none running)."),
+    (maxcompute::MOVE_TIMEOUT_SECONDS, MetricKind::Gauge, "The MAXCOMPUTE sink's move_timeout in seconds."),
 ];
 
 /// The MaxCompute sink's metrics (`observation_publisher_maxcompute_*`).
 pub mod maxcompute {
     /// Counter: polls of an SQL instance that failed (the same instance is polled again).
     pub const POLL_ERRORS_TOTAL: &str = "observation_publisher_maxcompute_poll_errors_total";
+    /// Counter: moves that ran longer than the sink's `move_timeout` (counted once per move,
+    /// when it passes the timeout).
+    pub const MOVES_OVERDUE_TOTAL: &str = "observation_publisher_maxcompute_moves_overdue_total";
+    /// Gauge, seconds: how long the running move has taken so far, 0 while none runs.
+    pub const MOVE_AGE_SECONDS: &str = "observation_publisher_maxcompute_move_age_seconds";
+    /// Gauge, seconds: the sink's `move_timeout` (an alert compares the move's age with it).
+    pub const MOVE_TIMEOUT_SECONDS: &str = "observation_publisher_maxcompute_move_timeout_seconds";
 }
 
 /// The Arize sink's metrics (`observation_publisher_arize_*`).

@@ -40,6 +40,16 @@ pub fn register_sink_series(sinks: &[&'static str], error_codes: &[&'static str]
     }
 }
 
+/// Registers the MaxCompute mover's series when the sink starts: moves past `move_timeout` at 0
+/// (the alert's `increase()` sees the first), no move running, and the timeout itself, which
+/// the alert compares the running move's age with.
+pub fn maxcompute_moves(move_timeout: std::time::Duration) {
+    use names::maxcompute;
+    ::metrics::counter!(maxcompute::MOVES_OVERDUE_TOTAL).absolute(0);
+    ::metrics::gauge!(maxcompute::MOVE_AGE_SECONDS).set(0.0);
+    ::metrics::gauge!(maxcompute::MOVE_TIMEOUT_SECONDS).set(move_timeout.as_secs_f64());
+}
+
 /// Sets the memory formula's bound, once the configuration is known.
 pub fn memory_bound(bytes: u64) {
     ::metrics::gauge!(names::MEMORY_BOUND).set(bytes as f64);
@@ -96,6 +106,7 @@ mod tests {
         let handle = recorder.handle();
         ::metrics::with_local_recorder(&recorder, || {
             register_sink_series(&["bigquery", "maxcompute"], &["unavailable", "rejected"]);
+            maxcompute_moves(std::time::Duration::from_secs(600));
             memory_bound(123 << 20);
             resident_memory();
         });
@@ -116,6 +127,13 @@ mod tests {
             crate::decode::ErrorKind::ALL.len(),
             "{text}"
         );
+        for line in [
+            format!("{} 0", names::maxcompute::MOVES_OVERDUE_TOTAL),
+            format!("{} 0", names::maxcompute::MOVE_AGE_SECONDS),
+            format!("{} 600", names::maxcompute::MOVE_TIMEOUT_SECONDS),
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");
+        }
         let line = format!("{} {}", names::MEMORY_BOUND, 123u64 << 20);
         assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");
         let rss: f64 = text

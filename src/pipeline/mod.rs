@@ -157,15 +157,18 @@ impl Publisher {
         }
         let sinks = build::sinks(&cfg, starts.as_ref(), &rt, &health, &shutdown)?;
         let revoke_hooks: Vec<RevokeHook> = sinks.iter().filter_map(|s| s.revoke_hook()).collect();
-        // Readiness follows the sinks' own connection health (they retry inside a write).
+        // Readiness follows the sinks' own connection health (they retry inside a write) and
+        // what they report stuck.
         let watches: Vec<_> = sinks.iter().filter_map(|s| s.health()).collect();
-        if !watches.is_empty() {
+        let stuck: Vec<_> = sinks.iter().filter_map(|s| s.stuck()).collect();
+        if !watches.is_empty() || !stuck.is_empty() {
             let h = Arc::clone(&health);
             let stop = hard_stop.clone();
             rt.spawn(async move {
                 loop {
                     let ok = watches.iter().all(|w| *w.borrow());
                     h.sink_streams_ok.store(ok, Ordering::Relaxed);
+                    h.set_stuck(stuck.iter().filter_map(|w| w.borrow().clone()).collect());
                     tokio::select! {
                         () = stop.cancelled() => break,
                         () = tokio::time::sleep(Duration::from_millis(500)) => {}

@@ -51,6 +51,9 @@ pub struct Health {
     /// HTTP connections closed to make room for a newer client (`server.max_connections`,
     /// `server.max_connections_per_peer`).
     pub http_connections_evicted: AtomicUsize,
+    /// What a sink reports stuck although it reaches its destination (a MaxCompute move past
+    /// `move_timeout`): each a sentence naming the sink, what is stuck and what to check.
+    pub sinks_stuck: Mutex<Vec<String>>,
     /// `group.protocol: consumer` is set and the group's coordinator does not serve KIP-848's
     /// ConsumerGroupHeartbeat: the consumer would wait forever, unassigned.
     pub group_protocol_refused: AtomicBool,
@@ -82,7 +85,21 @@ impl Health {
             .clone()
     }
 
-    /// The conditions that are not met (empty = ready).
+    /// What the sinks report stuck now (empty = nothing); `/readyz` lists it after
+    /// [`Health::not_ready`].
+    pub fn stuck(&self) -> Vec<String> {
+        self.sinks_stuck
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Replaces what the sinks report stuck.
+    pub fn set_stuck(&self, stuck: Vec<String>) {
+        *self.sinks_stuck.lock().unwrap_or_else(|e| e.into_inner()) = stuck;
+    }
+
+    /// The conditions that are not met (empty = ready), besides [`Health::stuck`].
     pub fn not_ready(&self) -> Vec<&'static str> {
         let mut v = Vec::new();
         if !self.joined.load(Ordering::Relaxed) {
@@ -356,7 +373,8 @@ async fn healthz(State(s): State<AppState>) -> (StatusCode, String) {
 }
 
 async fn readyz(State(s): State<AppState>) -> (StatusCode, String) {
-    let missing = s.health.not_ready();
+    let mut missing: Vec<String> = s.health.not_ready().into_iter().map(Into::into).collect();
+    missing.extend(s.health.stuck());
     if missing.is_empty() {
         (StatusCode::OK, "ready\n".into())
     } else {

@@ -177,6 +177,13 @@ pub trait Sink: Send {
         None
     }
 
+    /// A live view of what keeps the sink's work from finishing although it reaches its
+    /// destination (a step of its own running too long): a sentence naming the sink, what is
+    /// stuck and what to check, `None` while nothing is. Readiness lists it. Default: `None`.
+    fn stuck(&self) -> Option<tokio::sync::watch::Receiver<Option<String>>> {
+        None
+    }
+
     /// For a sink that stages rows (acknowledged only after a later step of its own): what the
     /// pipeline calls when partitions are revoked, with the deadline of the revoke's wait for
     /// their acknowledgements. The sink finishes what it staged by then if it can, so the revoke

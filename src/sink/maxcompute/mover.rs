@@ -8,9 +8,15 @@
 //! `INSERT` task inserted nothing and is run again; a wait on a running `INSERT` that fails is
 //! repeated on the same instance, never by a second `INSERT`. The move holds [`Epochs`], so no
 //! upload session commits between the `INSERT` and the `TRUNCATE`.
+//!
+//! A move that runs longer than `move_timeout` is reported, not abandoned: abandoning a running
+//! `INSERT` for a new one could insert its rows twice, and it may still finish. From the timeout
+//! on, the sink's stuck report (readiness) names the step and its instance and how long the
+//! move has run; the move is counted once and logged once; when it finishes the report clears.
 
 use super::table;
 use crate::backoff::Backoff;
+use crate::metrics::names::maxcompute as names;
 use crate::sink::maxcompute::client::{CallError, Client, Polled};
 use crate::sink::maxcompute::ddl::SQL_SETTINGS;
 use crate::sink::maxcompute::schema::TableColumn;
@@ -22,6 +28,23 @@ use tokio_util::sync::CancellationToken;
 
 /// How often the mover looks for staged rows once the process is stopping.
 pub const DRAIN_POLL: Duration = Duration::from_millis(100);
+
+/// How often a running move's age is published (gauge, and the stuck report once overdue).
+const AGE_TICK: Duration = Duration::from_secs(1);
+
+/// What readiness says about a move past its timeout (pure): the sink, the step and its
+/// instance, how long, the setting, and what to check.
+pub fn stuck_report(step: &str, age: Duration, move_timeout: Duration) -> String {
+    let whole = |d: Duration| humantime::format_duration(Duration::from_secs(d.as_secs()));
+    format!(
+        "MaxCompute: a move has run for {} (move_timeout {}): {step}; staged rows wait and \
+         their offsets stay uncommitted. Check that instance in MaxCompute (its status and \
+         Logview, the project's quota group and job queue); it is still polled, and the sink is \
+         ready again once it finishes",
+        whole(age),
+        whole(move_timeout)
+    )
+}
 
 /// Which epoch staged rows belong to (pure). An upload committed into the staging table joins
 /// the current epoch; a move takes the current epoch (when anything joined it) and opens the
@@ -72,6 +95,12 @@ pub struct Mover {
     pub moved: watch::Sender<u64>,
     /// False while a step is failing.
     pub health: watch::Sender<bool>,
+    /// How long a move runs before it is reported.
+    pub move_timeout: Duration,
+    /// The report of a move past `move_timeout` ([`stuck_report`]), `None` otherwise.
+    pub stuck: watch::Sender<Option<String>>,
+    /// What the running move is doing (its step and instance), for the report.
+    pub step: std::sync::Mutex<String>,
     /// The process is stopping: move at once, then keep moving what arrives.
     pub stopping: CancellationToken,
     /// Partitions are being revoked: move at once, then keep moving what arrives every
@@ -107,13 +136,34 @@ impl Mover {
         let Some(epoch) = epochs.start_move() else {
             return;
         };
-        let insert = table::insert_sql(&self.dataset, &self.target, &self.staging, &self.columns);
-        self.insert(&insert).await;
-        let truncate = table::truncate_sql(&self.dataset, &self.staging);
-        self.until_done("emptying the staging table", || {
-            self.client.run_sql(&truncate, SQL_SETTINGS)
-        })
-        .await;
+        let started = tokio::time::Instant::now();
+        let work = async {
+            let insert =
+                table::insert_sql(&self.dataset, &self.target, &self.staging, &self.columns);
+            self.insert(&insert).await;
+            self.set_step(format!(
+                "TRUNCATE of the staging table {}.{}",
+                self.dataset, self.staging
+            ));
+            let truncate = table::truncate_sql(&self.dataset, &self.staging);
+            self.until_done("emptying the staging table", || {
+                self.client.run_sql(&truncate, SQL_SETTINGS)
+            })
+            .await;
+        };
+        tokio::select! {
+            () = work => {}
+            () = self.watch_age(started) => {}
+        }
+        ::metrics::gauge!(names::MOVE_AGE_SECONDS).set(0.0);
+        if self.stuck.send_replace(None).is_some() {
+            tracing::info!(
+                sink = "maxcompute",
+                took_s = started.elapsed().as_secs(),
+                "MaxCompute: the move that passed move_timeout finished; staged rows are in the \
+                 target and the sink is ready again"
+            );
+        }
         drop(epochs);
         tracing::debug!(epoch, staging = %self.staging, "MaxCompute: staged rows moved into the target");
         self.moved.send_replace(epoch + 1);
@@ -125,11 +175,19 @@ impl Mover {
     async fn insert(&self, sql: &str) {
         let mut attempt = 0u32;
         loop {
+            self.set_step(format!(
+                "starting the INSERT … SELECT into {}.{} (no instance yet)",
+                self.dataset, self.target
+            ));
             let id = self
                 .until_done("starting the move (INSERT … SELECT)", || {
                     self.client.start_sql(sql, SQL_SETTINGS)
                 })
                 .await;
+            self.set_step(format!(
+                "INSERT … SELECT into {}.{}, instance {id}",
+                self.dataset, self.target
+            ));
             let mut pauses = self.client.poll_pauses();
             loop {
                 match self.client.poll_sql(&id, sql).await {
@@ -162,6 +220,43 @@ impl Mover {
                     }
                 }
             }
+        }
+    }
+
+    fn set_step(&self, step: String) {
+        *self.step.lock().unwrap_or_else(|e| e.into_inner()) = step;
+    }
+
+    /// Publishes the running move's age every [`AGE_TICK`]; past `move_timeout`, reports it
+    /// stuck (kept current with its age and step), counts and logs it once. Never returns: the
+    /// move's end ends it.
+    async fn watch_age(&self, started: tokio::time::Instant) {
+        let mut reported = false;
+        loop {
+            let age = started.elapsed();
+            ::metrics::gauge!(names::MOVE_AGE_SECONDS).set(age.as_secs_f64());
+            if age >= self.move_timeout {
+                let step = self.step.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                let report = stuck_report(&step, age, self.move_timeout);
+                if !reported {
+                    reported = true;
+                    ::metrics::counter!(names::MOVES_OVERDUE_TOTAL).increment(1);
+                    tracing::warn!(
+                        sink = "maxcompute",
+                        step = %step,
+                        move_timeout_s = self.move_timeout.as_secs(),
+                        "{report}"
+                    );
+                }
+                self.stuck.send_replace(Some(report));
+            }
+            let to_timeout = self.move_timeout.saturating_sub(age);
+            let pause = if to_timeout.is_zero() {
+                AGE_TICK
+            } else {
+                AGE_TICK.min(to_timeout)
+            };
+            tokio::time::sleep(pause).await;
         }
     }
 
@@ -222,5 +317,24 @@ mod tests {
             "after a move, commits join the next epoch"
         );
         assert_eq!(e.start_move(), Some(1));
+    }
+
+    #[test]
+    fn the_stuck_report_names_the_sink_instance_age_setting_and_what_to_check() {
+        let r = stuck_report(
+            "INSERT … SELECT into ds.t, instance 20260101abc",
+            Duration::from_millis(754_900),
+            Duration::from_secs(600),
+        );
+        for part in [
+            "MaxCompute",
+            "instance 20260101abc",
+            "12m 34s",
+            "move_timeout 10m",
+            "quota group",
+            "ready again",
+        ] {
+            assert!(r.contains(part), "{part}: {r}");
+        }
     }
 }

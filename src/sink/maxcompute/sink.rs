@@ -33,6 +33,7 @@ pub struct MaxComputeSink {
     moved: watch::Receiver<u64>,
     uploads: Arc<Semaphore>,
     health: watch::Receiver<bool>,
+    stuck: watch::Receiver<Option<String>>,
     mover: Option<tokio::task::JoinHandle<()>>,
     /// Tells the mover a revoke's deadline.
     urgent: Arc<watch::Sender<Option<tokio::time::Instant>>>,
@@ -89,6 +90,8 @@ impl MaxComputeSink {
         let epochs = Arc::new(Mutex::new(Epochs::default()));
         let (moved_tx, moved) = watch::channel(0u64);
         let (health_tx, health) = watch::channel(true);
+        let (stuck_tx, stuck) = watch::channel(None);
+        crate::metrics::startup::maxcompute_moves(sink.move_timeout);
         let (urgent, urgent_rx) = watch::channel(None);
         let mover = Mover {
             client: Arc::clone(&client),
@@ -101,6 +104,9 @@ impl MaxComputeSink {
             epochs: Arc::clone(&epochs),
             moved: moved_tx,
             health: health_tx,
+            move_timeout: sink.move_timeout,
+            stuck: stuck_tx,
+            step: Default::default(),
             stopping,
             urgent: urgent_rx,
         };
@@ -112,6 +118,7 @@ impl MaxComputeSink {
             moved,
             uploads: Arc::new(Semaphore::new(MAX_UPLOADS)),
             health,
+            stuck,
             mover: Some(tokio::spawn(mover.run())),
             urgent: Arc::new(urgent),
         })
@@ -180,6 +187,10 @@ impl Sink for MaxComputeSink {
 
     fn health(&self) -> Option<watch::Receiver<bool>> {
         Some(self.health.clone())
+    }
+
+    fn stuck(&self) -> Option<watch::Receiver<Option<String>>> {
+        Some(self.stuck.clone())
     }
 
     /// A revoke moves what is staged at once (and what is staged until its deadline), so the

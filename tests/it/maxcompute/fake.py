@@ -16,9 +16,9 @@ Tunnel (no /api prefix), pyodps TableTunnel's protocol:
   (records written with pyodps's own writer).
 Faults: POST /__fake/faults {"fail_instances": N, "refuse_signatures": N, "drop_block_put": N,
 "unavailable": N, "throttle": N, "fail_commit": N, "running_polls": N, "skewed_polls": N,
-"upper_status": N, "table_modified": N, "hide_tables": N} arms the next N occurrences of each (see
-FAULTS); a block the reader cannot decode is refused with 400 MalformedDataStream; POST
-/__fake/refuse_rows {"column": c, "values": [...]} refuses (400 InvalidRecord) every block holding
+"upper_status": N, "table_modified": N, "hide_tables": N, "hold_instances": N} arms the next N
+occurrences of each (see FAULTS); POST /__fake/release lets every held instance terminate; a
+block the reader cannot decode is refused with 400 MalformedDataStream; POST /__fake/refuse_rows {"column": c, "values": [...]} refuses (400 InvalidRecord) every block holding
 such a row.
 Test-only: GET /__fake/tables dumps every table as JSON (timestamps {"us": n}, doubles
 {"f64": bits}); GET /__fake/instances lists the SQL run (statement, settings, outcome);
@@ -79,6 +79,7 @@ FAULTS = {
     "table_modified": 0,  # the next N commits find their table modified (as after a TRUNCATE)
     "hide_tables": 0,  # the next N table reads answer 404 (as when another publisher creates the
     # table between a read and a create)
+    "hold_instances": 0,  # the next N SQL instances answer Running until POST /__fake/release
 }
 
 
@@ -393,6 +394,11 @@ class Handler(BaseHTTPRequestHandler):
                         return self.reply(400, "unknown fault %s" % k, "text/plain")
                     FAULTS[k] += int(v)
                 return self.reply(200, json.dumps(FAULTS), "application/json")
+        if self.command == "POST" and path == "/__fake/release":
+            with LOCK:
+                for inst in INSTANCES.values():
+                    inst["held"] = False
+            return self.reply(200, "{}", "application/json")
         if self.command == "POST" and path == "/__fake/refuse_rows":
             spec = json.loads(self.body() or b"{}")
             with LOCK:
@@ -456,8 +462,11 @@ class Handler(BaseHTTPRequestHandler):
                 result, ok = str(e), False
             upper = FAULTS["upper_status"] > 0
             FAULTS["upper_status"] -= 1 if upper else 0
-            INSTANCES[new_id] = {"ok": ok, "result": result, "sql": sql, "settings": settings,
-                                 "running": FAULTS["running_polls"], "upper": upper}
+            held = FAULTS["hold_instances"] > 0
+            FAULTS["hold_instances"] -= 1 if held else 0
+            INSTANCES[new_id] = {"id": new_id, "ok": ok, "result": result, "sql": sql,
+                                 "settings": settings, "running": FAULTS["running_polls"],
+                                 "upper": upper, "held": held}
             FAULTS["running_polls"] = 0
             location = "http://%s:%d/api/projects/%s/instances/%s" % (
                 self.server.server_address + (project, new_id)
@@ -483,6 +492,8 @@ class Handler(BaseHTTPRequestHandler):
                 '<Result Format="text"><![CDATA[%s]]></Result></Task></Tasks></Instance>'
                 % inst["result"]
             )
+        elif inst["held"]:
+            body = "<Instance><Status>Running</Status></Instance>"
         elif inst["running"] > 0:
             inst["running"] -= 1
             body = "<Instance><Status>Running</Status></Instance>"

@@ -73,6 +73,12 @@ impl Fake {
             .unwrap_or_default()
     }
 
+    /// Lets every instance held by `hold_instances` terminate (`POST /__fake/release`).
+    pub(crate) fn release(&self) {
+        let (status, body) = http(self.port, "POST", "/__fake/release", &[], b"");
+        assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    }
+
     /// Arms faults for the next requests (`POST /__fake/faults`, see fake.py's FAULTS).
     pub(crate) fn arm(&self, faults: Json) {
         let (status, body) = http(

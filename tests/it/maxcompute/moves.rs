@@ -7,6 +7,10 @@
 //! - [`a_revoke_duplicates_no_staged_row`]: pod A stages rows (an interval it does not reach),
 //!   pod B joins the same group: A's revoke moves and commits them, each log is in the target
 //!   once, both exit 0.
+//! - [`a_move_past_move_timeout_is_unready_until_it_finishes`]: an `INSERT` instance held
+//!   `Running` past `move_timeout: 10s` makes `/readyz` answer 503 naming MaxCompute and the
+//!   instance, is counted and logged once, and is still polled: released, it finishes, the
+//!   offsets commit and the process is ready again.
 //! - [`a_session_stale_at_commit_is_replaced_at_once`]: `TableModified` at commit (a session
 //!   opened before a move's `TRUNCATE`) is answered with a new session, not a failed write.
 
@@ -14,6 +18,14 @@ use super::fake::{Fake, DATASET};
 use super::sink::{key, sink_yaml, start, start_fresh, table_names, table_rows, target, LIMIT};
 use crate::runtime::{committed_total, create_topic, logs, produce, unique, wait_for, Setup};
 use serde_json::json;
+use std::time::Duration;
+
+/// The value of the sample `name` (no labels) in Prometheus text, if present.
+fn sample(metrics: &str, name: &str) -> Option<f64> {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+}
 
 /// The statements the fake ran that start with `prefix` (lower-case).
 fn statements(fake: &Fake, prefix: &str) -> usize {
@@ -174,4 +186,78 @@ fn a_session_stale_at_commit_is_replaced_at_once() {
     assert!(metrics.contains("observation_publisher_"), "{metrics}");
     let (rows, count) = table_rows(&fake, &key(DATASET, &target()));
     assert_eq!((rows.len(), count), (80, 80), "every row exactly once");
+}
+
+#[test]
+fn a_move_past_move_timeout_is_unready_until_it_finishes() {
+    let fake = Fake::start();
+    let dir = tempfile::tempdir().unwrap();
+    let topic = unique("mc-overdue");
+    create_topic(&topic, 1);
+    let yaml = sink_yaml(&fake, "1s") + "    move_timeout: 10s\n";
+    let s = Setup::new(dir.path(), "a", &topic, &unique("g"), &yaml);
+    let child = start(&s, "pod-overdue");
+    let staging = key(DATASET, &format!("{}_stg_pod_overdue", target()));
+    let ready = || s.get("/readyz").is_some_and(|(code, _)| code == 200);
+    assert!(
+        wait_for(LIMIT, || table_names(&fake).contains(&staging) && ready()),
+        "{}",
+        s.log_tail()
+    );
+    // The next instance is the first move's INSERT: it stays Running until released.
+    fake.arm(json!({"hold_instances": 1}));
+    let all = logs(20, 54, 0.0);
+    produce(&topic, &all);
+    let mut held = String::new();
+    assert!(
+        wait_for(LIMIT, || {
+            let found = fake.instances().into_iter().find(|i| i["held"] == true);
+            held = found
+                .map(|i| i["id"].as_str().unwrap().to_string())
+                .unwrap_or_default();
+            !held.is_empty()
+        }),
+        "{}",
+        s.log_tail()
+    );
+    let mut body = String::new();
+    let unready = wait_for(Duration::from_secs(30), || {
+        body = s
+            .get("/readyz")
+            .map(|(code, b)| format!("{code} {b}"))
+            .unwrap_or_default();
+        body.starts_with("503") && body.contains(&held)
+    });
+    assert!(unready, "{body}\n{}", s.log_tail());
+    assert!(
+        body.contains("MaxCompute") && body.contains("move_timeout 10s"),
+        "{body}"
+    );
+    // A few more seconds overdue: still one count, one warning.
+    std::thread::sleep(Duration::from_secs(3));
+    let metrics = s.get("/metrics").map(|(_, m)| m).unwrap_or_default();
+    let overdue = "observation_publisher_maxcompute_moves_overdue_total";
+    let age = "observation_publisher_maxcompute_move_age_seconds";
+    assert_eq!(sample(&metrics, overdue), Some(1.0), "{metrics}");
+    assert!(
+        sample(&metrics, age).is_some_and(|a| a >= 12.0),
+        "{metrics}"
+    );
+    assert_eq!(s.log_count("a move has run for"), 1, "{}", s.log_tail());
+    assert_eq!(committed_total(&topic, &s.group, 1), 0, "nothing moved yet");
+
+    fake.release();
+    assert!(
+        wait_for(LIMIT, || committed_total(&topic, &s.group, 1)
+            == all.len() as i64
+            && ready()),
+        "{}",
+        s.log_tail()
+    );
+    let metrics = s.get("/metrics").map(|(_, m)| m).unwrap_or_default();
+    assert_eq!(sample(&metrics, overdue), Some(1.0), "{metrics}");
+    assert_eq!(sample(&metrics, age), Some(0.0), "{metrics}");
+    assert_eq!(child.stop(), Some(0), "{}", s.log_tail());
+    let (rows, count) = table_rows(&fake, &key(DATASET, &target()));
+    assert_eq!((rows.len(), count), (20, 20), "every row exactly once");
 }
