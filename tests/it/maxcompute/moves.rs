@@ -257,6 +257,27 @@ fn a_move_past_move_timeout_is_unready_until_it_finishes() {
     let metrics = s.get("/metrics").map(|(_, m)| m).unwrap_or_default();
     assert_eq!(sample(&metrics, overdue), Some(1.0), "{metrics}");
     assert_eq!(sample(&metrics, age), Some(0.0), "{metrics}");
+    // Every MaxCompute series an alert rule names is exported by a MaxCompute publisher (the
+    // alert rules' test checks the others against a publisher without one).
+    let prefix = crate::runtime::alerts::MAXCOMPUTE_SERIES;
+    let name = regex::Regex::new(&format!("{prefix}[a-z_]+")).unwrap();
+    for entry in std::fs::read_dir("deploy/alerts").unwrap() {
+        let path = entry.unwrap().path();
+        if !path.to_string_lossy().ends_with(".yaml") {
+            continue;
+        }
+        let rules = std::fs::read_to_string(&path).unwrap();
+        for n in name.find_iter(&rules) {
+            let exported = metrics
+                .lines()
+                .any(|l| l.split([' ', '{']).next() == Some(n.as_str()));
+            assert!(
+                exported,
+                "{} is in an alert rule but not exported:\n{metrics}",
+                n.as_str()
+            );
+        }
+    }
     assert_eq!(child.stop(), Some(0), "{}", s.log_tail());
     let (rows, count) = table_rows(&fake, &key(DATASET, &target()));
     assert_eq!((rows.len(), count), (20, 20), "every row exactly once");

@@ -2,7 +2,7 @@
 //! uses a fresh topic and consumer group, a 2 s session timeout, and asserts final counts, never
 //! timings. Waits are bounded so a broken build fails instead of hanging.
 
-mod alerts;
+pub(crate) mod alerts;
 mod cases;
 mod dlq;
 mod groups;
