@@ -43,10 +43,14 @@ impl GroupMode {
     /// The accepted values, for error messages.
     pub(crate) const VALUES: &'static str = "per_version, own or shared";
 
-    /// Whether the group may hold members speaking the eager protocol, so the publisher keeps
-    /// librdkafka's default assignment (`range,roundrobin`) rather than `cooperative-sticky`.
-    pub fn eager(self) -> bool {
-        matches!(self, Self::Shared)
+    /// The assignment unless `additional_consumer_config` says otherwise: a shared group may
+    /// hold members speaking the eager protocol, so it keeps librdkafka's default
+    /// (`range,roundrobin`); every other group is `cooperative-sticky`.
+    pub fn assignment(self) -> Assignment {
+        match self {
+            Self::Shared => Assignment::Eager,
+            Self::PerVersion | Self::Own => Assignment::Cooperative,
+        }
     }
 }
 
@@ -188,11 +192,7 @@ impl super::Config {
     /// `source::consumer_config` hands librdkafka.
     pub fn assignment(&self) -> Option<Assignment> {
         let src = self.observation_source.as_ref()?;
-        let default = if self.consumer.group.eager() {
-            Assignment::Eager
-        } else {
-            Assignment::Cooperative
-        };
+        let default = self.consumer.group.assignment();
         Some(Assignment::given(&src.additional_consumer_config, default))
     }
 

@@ -7,7 +7,7 @@
 
 pub mod group;
 
-use crate::config::{kip848, Config, KafkaSource};
+use crate::config::{kip848, Assignment, Config, KafkaSource};
 use crate::server::Health;
 use rdkafka::config::ClientConfig;
 use rdkafka::config::RDKafkaLogLevel;
@@ -111,24 +111,27 @@ pub fn consumer_config(cfg: &Config, src: &KafkaSource, instance: Option<&str>) 
             (fetch + 512).max(100_000_000).to_string(),
         )
         .set("fetch.queue.backoff.ms", FETCH_QUEUE_BACKOFF_MS.to_string());
-    if !kip848(&src.additional_consumer_config) {
-        c.set("session.timeout.ms", session_ms.to_string()).set(
-            "heartbeat.interval.ms",
-            (session_ms / 4).clamp(100, 3000).to_string(),
-        );
-        if !cfg.consumer.group.eager() {
-            c.set("partition.assignment.strategy", "cooperative-sticky");
+    let default = cfg.consumer.group.assignment();
+    match Assignment::given(&src.additional_consumer_config, default) {
+        // librdkafka says that the coordinator does not serve KIP-848 only in a `cgrp` debug
+        // line (and then looks for a coordinator again, forever): the context watches for it.
+        // rdkafka passes librdkafka the level of the `log` crate's global filter (info), under
+        // which those lines are never written.
+        Assignment::Broker => {
+            c.set("debug", "cgrp").set_log_level(RDKafkaLogLevel::Debug);
+        }
+        classic => {
+            c.set("session.timeout.ms", session_ms.to_string()).set(
+                "heartbeat.interval.ms",
+                (session_ms / 4).clamp(100, 3000).to_string(),
+            );
+            if classic == Assignment::Cooperative {
+                c.set("partition.assignment.strategy", "cooperative-sticky");
+            }
         }
     }
     if let Some(id) = instance {
         c.set("group.instance.id", id);
-    }
-    // librdkafka says that the coordinator does not serve KIP-848 only in a `cgrp` debug line
-    // (and then looks for a coordinator again, forever): the context watches for it.
-    // rdkafka passes librdkafka the level of the `log` crate's global filter (info), under
-    // which those lines are never written.
-    if kip848(&src.additional_consumer_config) {
-        c.set("debug", "cgrp").set_log_level(RDKafkaLogLevel::Debug);
     }
     for (k, v) in &src.additional_consumer_config {
         if k == "auto.offset.reset" && cfg.consumer.start_from.is_some() {
