@@ -114,12 +114,12 @@ fn kip848_members_share_a_topic_on_a_broker_that_serves_it() {
     );
     let cb = b.start();
     assert!(
-        wait_for(LIMIT, || b.log_count("partitions assigned") > 0
+        wait_for(LIMIT, || b.has_partitions()
             && b.get("/readyz").is_some_and(|r| r.0 == 200)),
         "b joined; its log ends:\n{}",
         b.log_tail()
     );
-    produce_at(&bootstrap, &topic, &all[600..]);
+    produce_spread(&bootstrap, &topic, 4, &all[600..]);
     assert!(
         wait_for(LIMIT, || committed_at(&bootstrap, &topic, &a.group, 4)
             .values()
@@ -132,7 +132,12 @@ fn kip848_members_share_a_topic_on_a_broker_that_serves_it() {
     assert_eq!(stop(cb), Some(0), "{}", b.log_tail());
     assert_eq!(stop(ca), Some(0), "{}", a.log_tail());
     let (ra, rb) = (a.rows(), b.rows());
-    assert!(!rb.is_empty(), "the broker gave b partitions of its own");
+    assert!(
+        !rb.is_empty(),
+        "the broker gave b partitions of its own; logs end:\n{}\n{}",
+        a.log_tail(),
+        b.log_tail()
+    );
     let mut rows = ra;
     rows.extend(rb);
     assert_eq!(rows.len(), 1200, "no row twice");

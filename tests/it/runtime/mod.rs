@@ -98,6 +98,21 @@ pub(crate) fn produce_at(bootstrap: &str, topic: &str, logs: &[(Vec<u8>, bool)])
     send(bootstrap, topic, None, logs);
 }
 
+/// Produces `logs` round-robin over the first `partitions` partitions of `topic` at
+/// `bootstrap`, so every partition gets some (a keyless producer's sticky partitioner may put
+/// a quick burst into one).
+pub(crate) fn produce_spread(
+    bootstrap: &str,
+    topic: &str,
+    partitions: usize,
+    logs: &[(Vec<u8>, bool)],
+) {
+    for p in 0..partitions {
+        let mine: Vec<_> = logs.iter().skip(p).step_by(partitions).cloned().collect();
+        send(bootstrap, topic, Some(p as i32), &mine);
+    }
+}
+
 /// Produces `logs` into one partition of `topic`.
 pub(crate) fn produce_to(topic: &str, partition: i32, logs: &[(Vec<u8>, bool)]) {
     send(&brokers(), topic, Some(partition), logs);
@@ -217,6 +232,22 @@ impl Setup {
                     .count()
             })
             .sum()
+    }
+
+    /// Whether any publisher log of this setup says partitions were assigned to it (an
+    /// empty assignment, as a KIP-848 member gets first, does not count).
+    pub(crate) fn has_partitions(&self) -> bool {
+        std::fs::read_dir(&self.dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with("log-"))
+            .any(|e| {
+                std::fs::read_to_string(e.path())
+                    .unwrap_or_default()
+                    .lines()
+                    .any(|l| l.contains("partitions assigned") && !l.contains("\"[]\""))
+            })
     }
 
     /// The last lines of every publisher log of this setup (for failure messages).
