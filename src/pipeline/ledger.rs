@@ -119,6 +119,17 @@ pub(crate) struct Ledger {
     floors: HashMap<Partition, String>,
 }
 
+/// Where a registration commits ([`Ledger::register_at`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RegisterAt {
+    /// The partition's epoch has changed: the rows are not ours to write.
+    Stale,
+    /// Exact, but an earlier message is not acknowledged yet.
+    Behind,
+    /// Commit at this offset.
+    At(i64),
+}
+
 impl Ledger {
     /// An empty ledger; `exactly_once` makes commits carry checkpoints.
     pub(crate) fn new(exactly_once: bool) -> Self {
@@ -484,6 +495,25 @@ impl Ledger {
                 .frontier(p)
                 .map_or(first_offset, |f| f.min(first_offset)),
         )
+    }
+
+    /// Exactly-once: where a registration for `p`'s batch starting at `first_offset` commits:
+    /// [`Self::stream_opened`]'s offset, or with `exact` (a checkpoint that holds only at the
+    /// batch's start, such as a move of the partition window's day) that offset only if it is
+    /// `first_offset`, else [`RegisterAt::Behind`]: an earlier message is unacknowledged, and a
+    /// commit before it would put rows between the commit and what its checkpoint describes.
+    pub(crate) fn register_at(
+        &self,
+        p: Partition,
+        epoch: u64,
+        first_offset: i64,
+        exact: bool,
+    ) -> RegisterAt {
+        match self.stream_opened(p, epoch, first_offset) {
+            None => RegisterAt::Stale,
+            Some(at) if exact && at != first_offset => RegisterAt::Behind,
+            Some(at) => RegisterAt::At(at),
+        }
     }
 
     /// Exactly-once: the new stream's `metadata` was committed at `offset`; later commits that

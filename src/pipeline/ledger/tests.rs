@@ -3,7 +3,8 @@
 //! independently and out of order (across sinks and across batches), stage batches first and
 //! refuse rows, dead letters written late or never, revocations, re-assignments, crashes, and
 //! (exactly-once) a sink that writes batches in order and records each new stream before writing
-//! to it, next to sinks that acknowledge in any order.
+//! to it and moves its partition window's day only where a commit at a batch's start records it,
+//! next to sinks that acknowledge in any order.
 //!
 //! Invariants, checked at every commit the ledger asks for:
 //! - **safety** (both modes): every log before the committed offset is safe — its rows are in
@@ -328,7 +329,7 @@ impl World {
                     .collect();
                 let (first, last) = (logs[0], *logs.last().unwrap());
                 if self.streams.get(&p) != Some(&epoch) {
-                    let Some(at) = self.ledger.stream_opened(p, epoch, first) else {
+                    let RegisterAt::At(at) = self.ledger.register_at(p, epoch, first, false) else {
                         skipped.push(p);
                         continue; // stale: not ours to write
                     };
@@ -336,6 +337,22 @@ impl World {
                     self.commit(p, at, Some(metadata.clone()));
                     self.ledger.stream_recorded(p, at, metadata);
                     self.streams.insert(p, epoch);
+                } else if refuse.is_multiple_of(2) {
+                    // A checkpoint that holds only at the batch's start (the window's day
+                    // moving): recorded there, or not yet while an earlier log is unsafe.
+                    match self.ledger.register_at(p, epoch, first, true) {
+                        RegisterAt::At(at) => {
+                            assert_eq!(at, first, "exact");
+                            let metadata = format!("x={first}");
+                            self.commit(p, at, Some(metadata.clone()));
+                            self.ledger.stream_recorded(p, at, metadata);
+                        }
+                        RegisterAt::Behind => {}
+                        RegisterAt::Stale => {
+                            skipped.push(p);
+                            continue;
+                        }
+                    }
                 }
                 checkpoints.push(StreamCheckpoint {
                     partition: p,

@@ -31,6 +31,7 @@ pub mod error;
 pub mod exactly_once;
 pub mod metrics;
 pub mod pool;
+mod readiness;
 pub mod sink;
 pub mod table;
 pub mod validate;
