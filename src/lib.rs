@@ -27,6 +27,7 @@
 //!   folder per sink: Parquet (the embedded default), BigQuery, Arize, MaxCompute.
 //! - [`deadletter`]: dead-letter targets (Kafka topic, file).
 //! - [`source`]: Kafka consumer settings and context (rebalances, statistics).
+//! - [`kafka_log`]: librdkafka's errors and log lines, said once per kind with a count.
 //! - [`pipeline`]: `run`: wires source → decode → batch → sinks → commit.
 //! - [`metrics`], [`server`], [`telemetry`], [`shutdown`]: operating the daemon.
 //! - [`merlin_entry`]: Merlin's container command (`python -m publisher +environment=NAME`).
@@ -44,6 +45,7 @@ pub mod decode;
 pub mod footprint;
 pub mod framing;
 pub mod gen;
+pub mod kafka_log;
 pub(crate) mod mapped;
 pub mod merlin_entry;
 pub mod metrics;

@@ -10,6 +10,7 @@
 //! Call sites use the names from [`names`] only; emit once per batch, never per row.
 
 pub mod names;
+pub mod process;
 pub mod quality;
 pub mod startup;
 
@@ -67,6 +68,7 @@ pub fn prometheus_builder() -> Result<PrometheusBuilder, BuildError> {
 pub fn install() -> Result<PrometheusHandle, BuildError> {
     let handle = prometheus_builder()?.install_recorder()?;
     describe();
+    process::describe();
     record_build_info();
     startup::register_zero_series();
     Ok(handle)

@@ -76,6 +76,7 @@ impl LogRejected<'_> {
     pub(crate) fn emit(&self, limit: &mut RateLimit, now: Instant) {
         metrics::counter!(names::DEAD_LETTERS, names::KIND => "decode", names::REASON => self.code)
             .increment(1);
+        super::progress::COUNTERS.dead_lettered();
         if limit.allow(now) {
             tracing::warn!(topic = %self.topic, partition = self.partition, offset = self.offset,
                 code = self.code, reason = %self.reason, "log rejected; dead-lettered");
@@ -97,6 +98,7 @@ impl RowRejected<'_> {
     pub(crate) fn emit(&self, limit: &mut RateLimit, now: Instant) {
         metrics::counter!(names::DEAD_LETTERS, names::KIND => "row", names::REASON => self.code)
             .increment(1);
+        super::progress::COUNTERS.dead_lettered();
         if limit.allow(now) {
             tracing::warn!(sink = self.sink, partition = self.partition, offset = self.offset,
                 row = self.row, code = self.code, reason = %self.reason,
@@ -192,6 +194,7 @@ impl BatchFlushed {
             .record(self.rows as f64);
         metrics::histogram!(names::FLUSH_BYTES).record(self.bytes as f64);
         metrics::counter!(names::MESSAGES_CONSUMED).increment(self.messages);
+        super::progress::COUNTERS.consumed(self.messages);
         metrics::counter!(names::BYTES_CONSUMED).increment(self.input_bytes);
         metrics::counter!(names::ROWS_DECODED).increment(self.rows_decoded);
         InflightBytes(self.inflight_bytes).emit();
@@ -290,6 +293,7 @@ impl BatchAcknowledged<'_> {
         metrics::counter!(names::PREDICTION_LOGS_PROCESSED, names::MODEL_ID => l.model_id.clone(),
             names::MODEL_VERSION => l.model_version.clone(), names::MERLIN_PROJECT => l.project.clone())
         .increment(self.messages as u64);
+        super::progress::COUNTERS.acknowledged(self.messages as u64);
         if let Some(ts) = self.newest {
             metrics::gauge!(names::LAST_PROCESSED_TIMESTAMP, names::MODEL_ID => l.model_id.clone(),
                 names::MODEL_VERSION => l.model_version.clone(), names::MERLIN_PROJECT => l.project.clone())
@@ -321,7 +325,10 @@ pub(crate) enum Committed<'a> {
 impl Committed<'_> {
     pub(crate) fn emit(&self) {
         match self {
-            Committed::Done => metrics::counter!(names::COMMITS).increment(1),
+            Committed::Done => {
+                metrics::counter!(names::COMMITS).increment(1);
+                super::progress::COUNTERS.committed();
+            }
             Committed::Failed(e) => {
                 metrics::counter!(names::COMMIT_FAILURES).increment(1);
                 tracing::warn!(error = %e, "offset commit failed; retried at the next interval");

@@ -13,7 +13,6 @@
 //! ([`Timers`]), what the loop does next ([`Next`]) and the settings it follows ([`Settings`]).
 
 use crate::config::StartFrom;
-use rdkafka::consumer::BaseConsumer;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -113,7 +112,7 @@ pub(crate) struct Settings {
     pub(crate) start_from: Option<StartFrom>,
     /// `start_from: group:<name>`'s client (its event queue is served at the commit cadence,
     /// so what it queues between rebalances, broker errors, stays bounded).
-    pub(crate) other_group: Option<Arc<BaseConsumer>>,
+    pub(crate) other_group: Option<Arc<super::start_from::GroupReader>>,
 }
 
 /// What the poll loop does next.

@@ -28,6 +28,7 @@
 //! dead-letter target, commit, leave the group, exit 0, all within `consumer.drain_timeout`.
 //! Exit 1 if the drain did not finish, 101 if anything panicked (`crash.rs`).
 
+mod announce;
 mod build;
 mod checkpoints;
 mod crash;
@@ -38,6 +39,7 @@ mod lanes;
 mod ledger;
 mod letters;
 mod messages;
+mod progress;
 mod replay;
 mod sinks;
 mod start_from;
@@ -64,7 +66,7 @@ use tokio_util::sync::CancellationToken;
 /// build every part, start the pipeline thread, join it.
 pub fn run(cfg: Config, replay: Option<PathBuf>) -> ExitCode {
     crate::telemetry::init(cfg.logging.format, &cfg.logging.level, cfg.scrubber());
-    tracing::info!(version = env!("CARGO_PKG_VERSION"), config = %cfg.to_redacted_yaml(), "starting");
+    announce::starting(&cfg, replay.as_deref());
     match Publisher::build(cfg, replay) {
         Ok(p) => p.start().join(),
         Err(e) => e.report(),
@@ -134,6 +136,7 @@ impl Publisher {
             Arc::clone(&health),
             Arc::new(move || {
                 crate::metrics::startup::resident_memory();
+                crate::metrics::process::collect();
                 render.render() + &crate::metrics::quality::render()
             }),
             hard_stop.clone(),
@@ -148,6 +151,10 @@ impl Publisher {
                 }
             }
         });
+        rt.spawn(progress::report(
+            cfg.logging.progress_interval,
+            hard_stop.clone(),
+        ));
 
         // Sinks.
         let starts: Option<PartitionStarts> =

@@ -601,8 +601,8 @@ impl State {
             if self.errors.allow(now) {
                 tracing::warn!(topic = %self.topic, "source topic does not exist yet; waiting");
             }
-        } else if self.errors.allow(now) {
-            tracing::warn!(error = %e, "consumer error");
+        } else {
+            crate::kafka_log::poll_error(e);
         }
     }
 
