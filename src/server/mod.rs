@@ -99,6 +99,11 @@ impl Health {
         *self.sinks_stuck.lock().unwrap_or_else(|e| e.into_inner()) = stuck;
     }
 
+    /// Whether `/readyz` answers 200: every condition met and nothing stuck.
+    pub fn is_ready(&self) -> bool {
+        self.not_ready().is_empty() && self.stuck().is_empty()
+    }
+
     /// The conditions that are not met (empty = ready), besides [`Health::stuck`].
     pub fn not_ready(&self) -> Vec<&'static str> {
         let mut v = Vec::new();
