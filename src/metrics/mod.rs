@@ -11,6 +11,8 @@
 
 pub mod names;
 pub mod quality;
+#[cfg(test)]
+mod rules;
 pub mod startup;
 
 use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusHandle};
