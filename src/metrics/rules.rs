@@ -1,6 +1,7 @@
 //! Tests of the alert rules in `deploy/alerts/` against the conventions docs/alerts.md states
 //! (labels are the alert's identity: only `severity` besides what the expression yields; every
-//! alert has a summary, a description with its values and a runbook URL whose section exists).
+//! alert has a summary, a description with its values and a runbook URL whose section exists),
+//! and of the dashboard's publisher picker.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -142,4 +143,43 @@ fn every_alert_has_annotations_a_severity_only_and_a_runbook_section_that_exists
         }
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// The dashboard's pickers read a series every publisher serves from start-up (build info), so
+/// a publisher stuck before its first flush can be picked; a panel charts the sink errors.
+#[test]
+fn dashboard_picks_publishers_from_build_info_and_charts_sink_errors() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(root.join("deploy/grafana-dashboard.json")).unwrap();
+    let dashboard: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let pickers: Vec<&str> = dashboard["templating"]["list"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|v| v["type"] == "query")
+        .map(|v| v["query"].as_str().unwrap())
+        .collect();
+    assert!(pickers.len() >= 2, "{pickers:?}");
+    for q in &pickers {
+        assert!(
+            q.starts_with(&format!("label_values({}", super::names::BUILD_INFO)),
+            "picker reads a series absent until later: {q}"
+        );
+    }
+    let exprs: Vec<&str> = dashboard["panels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|p| p["targets"].as_array().into_iter().flatten())
+        .filter_map(|t| t["expr"].as_str())
+        .collect();
+    for name in [
+        super::names::SINK_ERRORS,
+        super::names::DEAD_LETTER_WRITE_ERRORS,
+    ] {
+        assert!(
+            exprs.iter().any(|e| e.contains(&format!("{name}{{"))),
+            "no panel charts {name}"
+        );
+    }
 }
