@@ -90,8 +90,14 @@ pub const PREDICTION_SCORE: &str = "observation_publisher_prediction_score";
 pub const FEATURE_VALUE: &str = "observation_publisher_feature_value";
 /// Rows per derived prediction label. Counter; label [`LABEL`] (the configured labels).
 pub const PREDICTION_LABELS: &str = "observation_publisher_prediction_labels_total";
-/// Constant 1 with the build's version. Gauge; label [`VERSION`].
+/// Constant 1 with the build's version and the model version the process publishes for. Gauge;
+/// labels [`VERSION`], [`MERLIN_PROJECT`], [`MODEL_ID`], [`MODEL_VERSION`]. Present from start,
+/// so alert rules and the dashboard join other series to it by `namespace` and `pod` to group
+/// them by model version, whatever the scrape configuration adds.
 pub const BUILD_INFO: &str = "observation_publisher_build_info";
+/// 1 while `/readyz` would answer 200, else 0; set at each scrape from the same conditions.
+/// Gauge. Here so readiness alerts work without kube-state-metrics.
+pub const READY: &str = "observation_publisher_ready";
 
 /// Label: Merlin model id (the model name).
 pub const MODEL_ID: &str = "model_id";
@@ -201,7 +207,12 @@ pub const ALL: &[(&str, MetricKind, &str)] = &[
     (PREDICTION_SCORE, MetricKind::Histogram, "The model's score per row, by class."),
     (PREDICTION_LABELS, MetricKind::Counter, "Rows per derived prediction label."),
     (FEATURE_VALUE, MetricKind::Histogram, "A numeric feature's values (features and buckets from metrics.feature_histograms)."),
-    (BUILD_INFO, MetricKind::Gauge, "Constant 1, labelled with the publisher version."),
+    (
+        BUILD_INFO,
+        MetricKind::Gauge,
+        "Constant 1, labelled with the publisher version and the model version it publishes for.",
+    ),
+    (READY, MetricKind::Gauge, "1 while /readyz answers 200 (read at each scrape), else 0."),
     // The BigQuery sink's.
     (bigquery::APPEND_LATENCY_SECONDS, MetricKind::Histogram, "Seconds from sending an AppendRows request to its response."),
     (bigquery::ROWS_APPENDED_TOTAL, MetricKind::Counter, "Rows BigQuery accepted."),

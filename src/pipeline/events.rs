@@ -120,13 +120,8 @@ pub(crate) struct DeadLetterFailed<'a> {
 
 impl DeadLetterFailed<'_> {
     pub(crate) fn emit(&self, limit: &mut RateLimit, now: Instant) {
-        let retryable = if self.failure == Failure::NeedsOperator {
-            "false"
-        } else {
-            "true"
-        };
         metrics::counter!(names::DEAD_LETTER_WRITE_ERRORS,
-            names::ERROR_CODE => self.failure.code(), names::RETRYABLE => retryable)
+            names::ERROR_CODE => self.failure.code(), names::RETRYABLE => self.failure.retryable())
         .increment(1);
         if !limit.allow(now) {
             return;

@@ -111,8 +111,12 @@ struct Running {
 
 impl Publisher {
     fn build(cfg: Config, replay: Option<PathBuf>) -> Result<Publisher, NotStarted> {
-        let handle = crate::metrics::install()
-            .map_err(|e| NotStarted::Failed(format!("cannot install the metrics recorder: {e}")))?;
+        let handle = crate::metrics::install(&crate::metrics::Model {
+            project: &cfg.project,
+            model_id: &cfg.model_id,
+            model_version: &cfg.model_version,
+        })
+        .map_err(|e| NotStarted::Failed(format!("cannot install the metrics recorder: {e}")))?;
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -131,12 +135,14 @@ impl Publisher {
                 NotStarted::Failed(format!("cannot listen on {}: {e}", cfg.server.listen))
             })?;
         let render = handle.clone();
+        let readiness = Arc::clone(&health);
         rt.spawn(server::serve(
             listener,
             Arc::clone(&health),
             Arc::new(move || {
                 crate::metrics::startup::resident_memory();
                 crate::metrics::process::collect();
+                crate::metrics::startup::ready(readiness.is_ready());
                 render.render() + &crate::metrics::quality::render()
             }),
             hard_stop.clone(),
@@ -222,6 +228,9 @@ impl Publisher {
         crate::metrics::startup::register_sink_series(
             &sink_names,
             &crate::sink::SinkErrorKind::ALL.map(|k| k.code()),
+        );
+        crate::metrics::startup::register_dead_letter_series(
+            &crate::deadletter::Failure::ALL.map(|f| (f.code(), f.retryable())),
         );
         crate::metrics::startup::memory_bound(
             crate::footprint::Footprint::of(&cfg, replay.is_none()).bound(),

@@ -111,6 +111,11 @@ impl Health {
         *self.sinks_stuck.lock().unwrap_or_else(|e| e.into_inner()) = stuck;
     }
 
+    /// Whether `/readyz` answers 200: every condition met and nothing stuck.
+    pub fn is_ready(&self) -> bool {
+        self.not_ready().is_empty() && self.stuck().is_empty()
+    }
+
     /// Records a client error about the brokers: a cause replaces what was known; "all
     /// brokers are down" is kept only when no cause is known.
     pub fn set_broker_problem(&self, problem: BrokerProblem) {
