@@ -56,6 +56,13 @@ pub const RESIDENT_MEMORY: &str = "observation_publisher_resident_memory_bytes";
 pub const MEMORY_BOUND: &str = "observation_publisher_memory_bound_bytes";
 /// Partitions paused by backpressure. Gauge.
 pub const PAUSED_PARTITIONS: &str = "observation_publisher_paused_partitions";
+/// Bytes of the pipeline's bookkeeping of messages not yet committable, as allocated: their
+/// offsets, their batches' records and, for staged batches (whose bytes no longer count), what
+/// is kept until the sink's move. Counted against the in-flight budget. Gauge.
+pub const BOOKKEEPING_BYTES: &str = "observation_publisher_bookkeeping_bytes";
+/// Times the bookkeeping of staged rows reached half the in-flight budget and the staging sinks
+/// were asked to move at once instead of at their interval. Counter.
+pub const EARLY_MOVES: &str = "observation_publisher_early_moves_total";
 /// Times intake reached the in-flight budget and was held (not polling) until acknowledgements
 /// freed it or the hold became a pause. Counter.
 pub const INTAKE_HOLDS: &str = "observation_publisher_intake_holds_total";
@@ -179,6 +186,16 @@ pub const ALL: &[(&str, MetricKind, &str)] = &[
     (RESIDENT_MEMORY, MetricKind::Gauge, "Resident memory of the process, read at each scrape."),
     (MEMORY_BOUND, MetricKind::Gauge, "The memory formula's bound for this configuration (docs/reliability.md)."),
     (PAUSED_PARTITIONS, MetricKind::Gauge, "Partitions paused by backpressure."),
+    (
+        BOOKKEEPING_BYTES,
+        MetricKind::Gauge,
+        "Bytes of the bookkeeping of messages not yet committable (staged rows' among them), counted against the in-flight budget.",
+    ),
+    (
+        EARLY_MOVES,
+        MetricKind::Counter,
+        "Times staged rows' bookkeeping reached half the in-flight budget and staging sinks were asked to move at once.",
+    ),
     (INTAKE_HOLDS, MetricKind::Counter, "Times intake was held at the in-flight budget before acknowledgements freed it or it was paused."),
     (CONSUMER_LAG, MetricKind::Gauge, "Messages between the consumer position and the high watermark."),
     (COMMITS, MetricKind::Counter, "Offset commits that succeeded."),

@@ -366,27 +366,80 @@ pub(crate) struct Intake {
     pub(crate) batch_bytes: usize,
     /// Bytes of dead letters waiting for their write.
     pub(crate) letter_bytes: usize,
+    /// Bytes of the bookkeeping of messages not yet committable (staged rows' among them).
+    pub(crate) bookkeeping_bytes: usize,
+    /// Messages staged, waiting for their sink's move.
+    pub(crate) staged_messages: usize,
 }
 
 impl Intake {
+    /// What uses up the budget, in words: the largest of its parts.
+    fn held_by(&self) -> &'static str {
+        if self.bookkeeping_bytes >= self.batch_bytes.max(self.letter_bytes) {
+            "the bookkeeping of messages not yet committable, mostly staged rows waiting for              their sink's move (moved early from half the budget on)"
+        } else if self.batch_bytes >= self.letter_bytes {
+            "batches waiting for the sinks"
+        } else {
+            "dead letters waiting for their write"
+        }
+    }
+
     pub(crate) fn emit(&self) {
         metrics::gauge!(names::PAUSED_PARTITIONS).set(self.paused_partitions as f64);
         PendingLetters(self.letter_bytes).emit();
+        Bookkeeping(self.bookkeeping_bytes).emit();
         if self.changed {
             if self.paused_partitions > 0 {
                 tracing::info!(
                     batch_bytes = self.batch_bytes,
                     letter_bytes = self.letter_bytes,
+                    bookkeeping_bytes = self.bookkeeping_bytes,
+                    staged_messages = self.staged_messages,
+                    held_by = self.held_by(),
                     "in-flight budget used up: partitions paused"
                 );
             } else {
                 tracing::info!(
                     batch_bytes = self.batch_bytes,
                     letter_bytes = self.letter_bytes,
+                    bookkeeping_bytes = self.bookkeeping_bytes,
                     "in-flight budget available: partitions resumed"
                 );
             }
         }
+    }
+}
+
+/// The bookkeeping of messages not yet committable changed.
+pub(crate) struct Bookkeeping(pub(crate) usize);
+
+impl Bookkeeping {
+    pub(crate) fn emit(&self) {
+        metrics::gauge!(names::BOOKKEEPING_BYTES).set(self.0 as f64);
+    }
+}
+
+/// The bookkeeping of staged rows reached its share of the budget: the staging sinks are
+/// asked to move now. Emitted once per crossing (the requests repeated while it stays over are
+/// not).
+pub(crate) struct EarlyMove {
+    pub(crate) bookkeeping_bytes: usize,
+    pub(crate) staged_messages: usize,
+    pub(crate) budget: usize,
+}
+
+impl EarlyMove {
+    pub(crate) fn emit(&self) {
+        metrics::counter!(names::EARLY_MOVES).increment(1);
+        tracing::info!(
+            bookkeeping_bytes = self.bookkeeping_bytes,
+            staged_messages = self.staged_messages,
+            max_inflight_bytes = self.budget,
+            "the bookkeeping of staged rows fills half of batching.max_inflight_bytes: staging \
+             sinks move what they staged now, before their interval (intake is held at the \
+             whole budget until a move frees it); to move less often, raise \
+             batching.max_inflight_bytes or shorten the sink's interval"
+        );
     }
 }
 
@@ -465,6 +518,8 @@ mod tests {
                 changed: true,
                 batch_bytes: 10,
                 letter_bytes: 20,
+                bookkeeping_bytes: 30,
+                staged_messages: 2,
             }
             .emit();
             DeadLetterFailed {
@@ -495,6 +550,7 @@ mod tests {
             format!("{} 7", names::REVOKE_WRITTEN_UNCOMMITTED),
             format!("{} 3", names::PAUSED_PARTITIONS),
             format!("{} 20", names::DEAD_LETTER_PENDING_BYTES),
+            format!("{} 30", names::BOOKKEEPING_BYTES),
             format!(
                 r#"{}{{error_code="needs_operator",retryable="false"}} 1"#,
                 names::DEAD_LETTER_WRITE_ERRORS

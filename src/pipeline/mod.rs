@@ -18,7 +18,8 @@
 //! (and exactly-once stream registrations) go through a committer thread, because a commit
 //! waits for a pending rebalance round (`state/commits.rs`).
 //!
-//! Backpressure: when the Arrow bytes of unacknowledged batches reach
+//! Backpressure: when the Arrow bytes of unacknowledged batches, with dead letters waiting and
+//! the bookkeeping of messages not yet committable (staged rows'), reach
 //! `batching.max_inflight_bytes`, every assigned partition is paused (the consumer keeps
 //! polling, so it stays in its group) and resumed below half the budget; librdkafka's prefetch
 //! (its queue and one fetch response) is sized to a quarter of the budget. Memory stays flat
@@ -237,7 +238,7 @@ impl Publisher {
         );
         let batcher = Batcher::new(layout, cfg.batching.clone());
         let exactly_once = starts.is_some();
-        let state = State::new(
+        let mut state = State::new(
             topic,
             sink_count,
             batcher,
@@ -248,6 +249,8 @@ impl Publisher {
             cfg.batching.max_inflight_bytes,
             starts,
         );
+        // The same hooks move staged rows early when their bookkeeping fills half the budget.
+        state.set_staging_hooks(revoke_hooks.clone());
         let intake = match (replay, &cfg.observation_source) {
             (Some(path), _) => Intake::Replay(path),
             (None, Some(src)) => {

@@ -14,7 +14,9 @@
 //!   [`mover`] has moved the batch's epoch into the target. A batch with refused rows skips the
 //!   staged step (it stays held until written, so its rows can be dead-lettered).
 //! - [`Sink::revoke_hook`](crate::sink::Sink::revoke_hook): a revoke moves what is staged at once, and keeps moving what is
-//!   staged until the revoke's deadline, so its rows are committed by the revoke.
+//!   staged until the revoke's deadline, so its rows are committed by the revoke. The pipeline
+//!   calls the same hook with a deadline already reached when staged rows' bookkeeping fills
+//!   half the in-flight budget: the mover moves at once (an early move).
 //! - [`Sink::close`](crate::sink::Sink::close): stops the mover and drops the staging table.
 //!
 //! The protocol pieces, pure and verified against pyodps (tests/it/maxcompute; docs/maxcompute.md

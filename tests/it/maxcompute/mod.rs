@@ -10,11 +10,14 @@
 //!   the same rows as Parquet and as Merlin's path, faults, a crash-left staging table.
 //! - [`moves`]: a move's `INSERT` runs once through poll errors and upper-case statuses; a
 //!   revoke duplicates nothing (two pods in one group).
+//! - [`budget`]: staged rows' bookkeeping fills the in-flight budget: an early move, intake
+//!   paused while it runs and resumed after, every log once.
 //! - [`rolling`]: a rolling restart of three publishers in one group under steady load, with
 //!   MAXCOMPUTE and BIGQUERY (at_least_once): each log once in each target, no process killed.
 //! - [`clients`]: our SQL instance and Tunnel clients through the fake, with injected faults
 //!   (failed tasks, refused signatures, 503, throttling, a dropped block PUT, a failed commit).
 
+mod budget;
 mod clients;
 mod encode;
 pub(crate) mod fake;
