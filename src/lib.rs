@@ -9,6 +9,7 @@
 //! ```
 //!
 //! # Layout
+//! - [`auth`]: credentials (Google Application Default Credentials), for any stage.
 //! - [`config`]: Merlin's YAML plus our strict sections; layered; all problems at once.
 //! - [`proto`]: prost types generated from `proto/` (the readable reference of the wire format).
 //! - [`decode`]: the pure hot path: a protobuf walker appending straight into Arrow builders.
@@ -33,6 +34,7 @@
 //! - [`merlin_entry`]: Merlin's container command (`python -m publisher +environment=NAME`).
 //! - [`bootstrap`]: one publisher Deployment per model version on Kubernetes.
 
+pub mod auth;
 pub mod backoff;
 pub mod batch;
 pub mod bootstrap;

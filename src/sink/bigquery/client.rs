@@ -6,7 +6,7 @@
 //! routing; the value is URL-encoded (as Google's client libraries do), so table names with
 //! spaces or non-ASCII letters fit in a header.
 
-use super::auth::Credentials;
+use crate::auth::google::Credentials;
 use super::proto::{
     big_query_write_client::BigQueryWriteClient, AppendRowsRequest, AppendRowsResponse,
     CreateWriteStreamRequest, FinalizeWriteStreamRequest, FinalizeWriteStreamResponse,
