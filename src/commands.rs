@@ -4,7 +4,7 @@
 use crate::cli::{
     ConfigArgs, ConfigOnlyArgs, ConvertArgs, GenArgs, OutputFormat, ProduceArgs, RunArgs,
 };
-use crate::config::{load_value, override_scrubber, Config, Needs};
+use crate::config::{Config, Needs};
 use crate::decode::Decoder;
 use crate::framing::{write_frame, FrameReader};
 use crate::gen::{GenOptions, Generator};
@@ -41,21 +41,14 @@ fn load_config_and_warnings(
     args: &ConfigArgs,
     needs: Needs,
 ) -> Result<(serde_yaml_ng::Value, Config, Vec<String>), ExitCode> {
-    // An override's value may be a secret: no message about it shows the value.
-    let scrubber = override_scrubber(std::env::vars(), &args.sets);
-    let value = load_value(Some(&args.config), std::env::vars(), &args.sets).map_err(|p| {
-        eprint!("{}", scrubber.scrub(&p.to_string()));
-        ExitCode::from(EXIT_USAGE)
-    })?;
-    let (cfg, warnings) = Config::from_value(&value, needs).map_err(|p| {
-        eprint!("{}", scrubber.scrub(&p.to_string()));
-        ExitCode::from(EXIT_USAGE)
-    })?;
-    let warnings = warnings
-        .iter()
-        .map(|w| scrubber.scrub(w).into_owned())
-        .collect();
-    Ok((value, cfg, warnings))
+    let env: Vec<(String, String)> = std::env::vars().collect();
+    match crate::config::load(&args.config, env, &args.sets, needs) {
+        Ok(l) => Ok((l.value, l.config, l.warnings)),
+        Err(p) => {
+            eprint!("{p}");
+            Err(ExitCode::from(EXIT_USAGE))
+        }
+    }
 }
 
 /// `schema`: prints the BigQuery REST table resource.
