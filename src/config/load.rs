@@ -5,6 +5,7 @@ use super::origin::Origins;
 use super::value::Problems;
 use super::{Config, Needs};
 use serde_yaml_ng::{Mapping, Value};
+use std::ffi::OsString;
 use std::path::Path;
 
 /// Prefix of configuration environment variables: `OBS_PUBLISHER__SECTION__KEY`.
@@ -19,6 +20,23 @@ pub struct Loaded {
     pub config: Config,
     /// Warnings (unknown keys in Merlin's sections), each saying where it was set.
     pub warnings: Vec<String>,
+    origins: Origins,
+    secrets: crate::redact::Scrubber,
+}
+
+impl Loaded {
+    /// The files the configuration and the environment (`env`: a variable's value by name)
+    /// name, checked the way `run` uses them ([`super::preflight::preflight`]): every one it
+    /// could not use is a problem saying where its setting was made.
+    pub fn preflight(&self, env: &dyn Fn(&str) -> Option<OsString>) -> Result<(), Problems> {
+        let mut p = super::preflight::preflight(&self.config, env);
+        if p.is_empty() {
+            return Ok(());
+        }
+        p.annotate(|key| self.origins.of(&self.value, key));
+        scrub(&mut p, &self.secrets);
+        Err(p)
+    }
 }
 
 /// Loads the file at `path` with `env` and `sets` over it ([`load_layers`]) and reads it for
@@ -46,11 +64,16 @@ pub fn load(
         p
     };
     match Config::read(&value, needs) {
-        Ok((config, warnings)) => Ok(Loaded {
-            config,
-            warnings: finish(warnings).0,
-            value,
-        }),
+        Ok((config, warnings)) => {
+            let warnings = finish(warnings).0;
+            Ok(Loaded {
+                config,
+                warnings,
+                value,
+                origins,
+                secrets,
+            })
+        }
         Err(p) => Err(finish(p)),
     }
 }

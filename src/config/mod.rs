@@ -29,6 +29,7 @@ mod load;
 mod merlin;
 mod origin;
 mod ours;
+pub mod preflight;
 mod quality;
 mod schema;
 mod understood;

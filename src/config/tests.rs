@@ -5,6 +5,7 @@ mod gen;
 mod group;
 mod logging;
 mod names;
+mod preflight;
 use names::named;
 
 fn parse(yaml: &str, needs: Needs) -> Result<(Config, Vec<String>), Problems> {

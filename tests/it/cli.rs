@@ -566,6 +566,74 @@ fn a_misspelt_key_is_one_problem_in_the_list_with_its_line_and_the_key_meant() {
     );
 }
 
+/// A file the configuration or the environment names that is not there is a problem for
+/// `check-config` and for `run` (before it connects anywhere), naming the setting or variable,
+/// the path and where the setting was made; check-config also says where dead letters go.
+#[test]
+fn a_named_file_that_is_not_there_exits_2_naming_setting_and_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("ca.pem");
+    let key = dir.path().join("key.json");
+    let text = std::fs::read_to_string(repo_config("merlin-binary.yaml"))
+        .unwrap()
+        .replace(
+            "      auto.offset.reset: latest\n",
+            &format!(
+                "      auto.offset.reset: latest\n      ssl.ca.location: {}\n",
+                ca.display()
+            ),
+        );
+    let line = text
+        .lines()
+        .position(|l| l.contains("ssl.ca.location"))
+        .unwrap()
+        + 1;
+    let cfg = dir.path().join("c.yaml");
+    std::fs::write(&cfg, text).unwrap();
+    let cfg = cfg.to_str().unwrap();
+    let expected = format!(
+        "invalid configuration (2 problems):\n\
+         \x20 - observation_source.config.additional_consumer_config.ssl.ca.location: {ca:?} does not exist (at {cfg}:{line})\n\
+         \x20 - GOOGLE_APPLICATION_CREDENTIALS: {key:?} does not exist; point it at the service-account key file, or unset it to use the metadata server\n"
+    );
+    for cmd in ["check-config", "run"] {
+        let o = crate::common::bin()
+            .args([cmd, "-c", cfg])
+            .env("GOOGLE_APPLICATION_CREDENTIALS", &key)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "{cmd}: {}", stderr(&o));
+        assert_eq!(stderr(&o), expected, "{cmd}");
+    }
+    std::fs::write(&ca, "not checked beyond being readable").unwrap();
+    std::fs::write(&key, "{}").unwrap();
+    let o = crate::common::bin()
+        .args(["check-config", "-c", cfg])
+        .env("GOOGLE_APPLICATION_CREDENTIALS", &key)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_yaml_ng::Value =
+        serde_yaml_ng::from_slice(&o.stdout).expect("check-config prints YAML");
+    assert_eq!(
+        v["dead-letter topic"].as_str(),
+        Some("caraml-sample-credit-model-3-prediction-log-dlq")
+    );
+    let letters = dir.path().join("letters/dlq.bin");
+    let o = run(&[
+        "check-config",
+        "-c",
+        cfg,
+        "--set",
+        "dead_letter.target=file",
+        "--set",
+        &format!("dead_letter.path={}", letters.display()),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_yaml_ng::Value = serde_yaml_ng::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["dead-letter file"].as_str(), letters.to_str());
+}
+
 /// An argument that is not UTF-8 is a usage error (exit 2), also on the path that hides
 /// override values, never a panic.
 #[test]
