@@ -4,7 +4,7 @@
 use crate::cli::{
     ConfigArgs, ConfigOnlyArgs, ConvertArgs, GenArgs, OutputFormat, ProduceArgs, RunArgs,
 };
-use crate::config::{load_value, override_scrubber, Config, Needs};
+use crate::config::{Config, Loaded, Needs};
 use crate::decode::Decoder;
 use crate::framing::{write_frame, FrameReader};
 use crate::gen::{GenOptions, Generator};
@@ -28,34 +28,41 @@ pub const EXIT_FAILURE: u8 = 1;
 /// Loads and validates the configuration for `needs`; prints warnings; on problems prints them
 /// all and returns the exit code to use.
 pub fn load_config(args: &ConfigArgs, needs: Needs) -> Result<Config, ExitCode> {
-    let (_, cfg, warnings) = load_config_and_warnings(args, needs)?;
-    for w in warnings {
-        eprintln!("warning: {w}");
-    }
-    Ok(cfg)
+    let l = load_checked(args, needs, false)?;
+    Ok(l.config)
 }
 
-/// Like [`load_config`], returning the layered tree the config was read from and the warnings
-/// instead of printing them.
-fn load_config_and_warnings(
-    args: &ConfigArgs,
-    needs: Needs,
-) -> Result<(serde_yaml_ng::Value, Config, Vec<String>), ExitCode> {
-    // An override's value may be a secret: no message about it shows the value.
-    let scrubber = override_scrubber(std::env::vars(), &args.sets);
-    let value = load_value(Some(&args.config), std::env::vars(), &args.sets).map_err(|p| {
-        eprint!("{}", scrubber.scrub(&p.to_string()));
+/// Loads the configuration for `needs` and prints its warnings; with `preflight`, also checks
+/// the files it names ([`Loaded::preflight`]). On problems prints them all and returns the exit
+/// code to use.
+fn load_checked(args: &ConfigArgs, needs: Needs, preflight: bool) -> Result<Loaded, ExitCode> {
+    let l = load_quiet(args, needs)?;
+    for w in &l.warnings {
+        eprintln!("warning: {w}");
+    }
+    if preflight {
+        check_files(&l)?;
+    }
+    Ok(l)
+}
+
+/// Loads the configuration for `needs`, leaving its warnings to the caller; on problems prints
+/// them all and returns the exit code to use.
+fn load_quiet(args: &ConfigArgs, needs: Needs) -> Result<Loaded, ExitCode> {
+    let env: Vec<(String, String)> = std::env::vars().collect();
+    crate::config::load(&args.config, env, &args.sets, needs).map_err(|p| {
+        eprint!("{p}");
         ExitCode::from(EXIT_USAGE)
-    })?;
-    let (cfg, warnings) = Config::from_value(&value, needs).map_err(|p| {
-        eprint!("{}", scrubber.scrub(&p.to_string()));
+    })
+}
+
+/// [`Loaded::preflight`] with this process's environment; on problems prints them all and
+/// returns the exit code to use.
+fn check_files(l: &Loaded) -> Result<(), ExitCode> {
+    l.preflight(&|name| std::env::var_os(name)).map_err(|p| {
+        eprint!("{p}");
         ExitCode::from(EXIT_USAGE)
-    })?;
-    let warnings = warnings
-        .iter()
-        .map(|w| scrubber.scrub(w).into_owned())
-        .collect();
-    Ok((value, cfg, warnings))
+    })
 }
 
 /// `schema`: prints the BigQuery REST table resource.
@@ -75,11 +82,10 @@ pub fn schema(a: ConfigOnlyArgs) -> ExitCode {
 /// After it, as YAML comments, how each of Merlin's compatibility keys in the file is understood
 /// ([`crate::config::merlin_keys`]) and the memory formula's bound, term by term.
 pub fn check_config(a: ConfigOnlyArgs) -> ExitCode {
-    match load_config_and_warnings(&a.cfg, Needs::RUN) {
-        Ok((value, c, warnings)) => {
-            for w in warnings {
-                eprintln!("warning: {w}");
-            }
+    match load_checked(&a.cfg, Needs::RUN, true) {
+        Ok(Loaded {
+            value, config: c, ..
+        }) => {
             let notes = crate::config::as_comments(&crate::config::merlin_keys(&value, &c));
             let memory: String = crate::footprint::Footprint::of(&c, true)
                 .describe()
@@ -101,17 +107,27 @@ pub fn check_config(a: ConfigOnlyArgs) -> ExitCode {
 
 /// What `run` will use that the configuration only implies, after the YAML: the consumer group
 /// on a line of its own (`consumer group: <name>`, itself YAML) and, as a comment, where a
-/// partition it never committed starts.
+/// partition it never committed starts; then where dead letters go (`dead-letter topic: <name>`
+/// or `dead-letter file: <path>`).
 fn run_plan(c: &Config) -> String {
-    let Some(group) = c.consumer_group() else {
-        return String::new();
-    };
     // Quoted only where YAML needs it.
-    let name = serde_yaml_ng::to_string(&group).unwrap_or_else(|_| format!("{group:?}\n"));
-    format!(
-        "consumer group: {name}# where it starts: {}\n",
-        c.start_text()
-    )
+    let yaml = |s: &str| serde_yaml_ng::to_string(s).unwrap_or_else(|_| format!("{s:?}\n"));
+    let mut out = String::new();
+    if let Some(group) = c.consumer_group() {
+        out.push_str(&format!(
+            "consumer group: {}# where it starts: {}\n",
+            yaml(&group),
+            c.start_text()
+        ));
+    }
+    let source_topic = c.observation_source.as_ref().map(|s| s.topic.as_str());
+    if let Some((kind, name, how)) = c.dead_letter.target(source_topic) {
+        out.push_str(&format!("dead-letter {kind}: {}", yaml(&name)));
+        if !how.is_empty() {
+            out.push_str(&format!("# {how}\n"));
+        }
+    }
+    out
 }
 
 /// Rows per record batch in offline commands.
@@ -450,10 +466,11 @@ pub fn merlin(args: &[std::ffi::OsString]) -> ExitCode {
         config: inv.config_path(&dir),
         sets: inv.sets,
     };
-    let (_, cfg_resolved, warnings) = match load_config_and_warnings(&cfg, Needs::RUN) {
-        Ok(c) => c,
+    let loaded = match load_quiet(&cfg, Needs::RUN) {
+        Ok(l) => l,
         Err(code) => return code,
     };
+    let warnings = &loaded.warnings;
     let unknown: Vec<&String> = cfg
         .sets
         .iter()
@@ -476,7 +493,10 @@ pub fn merlin(args: &[std::ffi::OsString]) -> ExitCode {
     for w in warnings {
         eprintln!("warning: {w}");
     }
-    crate::pipeline::run(cfg_resolved, None)
+    if let Err(code) = check_files(&loaded) {
+        return code;
+    }
+    crate::pipeline::run(loaded.config, None)
 }
 
 /// `run`: the daemon (or, with `--replay`, the pipeline over a file).
@@ -490,8 +510,8 @@ pub fn run(a: RunArgs) -> ExitCode {
     } else {
         Needs::RUN
     };
-    let mut cfg = match load_config(&a.cfg, needs) {
-        Ok(c) => c,
+    let mut cfg = match load_checked(&a.cfg, needs, true) {
+        Ok(l) => l.config,
         Err(code) => return code,
     };
     if let Some(f) = a.log_format {
