@@ -37,6 +37,8 @@ pub struct MaxComputeSink {
     mover: Option<tokio::task::JoinHandle<()>>,
     /// Tells the mover a revoke's deadline.
     urgent: Arc<watch::Sender<Option<tokio::time::Instant>>>,
+    /// Tells the mover to end after its running move.
+    closing: CancellationToken,
 }
 
 /// Checks `access_url` where the sink starts ([`crate::config::check_access_url`]).
@@ -78,13 +80,18 @@ impl MaxComputeSink {
         let target = ddl::table_name(&cfg.project, &cfg.model_id);
         let dataset = sink.dataset.clone();
         let report = table::ensure_target(&client, &dataset, &target, &columns).await?;
-        let staging = table::staging_table_name(&target, instance);
-        let left = table::reset_staging(&client, &dataset, &staging, &columns).await?;
+        let prefix = table::staging_prefix(&target, instance);
+        let since_epoch = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        let stamp = table::start_stamp(since_epoch.as_secs(), fastrand::u32(..));
+        let staging = table::staging_table_name(&target, instance, &stamp);
+        let left = table::prepare_staging(&client, &dataset, &prefix, &staging, &columns).await?;
         tracing::info!(
             table = %format!("{dataset}.{target}"),
             target = report,
             staging = %staging,
-            dropped_left_by_crash = left,
+            dropped_left_by_earlier_start = left,
             "MaxCompute tables ready"
         );
         let epochs = Arc::new(Mutex::new(Epochs::default()));
@@ -93,6 +100,7 @@ impl MaxComputeSink {
         let (stuck_tx, stuck) = watch::channel(None);
         crate::metrics::startup::maxcompute_moves(sink.move_timeout);
         let (urgent, urgent_rx) = watch::channel(None);
+        let closing = CancellationToken::new();
         let mover = Mover {
             client: Arc::clone(&client),
             dataset: dataset.clone(),
@@ -109,6 +117,7 @@ impl MaxComputeSink {
             step: Default::default(),
             stopping,
             urgent: urgent_rx,
+            closing: closing.clone(),
         };
         Ok(MaxComputeSink {
             client,
@@ -121,6 +130,7 @@ impl MaxComputeSink {
             stuck,
             mover: Some(tokio::spawn(mover.run())),
             urgent: Arc::new(urgent),
+            closing,
         })
     }
 
@@ -205,6 +215,7 @@ impl Sink for MaxComputeSink {
 
     fn close(&mut self) -> CloseFuture<'_> {
         Box::pin(async move {
+            self.closing.cancel();
             if let Some(m) = self.mover.take() {
                 m.abort();
                 let _ = m.await;
@@ -234,7 +245,7 @@ impl Sink for MaxComputeSink {
                 }
                 Err(_) => tracing::warn!(
                     staging = %self.staging,
-                    "MaxCompute: the staging table could not be dropped; the next start drops it, its lifecycle removes it otherwise"
+                    "MaxCompute: the staging table could not be dropped; the next start of this pod drops it"
                 ),
             }
         })

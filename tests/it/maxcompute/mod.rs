@@ -10,6 +10,8 @@
 //!   the same rows as Parquet and as Merlin's path, faults, a crash-left staging table.
 //! - [`moves`]: a move's `INSERT` runs once through poll errors and upper-case statuses; a
 //!   revoke duplicates nothing (two pods in one group).
+//! - [`staging`]: the staging table under statements answered unclearly or run late (a drop
+//!   polled through errors, a late drop of a moved epoch, a stop during a queued `INSERT`).
 //! - [`rolling`]: a rolling restart of three publishers in one group under steady load, with
 //!   MAXCOMPUTE and BIGQUERY (at_least_once): each log once in each target, no process killed.
 //! - [`clients`]: our SQL instance and Tunnel clients through the fake, with injected faults
@@ -22,6 +24,7 @@ mod moves;
 mod rolling;
 mod sign;
 mod sink;
+mod staging;
 
 use serde_json::Value as Json;
 use std::path::{Path, PathBuf};
