@@ -17,7 +17,8 @@
 //!   staged step (it stays held until written, so its rows can be dead-lettered).
 //! - [`Sink::revoke_hook`](crate::sink::Sink::revoke_hook): a revoke moves what is staged at once, and keeps moving what is
 //!   staged until the revoke's deadline, so its rows are committed by the revoke.
-//! - [`Sink::close`](crate::sink::Sink::close): stops the mover and drops the staging table.
+//! - [`Sink::close`](crate::sink::Sink::close): ends the mover after its running move and drops
+//!   the staging table; a move still running after a bounded wait keeps the table.
 //!
 //! The protocol pieces, pure and verified against pyodps (tests/it/maxcompute; docs/maxcompute.md
 //! records the wire facts):

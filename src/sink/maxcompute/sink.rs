@@ -24,6 +24,11 @@ pub const MAX_UPLOADS: usize = 4;
 /// How long a clean stop tries to drop the staging table.
 const DROP_BUDGET: Duration = Duration::from_secs(10);
 
+/// How long the sink's close waits for a running move before leaving it (and the staging
+/// table) behind. The pipeline's drain has already waited `consumer.drain_timeout` for the moves
+/// its rows needed; this covers a move that started just before the drain ended.
+const MOVE_WAIT: Duration = Duration::from_secs(10);
+
 /// Writes batches into Merlin's MaxCompute table.
 pub struct MaxComputeSink {
     client: Arc<Client>,
@@ -213,12 +218,25 @@ impl Sink for MaxComputeSink {
         }))
     }
 
+    /// Ends the mover after its running move (waiting at most [`MOVE_WAIT`]) and drops the
+    /// staging table once no move reads from it. A move still running is left to finish on its
+    /// own, with the table: never cancelled, never emptied under it (its rows' offsets are not
+    /// committed, so Kafka delivers them again; the next start of this pod drops the table).
     fn close(&mut self) -> CloseFuture<'_> {
         Box::pin(async move {
             self.closing.cancel();
             if let Some(m) = self.mover.take() {
-                m.abort();
-                let _ = m.await;
+                let mut m = m;
+                if tokio::time::timeout(MOVE_WAIT, &mut m).await.is_err() {
+                    tracing::warn!(
+                        staging = %self.staging,
+                        waited_s = MOVE_WAIT.as_secs(),
+                        "MaxCompute: a move is still running at close; it is left to finish and \
+                         the staging table is kept for it (its rows' offsets are uncommitted and \
+                         will be read again; the next start of this pod drops the table)"
+                    );
+                    return;
+                }
             }
             let sql = table::drop_sql(&self.dataset, &self.staging);
             let dropped = tokio::time::timeout(DROP_BUDGET, async {

@@ -8,11 +8,14 @@
 //!   connection (the instance made, its id never seen) is submitted again; the first copy runs
 //!   only after later rows were staged: it removes nothing of them, every row reaches the target
 //!   once and no offset commits ahead of its row.
+//! - [`closing_during_a_held_insert_keeps_the_staging_table_for_it`]: a stop while a move's
+//!   `INSERT` is queued leaves the instance and the staging table alone; the `INSERT` later
+//!   runs from the table; the next start of the pod drops it.
 
 use super::fake::{Fake, DATASET};
 use super::moves::{statements, DROP_PARTITION};
-use super::sink::{key, staging_of, start_fresh, table_rows, target, LIMIT};
-use crate::runtime::{committed_total, create_topic, logs, produce, unique, wait_for};
+use super::sink::{key, sink_yaml, staging_of, start, start_fresh, table_rows, target, LIMIT};
+use crate::runtime::{committed_total, create_topic, logs, produce, unique, wait_for, Setup};
 use serde_json::json;
 
 #[test]
@@ -111,4 +114,88 @@ fn a_late_drop_removes_only_its_own_epoch() {
         "committed but not in the target: {missing:?}"
     );
     assert_eq!(count, 60, "every row exactly once");
+}
+
+#[test]
+fn closing_during_a_held_insert_keeps_the_staging_table_for_it() {
+    let fake = Fake::start();
+    let dir = tempfile::tempdir().unwrap();
+    let topic = unique("mc-close-held");
+    create_topic(&topic, 1);
+    let group = unique("g");
+    let s = Setup::new(dir.path(), "a", &topic, &group, &sink_yaml(&fake, "1s"));
+    // A short drain: the stop gives up on the held move quickly.
+    let yaml = std::fs::read_to_string(&s.config).unwrap();
+    std::fs::write(
+        &s.config,
+        yaml.replace("drain_timeout: 20s", "drain_timeout: 3s"),
+    )
+    .unwrap();
+    let child = start(&s, "pod-close");
+    assert!(
+        wait_for(LIMIT, || staging_of(&fake, "pod-close").is_some()),
+        "{}",
+        s.log_tail()
+    );
+    fake.arm_instance(json!({"match": "^insert", "defer": true}));
+    let all = logs(20, 63, 0.0);
+    produce(&topic, &all);
+    assert!(
+        wait_for(LIMIT, || statements(&fake, "^insert") == 1),
+        "{}",
+        s.log_tail()
+    );
+    let staging = staging_of(&fake, "pod-close").unwrap();
+    assert_eq!(
+        child.stop(),
+        Some(1),
+        "the drain did not finish\n{}",
+        s.log_tail()
+    );
+    assert_eq!(committed_total(&topic, &s.group, 1), 0);
+    assert_eq!(
+        s.log_count("a move is still running at close"),
+        1,
+        "{}",
+        s.log_tail()
+    );
+    assert_eq!(
+        statements(&fake, r"^drop table"),
+        0,
+        "the staging table is not dropped under the INSERT"
+    );
+    let staged = fake.dump("tables")[&staging]["rows"]
+        .as_array()
+        .map_or(0, Vec::len);
+    assert!(staged > 0, "the staging table is kept with its rows");
+    // The queued INSERT runs after the process is gone, from the table it reads.
+    fake.release();
+    let insert = fake
+        .instances()
+        .into_iter()
+        .find(|i| i["sql"].as_str().unwrap().starts_with("insert"))
+        .unwrap();
+    assert_eq!(insert["ok"], true, "{insert}");
+    let (_, count) = table_rows(&fake, &key(DATASET, &target()));
+    assert_eq!(count, staged);
+
+    // The next start of the pod drops the table left and reads the uncommitted logs again:
+    // their rows are in the target twice, the documented duplicate of a move left running.
+    let again = Setup::new(dir.path(), "b", &topic, &group, &sink_yaml(&fake, "1s"));
+    let child = start(&again, "pod-close");
+    assert!(
+        wait_for(LIMIT, || committed_total(&topic, &again.group, 1) == 20),
+        "{}",
+        again.log_tail()
+    );
+    assert_eq!(child.stop(), Some(0), "{}", again.log_tail());
+    assert_eq!(
+        again.log_count("\"dropped_left_by_earlier_start\":1"),
+        1,
+        "{}",
+        again.log_tail()
+    );
+    assert_eq!(staging_of(&fake, "pod-close"), None, "{}", again.log_tail());
+    let (rows, count) = table_rows(&fake, &key(DATASET, &target()));
+    assert_eq!((rows.len(), count), (20, 20 + staged));
 }
