@@ -44,7 +44,7 @@ impl Footprint {
         let b = &cfg.batching;
         let batch = b.batch_bytes() as u64;
         let mut terms = vec![Term {
-            what: "batches and dead letters in flight (batching.max_inflight_bytes)".into(),
+            what: "batches, dead letters and staged rows' bookkeeping in flight (batching.max_inflight_bytes)".into(),
             bytes: b.max_inflight_bytes as u64,
         }];
         if broker {

@@ -9,6 +9,7 @@
 //! ```
 //!
 //! # Layout
+//! - [`auth`]: credentials (Google Application Default Credentials), for any stage.
 //! - [`config`]: Merlin's YAML plus our strict sections; layered; all problems at once.
 //! - [`proto`]: prost types generated from `proto/` (the readable reference of the wire format).
 //! - [`decode`]: the pure hot path: a protobuf walker appending straight into Arrow builders.
@@ -27,11 +28,13 @@
 //!   folder per sink: Parquet (the embedded default), BigQuery, Arize, MaxCompute.
 //! - [`deadletter`]: dead-letter targets (Kafka topic, file).
 //! - [`source`]: Kafka consumer settings and context (rebalances, statistics).
+//! - [`kafka_log`]: librdkafka's errors and log lines, said once per kind with a count.
 //! - [`pipeline`]: `run`: wires source → decode → batch → sinks → commit.
 //! - [`metrics`], [`server`], [`telemetry`], [`shutdown`]: operating the daemon.
 //! - [`merlin_entry`]: Merlin's container command (`python -m publisher +environment=NAME`).
 //! - [`bootstrap`]: one publisher Deployment per model version on Kubernetes.
 
+pub mod auth;
 pub mod backoff;
 pub mod batch;
 pub mod bootstrap;
@@ -44,6 +47,7 @@ pub mod decode;
 pub mod footprint;
 pub mod framing;
 pub mod gen;
+pub mod kafka_log;
 pub(crate) mod mapped;
 pub mod merlin_entry;
 pub mod metrics;

@@ -12,4 +12,4 @@
 
 mod tracker;
 
-pub use tracker::{OffsetRange, OffsetTracker, Partition, RegisterError, Revoked};
+pub use tracker::{OffsetRange, OffsetTracker, Partition, RegisterError, Revoked, ENTRY_BYTES};

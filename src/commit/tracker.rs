@@ -19,8 +19,10 @@
 //!
 //! Cost: registering is one map lookup plus an amortized `VecDeque` push of 16 bytes; an ack of a
 //! range is a binary search plus one step per offset in it. Memory is proportional to the
-//! offsets between the commit frontier and the newest registered offset, which the runtime bounds
-//! with its in-flight byte budget.
+//! offsets between the commit frontier and the newest registered offset:
+//! [`OffsetTracker::allocated_bytes`] says how much, as allocated (a window's capacity, which
+//! shrinks again once the window empties), and the runtime counts it against its in-flight byte
+//! budget.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
@@ -94,6 +96,9 @@ pub struct Revoked {
     pub dropped: usize,
 }
 
+/// Bytes one registered offset takes in a window (an `i64` and a flag, padded).
+pub const ENTRY_BYTES: usize = std::mem::size_of::<Entry>();
+
 #[derive(Debug, Clone, Copy)]
 struct Entry {
     offset: i64,
@@ -116,7 +121,12 @@ struct PartitionState {
 }
 
 impl PartitionState {
+    /// Pops the acknowledged prefix. A window that fell below a quarter of its capacity is
+    /// shrunk to twice its length, one left empty to nothing: a backlog (staged rows waiting
+    /// for a move) would otherwise keep its peak allocation, counted against the budget, for
+    /// good.
     fn advance(&mut self) {
+        let before = self.window.len();
         while let Some(front) = self.window.front() {
             if !front.acked {
                 break;
@@ -124,6 +134,18 @@ impl PartitionState {
             self.committable = Some(front.offset + 1);
             self.window.pop_front();
         }
+        let (len, cap) = (self.window.len(), self.window.capacity());
+        if len < before && (len == 0 || len < cap / 4) {
+            if len == 0 {
+                self.window = VecDeque::new();
+            } else {
+                self.window.shrink_to(len * 2);
+            }
+        }
+    }
+
+    fn allocated(&self) -> usize {
+        self.window.capacity() * ENTRY_BYTES
     }
 
     fn pending_commit(&self) -> Option<i64> {
@@ -138,6 +160,8 @@ impl PartitionState {
 #[derive(Debug, Default)]
 pub struct OffsetTracker {
     parts: BTreeMap<Partition, PartitionState>,
+    /// Bytes the windows hold, as allocated (the sum of their capacities).
+    allocated: usize,
 }
 
 impl OffsetTracker {
@@ -161,11 +185,13 @@ impl OffsetTracker {
             }
         }
         st.last_registered = Some(offset);
+        let before = st.allocated();
         st.window.push_back(Entry {
             offset,
             acked: false,
         });
         st.unacked += 1;
+        self.allocated = self.allocated + st.allocated() - before;
         Ok(())
     }
 
@@ -205,8 +231,15 @@ impl OffsetTracker {
             }
         }
         st.unacked -= newly;
+        let before = st.allocated();
         st.advance();
+        self.allocated = self.allocated + st.allocated() - before;
         newly
+    }
+
+    /// Bytes the tracker holds for registered offsets, as allocated: every window's capacity.
+    pub fn allocated_bytes(&self) -> usize {
+        self.allocated
     }
 
     /// The offset to commit for `partition` (the next offset to read), or `None` when nothing
@@ -271,11 +304,14 @@ impl OffsetTracker {
     /// offset still to commit for it, if any, and how many offsets were dropped.
     pub fn revoke(&mut self, partition: Partition) -> Revoked {
         match self.parts.remove(&partition) {
-            Some(st) => Revoked {
-                partition,
-                commit: st.pending_commit(),
-                dropped: st.unacked,
-            },
+            Some(st) => {
+                self.allocated -= st.allocated();
+                Revoked {
+                    partition,
+                    commit: st.pending_commit(),
+                    dropped: st.unacked,
+                }
+            }
             None => Revoked {
                 partition,
                 commit: None,
@@ -558,6 +594,15 @@ mod tests {
                     prop_assert_eq!(t.unacked(*p), m.registered.iter().filter(|e| !e.1).count());
                 }
                 prop_assert_eq!(t.pending(), model.values().map(|m| m.registered.iter().filter(|e| !e.1).count()).sum::<usize>());
+                // The allocation holds every offset behind the frontier, and nothing once
+                // every window is empty.
+                let held: usize = t.partitions().map(|p| t.held(p)).sum();
+                prop_assert!(t.allocated_bytes() >= held * ENTRY_BYTES);
+                let live: usize = t.parts.values().map(PartitionState::allocated).sum();
+                prop_assert_eq!(t.allocated_bytes(), live);
+                if held == 0 {
+                    prop_assert_eq!(t.allocated_bytes(), 0);
+                }
             }
         }
     }

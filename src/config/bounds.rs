@@ -57,6 +57,8 @@ pub(crate) const HTTP_CONNECTIONS: RangeInclusive<u64> = 1..=65_536;
 pub(crate) const MESSAGE_BYTES: RangeInclusive<u64> = KIB..=GIB;
 /// `consumer.drain_timeout`: 0 (do not wait) to 1 h.
 pub(crate) const DRAIN_TIMEOUT: RangeInclusive<Duration> = Duration::ZERO..=HOUR;
+/// `logging.progress_interval`: 0 (no progress line) to 1 day.
+pub(crate) const PROGRESS_INTERVAL: RangeInclusive<Duration> = Duration::ZERO..=DAY;
 /// `consumer.commit_interval`: 1 ms to 1 h.
 pub(crate) const COMMIT_INTERVAL: RangeInclusive<Duration> = MS..=HOUR;
 /// `consumer.session_timeout`: librdkafka's own range for `session.timeout.ms`, 1 ms to 1 h.
@@ -251,6 +253,7 @@ mod tests {
             HTTP_TIMEOUT,
             DRAIN_TIMEOUT,
             COMMIT_INTERVAL,
+            PROGRESS_INTERVAL,
             SESSION_TIMEOUT,
             MAXCOMPUTE_INTERVAL,
             MAXCOMPUTE_MOVE_TIMEOUT,

@@ -290,6 +290,10 @@ pub struct Logging {
     pub format: LogFormat,
     /// A tracing filter such as `info` or `observation_publisher=debug,info`.
     pub level: String,
+    /// How often `run` logs a progress line (rates, lag, acknowledged, dead letters); zero:
+    /// never.
+    #[serde(with = "humantime_serde_compat")]
+    pub progress_interval: Duration,
 }
 
 impl Default for Logging {
@@ -297,6 +301,7 @@ impl Default for Logging {
         Logging {
             format: LogFormat::Json,
             level: "info".into(),
+            progress_interval: Duration::from_secs(60),
         }
     }
 }
@@ -318,8 +323,18 @@ impl Logging {
         if let Err(why) = check_level(&level) {
             problems.push(&o.path_of("level"), why);
         }
+        let progress_interval = o.duration_in(
+            "progress_interval",
+            Logging::default().progress_interval,
+            &bounds::PROGRESS_INTERVAL,
+            problems,
+        );
         o.deny_unknown(problems);
-        Logging { format, level }
+        Logging {
+            format,
+            level,
+            progress_interval,
+        }
     }
 }
 

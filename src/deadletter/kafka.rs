@@ -8,8 +8,8 @@
 //! topic it creates allow [`FRAMING_ALLOWANCE`] more than the limit, for Kafka's record framing.
 
 use super::{DeadLetter, Failure, Outcome, OutcomeFn, Target};
+use crate::kafka_log::HelperContext;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
@@ -35,7 +35,15 @@ pub struct DlqContext {
     ready: Arc<AtomicBool>,
 }
 
-impl ClientContext for DlqContext {}
+impl ClientContext for DlqContext {
+    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, line: &str) {
+        crate::kafka_log::log("dead-letter producer", level, fac, line);
+    }
+
+    fn error(&self, e: KafkaError, reason: &str) {
+        crate::kafka_log::error("dead-letter producer", &e, reason);
+    }
+}
 
 impl ProducerContext for DlqContext {
     type DeliveryOpaque = Box<DeadLetter>;
@@ -182,13 +190,14 @@ fn ensure_topic(base: &ClientConfig, topic: &str, max_message_bytes: usize, loud
             tracing::debug!(topic, error = %e, "{what}");
         }
     };
-    let admin: AdminClient<DefaultClientContext> = match base.create() {
-        Ok(a) => a,
-        Err(e) => {
-            fail("cannot create a Kafka admin client", &e);
-            return false;
-        }
-    };
+    let admin: AdminClient<HelperContext> =
+        match base.create_with_context(HelperContext("dead-letter admin")) {
+            Ok(a) => a,
+            Err(e) => {
+                fail("cannot create a Kafka admin client", &e);
+                return false;
+            }
+        };
     let exists = admin
         .inner()
         .fetch_metadata(Some(topic), ADMIN_TIMEOUT)

@@ -141,6 +141,23 @@ pub enum Failure {
 }
 
 impl Failure {
+    /// Every failure class.
+    pub const ALL: [Failure; 3] = [
+        Failure::TooLarge,
+        Failure::NeedsOperator,
+        Failure::Transient,
+    ];
+
+    /// `"false"` for a failure only an operator can cure (it is retried, slowly, but retrying
+    /// alone cannot make it succeed), else `"true"`: the metrics' `retryable` label.
+    pub fn retryable(self) -> &'static str {
+        if self == Failure::NeedsOperator {
+            "false"
+        } else {
+            "true"
+        }
+    }
+
     /// Bounded code for metrics and logs.
     pub fn code(self) -> &'static str {
         match self {

@@ -10,7 +10,10 @@
 //! Call sites use the names from [`names`] only; emit once per batch, never per row.
 
 pub mod names;
+pub mod process;
 pub mod quality;
+#[cfg(test)]
+mod rules;
 pub mod startup;
 
 use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusHandle};
@@ -61,13 +64,14 @@ pub fn prometheus_builder() -> Result<PrometheusBuilder, BuildError> {
 }
 
 /// Installs the Prometheus recorder as the process-wide `metrics` recorder, describes every
-/// metric and sets `build_info`. Fails if a recorder is already installed. Call
+/// metric and sets `build_info` for `model`. Fails if a recorder is already installed. Call
 /// [`PrometheusHandle::run_upkeep`] every few seconds (the exporter's own upkeep task belongs to
 /// its listener, which is not used).
-pub fn install() -> Result<PrometheusHandle, BuildError> {
+pub fn install(model: &Model<'_>) -> Result<PrometheusHandle, BuildError> {
     let handle = prometheus_builder()?.install_recorder()?;
     describe();
-    record_build_info();
+    process::describe();
+    record_build_info(model);
     startup::register_zero_series();
     Ok(handle)
 }
@@ -83,9 +87,25 @@ pub fn describe() {
     }
 }
 
-/// Sets [`names::BUILD_INFO`] to 1 with the crate version.
-pub fn record_build_info() {
-    ::metrics::gauge!(names::BUILD_INFO, names::VERSION => env!("CARGO_PKG_VERSION")).set(1.0);
+/// The model version a publisher process serves, as Merlin names it.
+#[derive(Debug, Clone, Copy)]
+pub struct Model<'a> {
+    /// Merlin project.
+    pub project: &'a str,
+    /// Model id (the model name).
+    pub model_id: &'a str,
+    /// Model version.
+    pub model_version: &'a str,
+}
+
+/// Sets [`names::BUILD_INFO`] to 1 with the crate version and `model`'s labels (Merlin's label
+/// names, as on its own two series).
+pub fn record_build_info(model: &Model<'_>) {
+    ::metrics::gauge!(names::BUILD_INFO, names::VERSION => env!("CARGO_PKG_VERSION"),
+        names::MERLIN_PROJECT => model.project.to_string(),
+        names::MODEL_ID => model.model_id.to_string(),
+        names::MODEL_VERSION => model.model_version.to_string())
+    .set(1.0);
 }
 
 #[cfg(test)]
@@ -199,7 +219,11 @@ mod tests {
         let handle = recorder.handle();
         ::metrics::with_local_recorder(&recorder, || {
             describe();
-            record_build_info();
+            record_build_info(&Model {
+                project: "p",
+                model_id: "m",
+                model_version: "3",
+            });
             let merlin = [
                 (names::MODEL_ID, "m"),
                 (names::MODEL_VERSION, "3"),
@@ -236,7 +260,10 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains(r#"observation_publisher_build_info{version=""#),
+            text.lines().any(
+                |l| l.starts_with(r#"observation_publisher_build_info{version=""#)
+                    && l.ends_with(r#"",merlin_project="p",model_id="m",model_version="3"} 1"#)
+            ),
             "{text}"
         );
         assert!(

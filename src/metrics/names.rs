@@ -56,6 +56,13 @@ pub const RESIDENT_MEMORY: &str = "observation_publisher_resident_memory_bytes";
 pub const MEMORY_BOUND: &str = "observation_publisher_memory_bound_bytes";
 /// Partitions paused by backpressure. Gauge.
 pub const PAUSED_PARTITIONS: &str = "observation_publisher_paused_partitions";
+/// Bytes of the pipeline's bookkeeping of messages not yet committable, as allocated: their
+/// offsets, their batches' records and, for staged batches (whose bytes no longer count), what
+/// is kept until the sink's move. Counted against the in-flight budget. Gauge.
+pub const BOOKKEEPING_BYTES: &str = "observation_publisher_bookkeeping_bytes";
+/// Times the bookkeeping of staged rows reached half the in-flight budget and the staging sinks
+/// were asked to move at once instead of at their interval. Counter.
+pub const EARLY_MOVES: &str = "observation_publisher_early_moves_total";
 /// Times intake reached the in-flight budget and was held (not polling) until acknowledgements
 /// freed it or the hold became a pause. Counter.
 pub const INTAKE_HOLDS: &str = "observation_publisher_intake_holds_total";
@@ -90,8 +97,14 @@ pub const PREDICTION_SCORE: &str = "observation_publisher_prediction_score";
 pub const FEATURE_VALUE: &str = "observation_publisher_feature_value";
 /// Rows per derived prediction label. Counter; label [`LABEL`] (the configured labels).
 pub const PREDICTION_LABELS: &str = "observation_publisher_prediction_labels_total";
-/// Constant 1 with the build's version. Gauge; label [`VERSION`].
+/// Constant 1 with the build's version and the model version the process publishes for. Gauge;
+/// labels [`VERSION`], [`MERLIN_PROJECT`], [`MODEL_ID`], [`MODEL_VERSION`]. Present from start,
+/// so alert rules and the dashboard join other series to it by `namespace` and `pod` to group
+/// them by model version, whatever the scrape configuration adds.
 pub const BUILD_INFO: &str = "observation_publisher_build_info";
+/// 1 while `/readyz` would answer 200, else 0; set at each scrape from the same conditions.
+/// Gauge. Here so readiness alerts work without kube-state-metrics.
+pub const READY: &str = "observation_publisher_ready";
 
 /// Label: Merlin model id (the model name).
 pub const MODEL_ID: &str = "model_id";
@@ -173,6 +186,16 @@ pub const ALL: &[(&str, MetricKind, &str)] = &[
     (RESIDENT_MEMORY, MetricKind::Gauge, "Resident memory of the process, read at each scrape."),
     (MEMORY_BOUND, MetricKind::Gauge, "The memory formula's bound for this configuration (docs/reliability.md)."),
     (PAUSED_PARTITIONS, MetricKind::Gauge, "Partitions paused by backpressure."),
+    (
+        BOOKKEEPING_BYTES,
+        MetricKind::Gauge,
+        "Bytes of the bookkeeping of messages not yet committable (staged rows' among them), counted against the in-flight budget.",
+    ),
+    (
+        EARLY_MOVES,
+        MetricKind::Counter,
+        "Times staged rows' bookkeeping reached half the in-flight budget and staging sinks were asked to move at once.",
+    ),
     (INTAKE_HOLDS, MetricKind::Counter, "Times intake was held at the in-flight budget before acknowledgements freed it or it was paused."),
     (CONSUMER_LAG, MetricKind::Gauge, "Messages between the consumer position and the high watermark."),
     (COMMITS, MetricKind::Counter, "Offset commits that succeeded."),
@@ -201,7 +224,12 @@ pub const ALL: &[(&str, MetricKind, &str)] = &[
     (PREDICTION_SCORE, MetricKind::Histogram, "The model's score per row, by class."),
     (PREDICTION_LABELS, MetricKind::Counter, "Rows per derived prediction label."),
     (FEATURE_VALUE, MetricKind::Histogram, "A numeric feature's values (features and buckets from metrics.feature_histograms)."),
-    (BUILD_INFO, MetricKind::Gauge, "Constant 1, labelled with the publisher version."),
+    (
+        BUILD_INFO,
+        MetricKind::Gauge,
+        "Constant 1, labelled with the publisher version and the model version it publishes for.",
+    ),
+    (READY, MetricKind::Gauge, "1 while /readyz answers 200 (read at each scrape), else 0."),
     // The BigQuery sink's.
     (bigquery::APPEND_LATENCY_SECONDS, MetricKind::Histogram, "Seconds from sending an AppendRows request to its response."),
     (bigquery::ROWS_APPENDED_TOTAL, MetricKind::Counter, "Rows BigQuery accepted."),

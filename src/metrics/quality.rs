@@ -390,7 +390,15 @@ impl Stamps {
                 _ => runs.push((v, 1)),
             }
         }
+        // Kept until every sink has written the batch, for a staging sink until its move, and
+        // counted against the in-flight budget as allocated: no growth slack.
+        runs.shrink_to_fit();
         Stamps(runs)
+    }
+
+    /// Bytes the runs hold, as allocated.
+    pub fn allocated_bytes(&self) -> usize {
+        self.0.capacity() * std::mem::size_of::<(i64, u64)>()
     }
 
     /// These stamps less the rows `refused` (their row indices in `records`, the batch the

@@ -1,5 +1,5 @@
-//! Series registered at 0 when the recorder is installed or the sinks are built, and the two
-//! memory gauges (resident memory, the formula's bound). An alert rule's `increase()` sees a
+//! Series registered at 0 when the recorder is installed or the sinks are built, the two
+//! memory gauges (resident memory, the formula's bound) and readiness. An alert rule's `increase()` sees a
 //! counter's first event only when the series existed before it; a series born at 1 reads as no
 //! increase. Every counter an alert rule in `deploy/alerts/` uses is registered here.
 
@@ -17,6 +17,13 @@ pub fn register_zero_series() {
     for reason in ["unread", "unparseable"] {
         ::metrics::counter!(names::CHECKPOINT_PROBLEMS, names::REASON => reason).absolute(0);
     }
+    // Not ready until the first scrape reads the readiness conditions.
+    ready(false);
+}
+
+/// Sets the readiness gauge (called before each render, from what `/readyz` would answer).
+pub fn ready(ready: bool) {
+    ::metrics::gauge!(names::READY).set(if ready { 1.0 } else { 0.0 });
 }
 
 /// Registers, at 0, the series alert rules use whose labels are known once the sinks are
@@ -37,6 +44,16 @@ pub fn register_sink_series(sinks: &[&'static str], error_codes: &[&'static str]
     for kind in crate::decode::ErrorKind::ALL {
         ::metrics::counter!(names::DEAD_LETTERS, names::KIND => "decode", names::REASON => kind.code())
             .absolute(0);
+    }
+}
+
+/// Registers, at 0, failed dead-letter writes for every `(error code, retryable)` class the
+/// pipeline counts them by.
+pub fn register_dead_letter_series(classes: &[(&'static str, &'static str)]) {
+    for &(code, retryable) in classes {
+        ::metrics::counter!(names::DEAD_LETTER_WRITE_ERRORS, names::ERROR_CODE => code,
+            names::RETRYABLE => retryable)
+        .absolute(0);
     }
 }
 
@@ -85,7 +102,10 @@ mod tests {
     fn alerting_counters_render_at_zero_before_any_event() {
         let recorder = super::super::prometheus_builder().unwrap().build_recorder();
         let handle = recorder.handle();
-        ::metrics::with_local_recorder(&recorder, register_zero_series);
+        ::metrics::with_local_recorder(&recorder, || {
+            register_zero_series();
+            register_dead_letter_series(&[("needs_operator", "false"), ("transient", "true")]);
+        });
         let text = handle.render();
         for line in [
             format!("{} 0", names::COMMIT_FAILURES),
@@ -95,6 +115,15 @@ mod tests {
                 names::CHECKPOINT_PROBLEMS
             ),
             format!(r#"{}{{reason="unread"}} 0"#, names::CHECKPOINT_PROBLEMS),
+            format!(
+                r#"{}{{error_code="needs_operator",retryable="false"}} 0"#,
+                names::DEAD_LETTER_WRITE_ERRORS
+            ),
+            format!(
+                r#"{}{{error_code="transient",retryable="true"}} 0"#,
+                names::DEAD_LETTER_WRITE_ERRORS
+            ),
+            format!("{} 0", names::READY),
         ] {
             assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");
         }

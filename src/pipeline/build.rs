@@ -218,6 +218,7 @@ pub(super) fn consumer(
         Arc::clone(health),
         Box::new(move |stats| {
             if let Some(t) = stats.topics.get(&lag_topic) {
+                let mut total = 0;
                 for (p, ps) in &t.partitions {
                     if *p < 0 || ps.hi_offset < 0 {
                         continue;
@@ -228,6 +229,7 @@ pub(super) fn consumer(
                         ps.consumer_lag
                     };
                     if lag >= 0 {
+                        total += lag;
                         super::events::ConsumerLag {
                             topic: &lag_topic,
                             partition: *p,
@@ -236,6 +238,7 @@ pub(super) fn consumer(
                         .emit();
                     }
                 }
+                super::progress::COUNTERS.lag(total);
             }
         }),
     );

@@ -76,6 +76,7 @@ impl LogRejected<'_> {
     pub(crate) fn emit(&self, limit: &mut RateLimit, now: Instant) {
         metrics::counter!(names::DEAD_LETTERS, names::KIND => "decode", names::REASON => self.code)
             .increment(1);
+        super::progress::COUNTERS.dead_lettered();
         if limit.allow(now) {
             tracing::warn!(topic = %self.topic, partition = self.partition, offset = self.offset,
                 code = self.code, reason = %self.reason, "log rejected; dead-lettered");
@@ -97,6 +98,7 @@ impl RowRejected<'_> {
     pub(crate) fn emit(&self, limit: &mut RateLimit, now: Instant) {
         metrics::counter!(names::DEAD_LETTERS, names::KIND => "row", names::REASON => self.code)
             .increment(1);
+        super::progress::COUNTERS.dead_lettered();
         if limit.allow(now) {
             tracing::warn!(sink = self.sink, partition = self.partition, offset = self.offset,
                 row = self.row, code = self.code, reason = %self.reason,
@@ -118,13 +120,8 @@ pub(crate) struct DeadLetterFailed<'a> {
 
 impl DeadLetterFailed<'_> {
     pub(crate) fn emit(&self, limit: &mut RateLimit, now: Instant) {
-        let retryable = if self.failure == Failure::NeedsOperator {
-            "false"
-        } else {
-            "true"
-        };
         metrics::counter!(names::DEAD_LETTER_WRITE_ERRORS,
-            names::ERROR_CODE => self.failure.code(), names::RETRYABLE => retryable)
+            names::ERROR_CODE => self.failure.code(), names::RETRYABLE => self.failure.retryable())
         .increment(1);
         if !limit.allow(now) {
             return;
@@ -192,6 +189,7 @@ impl BatchFlushed {
             .record(self.rows as f64);
         metrics::histogram!(names::FLUSH_BYTES).record(self.bytes as f64);
         metrics::counter!(names::MESSAGES_CONSUMED).increment(self.messages);
+        super::progress::COUNTERS.consumed(self.messages);
         metrics::counter!(names::BYTES_CONSUMED).increment(self.input_bytes);
         metrics::counter!(names::ROWS_DECODED).increment(self.rows_decoded);
         InflightBytes(self.inflight_bytes).emit();
@@ -290,6 +288,7 @@ impl BatchAcknowledged<'_> {
         metrics::counter!(names::PREDICTION_LOGS_PROCESSED, names::MODEL_ID => l.model_id.clone(),
             names::MODEL_VERSION => l.model_version.clone(), names::MERLIN_PROJECT => l.project.clone())
         .increment(self.messages as u64);
+        super::progress::COUNTERS.acknowledged(self.messages as u64);
         if let Some(ts) = self.newest {
             metrics::gauge!(names::LAST_PROCESSED_TIMESTAMP, names::MODEL_ID => l.model_id.clone(),
                 names::MODEL_VERSION => l.model_version.clone(), names::MERLIN_PROJECT => l.project.clone())
@@ -321,7 +320,10 @@ pub(crate) enum Committed<'a> {
 impl Committed<'_> {
     pub(crate) fn emit(&self) {
         match self {
-            Committed::Done => metrics::counter!(names::COMMITS).increment(1),
+            Committed::Done => {
+                metrics::counter!(names::COMMITS).increment(1);
+                super::progress::COUNTERS.committed();
+            }
             Committed::Failed(e) => {
                 metrics::counter!(names::COMMIT_FAILURES).increment(1);
                 tracing::warn!(error = %e, "offset commit failed; retried at the next interval");
@@ -364,27 +366,80 @@ pub(crate) struct Intake {
     pub(crate) batch_bytes: usize,
     /// Bytes of dead letters waiting for their write.
     pub(crate) letter_bytes: usize,
+    /// Bytes of the bookkeeping of messages not yet committable (staged rows' among them).
+    pub(crate) bookkeeping_bytes: usize,
+    /// Messages staged, waiting for their sink's move.
+    pub(crate) staged_messages: usize,
 }
 
 impl Intake {
+    /// What uses up the budget, in words: the largest of its parts.
+    fn held_by(&self) -> &'static str {
+        if self.bookkeeping_bytes >= self.batch_bytes.max(self.letter_bytes) {
+            "the bookkeeping of messages not yet committable, mostly staged rows waiting for              their sink's move (moved early from half the budget on)"
+        } else if self.batch_bytes >= self.letter_bytes {
+            "batches waiting for the sinks"
+        } else {
+            "dead letters waiting for their write"
+        }
+    }
+
     pub(crate) fn emit(&self) {
         metrics::gauge!(names::PAUSED_PARTITIONS).set(self.paused_partitions as f64);
         PendingLetters(self.letter_bytes).emit();
+        Bookkeeping(self.bookkeeping_bytes).emit();
         if self.changed {
             if self.paused_partitions > 0 {
                 tracing::info!(
                     batch_bytes = self.batch_bytes,
                     letter_bytes = self.letter_bytes,
+                    bookkeeping_bytes = self.bookkeeping_bytes,
+                    staged_messages = self.staged_messages,
+                    held_by = self.held_by(),
                     "in-flight budget used up: partitions paused"
                 );
             } else {
                 tracing::info!(
                     batch_bytes = self.batch_bytes,
                     letter_bytes = self.letter_bytes,
+                    bookkeeping_bytes = self.bookkeeping_bytes,
                     "in-flight budget available: partitions resumed"
                 );
             }
         }
+    }
+}
+
+/// The bookkeeping of messages not yet committable changed.
+pub(crate) struct Bookkeeping(pub(crate) usize);
+
+impl Bookkeeping {
+    pub(crate) fn emit(&self) {
+        metrics::gauge!(names::BOOKKEEPING_BYTES).set(self.0 as f64);
+    }
+}
+
+/// The bookkeeping of staged rows reached its share of the budget: the staging sinks are
+/// asked to move now. Emitted once per crossing (the requests repeated while it stays over are
+/// not).
+pub(crate) struct EarlyMove {
+    pub(crate) bookkeeping_bytes: usize,
+    pub(crate) staged_messages: usize,
+    pub(crate) budget: usize,
+}
+
+impl EarlyMove {
+    pub(crate) fn emit(&self) {
+        metrics::counter!(names::EARLY_MOVES).increment(1);
+        tracing::info!(
+            bookkeeping_bytes = self.bookkeeping_bytes,
+            staged_messages = self.staged_messages,
+            max_inflight_bytes = self.budget,
+            "the bookkeeping of staged rows fills half of batching.max_inflight_bytes: staging \
+             sinks move what they staged now, before their interval (intake is held at the \
+             whole budget until a move frees it); to move less often, raise \
+             batching.max_inflight_bytes or shorten the sink's interval"
+        );
     }
 }
 
@@ -463,6 +518,8 @@ mod tests {
                 changed: true,
                 batch_bytes: 10,
                 letter_bytes: 20,
+                bookkeeping_bytes: 30,
+                staged_messages: 2,
             }
             .emit();
             DeadLetterFailed {
@@ -493,6 +550,7 @@ mod tests {
             format!("{} 7", names::REVOKE_WRITTEN_UNCOMMITTED),
             format!("{} 3", names::PAUSED_PARTITIONS),
             format!("{} 20", names::DEAD_LETTER_PENDING_BYTES),
+            format!("{} 30", names::BOOKKEEPING_BYTES),
             format!(
                 r#"{}{{error_code="needs_operator",retryable="false"}} 1"#,
                 names::DEAD_LETTER_WRITE_ERRORS

@@ -9,11 +9,16 @@
 //! While paused, a partition that was assigned since, or that gave a message over the budget
 //! (its pause failed), is paused again.
 //!
+//! Staged rows (a sink such as MaxCompute's that publishes at an interval) no longer hold their
+//! batches' bytes, but their bookkeeping stays until the sink's move, and counts against the
+//! budget. Once it fills [`EARLY_MOVE_SHARE`] of the budget the staging sinks are asked to move
+//! at once ([`EarlyMove`]), so intake that the bookkeeping holds resumes as soon as the move
+//! finishes instead of at the sink's next interval.
+//!
 //! Beside the rule, the poll loop's turn: when the housekeeping and its periodic jobs run
 //! ([`Timers`]), what the loop does next ([`Next`]) and the settings it follows ([`Settings`]).
 
 use crate::config::StartFrom;
-use rdkafka::consumer::BaseConsumer;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -98,6 +103,64 @@ impl Intake {
     }
 }
 
+/// The share of the in-flight budget (numerator, denominator) the bookkeeping of staged rows
+/// fills before the staging sinks are asked to move early: half, so that a move has the other
+/// half to run in before intake is held, and the bookkeeping it releases brings intake below
+/// half the budget, where paused intake resumes.
+pub(crate) const EARLY_MOVE_SHARE: (usize, usize) = (1, 2);
+
+/// How often an early move is asked for again while the bookkeeping stays over its share: a
+/// sink may take the request while a move runs (and move only what was staged before it), and
+/// asking on every housekeeping would start a move for each few batches staged meanwhile.
+pub(crate) const EARLY_MOVE_AGAIN: Duration = Duration::from_secs(1);
+
+/// What [`EarlyMove::decide`] asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ask {
+    /// Nothing (under the share, nothing staged, or asked recently).
+    Nothing,
+    /// The bookkeeping just reached its share: ask, and say so (once per crossing).
+    First,
+    /// Still over it: ask again, silently.
+    Again,
+}
+
+/// When to ask the staging sinks for an early move.
+#[derive(Debug, Default)]
+pub(crate) struct EarlyMove {
+    /// When it was last asked for, while over the share.
+    asked: Option<Instant>,
+}
+
+impl EarlyMove {
+    /// Decides at housekeeping: `bookkeeping` bytes against `budget`, `staged` messages a move
+    /// would release.
+    pub(crate) fn decide(
+        &mut self,
+        bookkeeping: usize,
+        staged: usize,
+        budget: usize,
+        now: Instant,
+    ) -> Ask {
+        let (n, d) = EARLY_MOVE_SHARE;
+        if staged == 0 || bookkeeping < budget / d * n {
+            self.asked = None;
+            return Ask::Nothing;
+        }
+        match self.asked {
+            None => {
+                self.asked = Some(now);
+                Ask::First
+            }
+            Some(t) if now.duration_since(t) >= EARLY_MOVE_AGAIN => {
+                self.asked = Some(now);
+                Ask::Again
+            }
+            Some(_) => Ask::Nothing,
+        }
+    }
+}
+
 /// How often the poll loop's housekeeping runs (acknowledgements, linger, retries, commits, the
 /// budget).
 pub(crate) const CADENCE: Duration = Duration::from_millis(5);
@@ -113,7 +176,7 @@ pub(crate) struct Settings {
     pub(crate) start_from: Option<StartFrom>,
     /// `start_from: group:<name>`'s client (its event queue is served at the commit cadence,
     /// so what it queues between rebalances, broker errors, stays bounded).
-    pub(crate) other_group: Option<Arc<BaseConsumer>>,
+    pub(crate) other_group: Option<Arc<super::start_from::GroupReader>>,
 }
 
 /// What the poll loop does next.
@@ -296,6 +359,34 @@ mod tests {
         t.start_read_done(t0 + every, Duration::from_secs(1));
         assert!(!t.start_read(t0 + every), "counted from the read's end");
         assert!(t.start_read(t0 + every + Duration::from_secs(1)));
+    }
+
+    #[test]
+    fn an_early_move_is_asked_for_once_over_the_share_and_again_each_second_while_over() {
+        let mut e = EarlyMove::default();
+        let t0 = Instant::now();
+        let budget = 1000;
+        assert_eq!(e.decide(499, 10, budget, t0), Ask::Nothing, "under half");
+        assert_eq!(e.decide(500, 0, budget, t0), Ask::Nothing, "nothing staged");
+        assert_eq!(e.decide(500, 10, budget, t0), Ask::First);
+        let later = t0 + EARLY_MOVE_AGAIN / 2;
+        assert_eq!(
+            e.decide(900, 10, budget, later),
+            Ask::Nothing,
+            "asked recently"
+        );
+        let again = t0 + EARLY_MOVE_AGAIN;
+        assert_eq!(e.decide(900, 10, budget, again), Ask::Again);
+        assert_eq!(
+            e.decide(100, 10, budget, again),
+            Ask::Nothing,
+            "the move freed it"
+        );
+        assert_eq!(
+            e.decide(600, 10, budget, again),
+            Ask::First,
+            "a new crossing"
+        );
     }
 
     #[test]

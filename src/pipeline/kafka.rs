@@ -39,7 +39,7 @@ pub(crate) struct Listener {
     pub(crate) start_from: Option<StartFrom>,
     /// `start_from: group:<name>`: a client of that group, made once before subscribing, that
     /// only reads its committed offsets (no client is made or closed inside the callback).
-    pub(crate) other_group: Option<Arc<BaseConsumer>>,
+    pub(crate) other_group: Option<Arc<super::start_from::GroupReader>>,
     /// Exactly-once: read the commit metadata of assigned partitions.
     pub(crate) exactly_once: bool,
     /// The staging sinks' [`crate::sink::Sink::revoke_hook`]s: told the revoke's deadline.

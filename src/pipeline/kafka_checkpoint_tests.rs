@@ -71,7 +71,7 @@ fn listener(
     budget: usize,
     revoke_timeout: Duration,
     start_from: Option<StartFrom>,
-    other_group: Option<Arc<BaseConsumer>>,
+    other_group: Option<Arc<crate::pipeline::start_from::GroupReader>>,
     prepare: impl FnOnce(&mut State, &std::sync::mpsc::Sender<Event>),
 ) -> Listener {
     let (tx, rx) = std::sync::mpsc::channel();

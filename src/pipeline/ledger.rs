@@ -18,6 +18,11 @@
 //!   such an offset is acknowledged only when every letter for it is written. The ledger also
 //!   counts the bytes those letters hold (each letter carries a full copy of its payload until
 //!   it is written): they count against the same in-flight budget as batches;
+//! - its own **bookkeeping**, as allocated ([`Ledger::bookkeeping_bytes`]): the offset windows,
+//!   the batches' records, and what the sink task keeps for a staged batch until it is written
+//!   (reported with the stage). A staged batch's bytes leave the in-flight count, but its
+//!   bookkeeping stays until the sink's *written*, about 33 bytes a message for MaxCompute's
+//!   interval: it counts against the same budget, so staged rows cannot outgrow memory;
 //! - exactly-once only: the **checkpoints** the sink reported per written batch, and the last one
 //!   committed (or read at assignment), so that every commit carries the checkpoint that belongs
 //!   exactly to its offset.
@@ -71,6 +76,15 @@ struct Flight {
     /// [`Ledger::refused_bytes`] until the batch is complete).
     refused: Vec<(Partition, i64, usize)>,
     checkpoints: Vec<StreamCheckpoint>,
+    /// Messages (offsets) the batch covers.
+    messages: usize,
+    /// Bytes of its own records (offsets, sinks), as allocated when dispatched.
+    own: usize,
+    /// Bytes the sink task keeps for it while it is staged (the last report).
+    kept: usize,
+    /// No sink holds it and not every sink acknowledged it: counted in
+    /// [`Ledger::staged_messages`].
+    staged: bool,
 }
 
 impl Flight {
@@ -112,11 +126,26 @@ pub(crate) struct Ledger {
     letters_held: usize,
     /// Bytes held by the letters in `letters` (the sum of their `bytes`).
     letter_bytes: usize,
+    /// The flights' `own` and `kept` bytes, summed.
+    flight_bytes: usize,
+    /// Messages of flights no sink holds and not every sink acknowledged (staged).
+    staged_messages: usize,
     /// Exactly-once: checkpoints of acknowledged batches of the current epoch, by batch order.
     marks: HashMap<Partition, VecDeque<StreamCheckpoint>>,
     /// Exactly-once: the checkpoint of the last commit (or the one read at assignment), carried
     /// by commits that pass no new batch.
     floors: HashMap<Partition, String>,
+}
+
+/// Where a registration commits ([`Ledger::register_at`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RegisterAt {
+    /// The partition's epoch has changed: the rows are not ours to write.
+    Stale,
+    /// Exact, but an earlier message is not acknowledged yet.
+    Behind,
+    /// Commit at this offset.
+    At(i64),
 }
 
 impl Ledger {
@@ -133,6 +162,8 @@ impl Ledger {
             letters: HashMap::new(),
             letters_held: 0,
             letter_bytes: 0,
+            flight_bytes: 0,
+            staged_messages: 0,
             marks: HashMap::new(),
             floors: HashMap::new(),
         }
@@ -226,16 +257,34 @@ impl Ledger {
             .map(|po| (po.clone(), self.epoch(po.partition)))
             .collect();
         let epochs = offsets.iter().map(|(po, e)| (po.partition, *e)).collect();
+        let ranges = offsets.iter().flat_map(|(po, _)| &po.ranges);
+        let messages = ranges
+            .clone()
+            .map(|r| (r.last - r.first + 1) as usize)
+            .sum();
+        let holders = vec![Held::Holding; sinks];
+        let own = offsets.capacity() * std::mem::size_of::<(PartitionOffsets, u64)>()
+            + offsets
+                .iter()
+                .map(|(po, _)| po.ranges.capacity())
+                .sum::<usize>()
+                * std::mem::size_of::<OffsetRange>()
+            + holders.capacity() * std::mem::size_of::<Held>();
         let flight = Flight {
             offsets,
             bytes,
-            sinks: vec![Held::Holding; sinks],
+            sinks: holders,
             refused: Vec::new(),
             checkpoints: Vec::new(),
+            messages,
+            own,
+            kept: 0,
+            staged: false,
         };
         if flight.holds_bytes() {
             self.inflight_bytes += bytes;
         }
+        self.flight_bytes += own;
         self.flights.insert(id, flight);
         if sinks == 0 {
             self.complete(id);
@@ -245,9 +294,10 @@ impl Ledger {
 
     /// Sink `sink` staged batch `id`: it no longer holds the batch's bytes, but the rows are not
     /// durable in it yet. When no sink holds them any more, the bytes leave the in-flight count;
-    /// the offsets stay uncommittable until the sink acknowledges. Returns whether anything
-    /// changed.
-    pub(crate) fn staged(&mut self, id: BatchId, sink: SinkIndex) -> bool {
+    /// the offsets stay uncommittable until the sink acknowledges, and the batch's bookkeeping
+    /// stays counted, with the `kept` bytes the sink task keeps for it until then. Returns
+    /// whether anything changed.
+    pub(crate) fn staged(&mut self, id: BatchId, sink: SinkIndex, kept: usize) -> bool {
         let Some(flight) = self.flights.get_mut(&id) else {
             return false;
         };
@@ -258,10 +308,29 @@ impl Ledger {
             return false;
         }
         *held = Held::Staged;
+        self.flight_bytes = self.flight_bytes - flight.kept + kept;
+        flight.kept = kept;
         if !flight.holds_bytes() {
             self.inflight_bytes -= flight.bytes;
         }
+        self.recount_staged(id);
         true
+    }
+
+    /// Keeps [`Ledger::staged_messages`] in step with batch `id`'s state.
+    fn recount_staged(&mut self, id: BatchId) {
+        let Some(f) = self.flights.get_mut(&id) else {
+            return;
+        };
+        let staged = !f.holds_bytes() && !f.sinks.iter().all(|h| *h == Held::Acked);
+        if staged != f.staged {
+            f.staged = staged;
+            if staged {
+                self.staged_messages += f.messages;
+            } else {
+                self.staged_messages -= f.messages;
+            }
+        }
     }
 
     /// Sink `sink` holds staged batch `id` again: what it staged failed to become durable and
@@ -282,6 +351,7 @@ impl Ledger {
         if !was_holding {
             self.inflight_bytes += flight.bytes;
         }
+        self.recount_staged(id);
         true
     }
 
@@ -319,6 +389,7 @@ impl Ledger {
             self.complete(id);
             Completion::Complete
         } else {
+            self.recount_staged(id);
             Completion::Waiting
         }
     }
@@ -342,6 +413,15 @@ impl Ledger {
         };
         if flight.holds_bytes() {
             self.inflight_bytes -= flight.bytes;
+        }
+        if flight.staged {
+            self.staged_messages -= flight.messages;
+        }
+        self.flight_bytes -= flight.own + flight.kept;
+        // A backlog of staged batches would otherwise keep the map's peak size for good.
+        let (len, cap) = (self.flights.len(), self.flights.capacity());
+        if len == 0 || len < cap / 4 {
+            self.flights.shrink_to(len * 2);
         }
         let refused = flight.refused;
         self.refused_bytes -= refused.iter().map(|r| r.2).sum::<usize>();
@@ -486,6 +566,25 @@ impl Ledger {
         )
     }
 
+    /// Exactly-once: where a registration for `p`'s batch starting at `first_offset` commits:
+    /// [`Self::stream_opened`]'s offset, or with `exact` (a checkpoint that holds only at the
+    /// batch's start, such as a move of the partition window's day) that offset only if it is
+    /// `first_offset`, else [`RegisterAt::Behind`]: an earlier message is unacknowledged, and a
+    /// commit before it would put rows between the commit and what its checkpoint describes.
+    pub(crate) fn register_at(
+        &self,
+        p: Partition,
+        epoch: u64,
+        first_offset: i64,
+        exact: bool,
+    ) -> RegisterAt {
+        match self.stream_opened(p, epoch, first_offset) {
+            None => RegisterAt::Stale,
+            Some(at) if exact && at != first_offset => RegisterAt::Behind,
+            Some(at) => RegisterAt::At(at),
+        }
+    }
+
     /// Exactly-once: the new stream's `metadata` was committed at `offset`; later commits that
     /// pass no batch carry it.
     pub(crate) fn stream_recorded(&mut self, p: Partition, offset: i64, metadata: String) {
@@ -554,6 +653,24 @@ impl Ledger {
     /// staged or acknowledged no longer counts).
     pub(crate) fn inflight_bytes(&self) -> usize {
         self.inflight_bytes
+    }
+
+    /// The ledger's own bookkeeping and what the sink task keeps for staged batches, as
+    /// allocated: the offset windows (every message from its consumption until the commit
+    /// frontier passes it), the batches' records, and the `kept` bytes reported with each
+    /// stage. Counted against the in-flight budget beside the batches' bytes.
+    pub(crate) fn bookkeeping_bytes(&self) -> usize {
+        self.tracker.allocated_bytes()
+            // The map's buckets (its capacity is seven eighths of them), each an entry and a
+            // control byte.
+            + self.flights.capacity() * 8 / 7 * (std::mem::size_of::<(BatchId, Flight)>() + 1)
+            + self.flight_bytes
+    }
+
+    /// Messages of batches that every sink has staged or written but not every sink written:
+    /// what a staging sink's early move would release.
+    pub(crate) fn staged_messages(&self) -> usize {
+        self.staged_messages
     }
 
     /// Bytes of the letters for rows a sink refused, kept until every sink acknowledged their

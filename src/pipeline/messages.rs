@@ -31,8 +31,14 @@ pub(crate) enum Event {
         checkpoints: Vec<StreamCheckpoint>,
     },
     /// Sink `sink` staged the batch: it no longer holds its bytes, but has not made its rows
-    /// durable yet (its acknowledgement follows).
-    Staged { id: BatchId, sink: SinkIndex },
+    /// durable yet (its acknowledgement follows). `kept`: the bytes the sink task keeps for the
+    /// batch until every sink has written it (its record, the rows' timestamp runs, the staged
+    /// acknowledgements it awaits), as allocated.
+    Staged {
+        id: BatchId,
+        sink: SinkIndex,
+        kept: usize,
+    },
     /// What sink `sink` staged failed to become durable: it is given the batch again, and holds
     /// its bytes again.
     Unstaged { id: BatchId, sink: SinkIndex },

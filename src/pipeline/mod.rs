@@ -18,7 +18,8 @@
 //! (and exactly-once stream registrations) go through a committer thread, because a commit
 //! waits for a pending rebalance round (`state/commits.rs`).
 //!
-//! Backpressure: when the Arrow bytes of unacknowledged batches reach
+//! Backpressure: when the Arrow bytes of unacknowledged batches, with dead letters waiting and
+//! the bookkeeping of messages not yet committable (staged rows'), reach
 //! `batching.max_inflight_bytes`, every assigned partition is paused (the consumer keeps
 //! polling, so it stays in its group) and resumed below half the budget; librdkafka's prefetch
 //! (its queue and one fetch response) is sized to a quarter of the budget. Memory stays flat
@@ -28,6 +29,7 @@
 //! dead-letter target, commit, leave the group, exit 0, all within `consumer.drain_timeout`.
 //! Exit 1 if the drain did not finish, 101 if anything panicked (`crash.rs`).
 
+mod announce;
 mod build;
 mod checkpoints;
 mod crash;
@@ -38,6 +40,7 @@ mod lanes;
 mod ledger;
 mod letters;
 mod messages;
+mod progress;
 mod replay;
 mod sinks;
 mod start_from;
@@ -64,7 +67,7 @@ use tokio_util::sync::CancellationToken;
 /// build every part, start the pipeline thread, join it.
 pub fn run(cfg: Config, replay: Option<PathBuf>) -> ExitCode {
     crate::telemetry::init(cfg.logging.format, &cfg.logging.level, cfg.scrubber());
-    tracing::info!(version = env!("CARGO_PKG_VERSION"), config = %cfg.to_redacted_yaml(), "starting");
+    announce::starting(&cfg, replay.as_deref());
     match Publisher::build(cfg, replay) {
         Ok(p) => p.start().join(),
         Err(e) => e.report(),
@@ -109,8 +112,12 @@ struct Running {
 
 impl Publisher {
     fn build(cfg: Config, replay: Option<PathBuf>) -> Result<Publisher, NotStarted> {
-        let handle = crate::metrics::install()
-            .map_err(|e| NotStarted::Failed(format!("cannot install the metrics recorder: {e}")))?;
+        let handle = crate::metrics::install(&crate::metrics::Model {
+            project: &cfg.project,
+            model_id: &cfg.model_id,
+            model_version: &cfg.model_version,
+        })
+        .map_err(|e| NotStarted::Failed(format!("cannot install the metrics recorder: {e}")))?;
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -129,11 +136,14 @@ impl Publisher {
                 NotStarted::Failed(format!("cannot listen on {}: {e}", cfg.server.listen))
             })?;
         let render = handle.clone();
+        let readiness = Arc::clone(&health);
         rt.spawn(server::serve(
             listener,
             Arc::clone(&health),
             Arc::new(move || {
                 crate::metrics::startup::resident_memory();
+                crate::metrics::process::collect();
+                crate::metrics::startup::ready(readiness.is_ready());
                 render.render() + &crate::metrics::quality::render()
             }),
             hard_stop.clone(),
@@ -148,6 +158,10 @@ impl Publisher {
                 }
             }
         });
+        rt.spawn(progress::report(
+            cfg.logging.progress_interval,
+            hard_stop.clone(),
+        ));
 
         // Sinks.
         let starts: Option<PartitionStarts> =
@@ -216,12 +230,15 @@ impl Publisher {
             &sink_names,
             &crate::sink::SinkErrorKind::ALL.map(|k| k.code()),
         );
+        crate::metrics::startup::register_dead_letter_series(
+            &crate::deadletter::Failure::ALL.map(|f| (f.code(), f.retryable())),
+        );
         crate::metrics::startup::memory_bound(
             crate::footprint::Footprint::of(&cfg, replay.is_none()).bound(),
         );
         let batcher = Batcher::new(layout, cfg.batching.clone());
         let exactly_once = starts.is_some();
-        let state = State::new(
+        let mut state = State::new(
             topic,
             sink_count,
             batcher,
@@ -232,6 +249,8 @@ impl Publisher {
             cfg.batching.max_inflight_bytes,
             starts,
         );
+        // The same hooks move staged rows early when their bookkeeping fills half the budget.
+        state.set_staging_hooks(revoke_hooks.clone());
         let intake = match (replay, &cfg.observation_source) {
             (Some(path), _) => Intake::Replay(path),
             (None, Some(src)) => {

@@ -13,13 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 /// Reports intake paused (the replay's one "partition") or resumed.
 fn intake(st: &State, paused_partitions: usize) {
-    super::events::Intake {
-        paused_partitions,
-        changed: true,
-        batch_bytes: st.inflight_bytes(),
-        letter_bytes: st.letter_bytes(),
-    }
-    .emit();
+    st.intake_report(paused_partitions, true).emit();
 }
 
 /// Replays `path` (frames up to `max_frame` bytes); returns whether every row was acknowledged.
@@ -70,11 +64,13 @@ pub(crate) fn run(
             }
             st.retry_dead_letters(now);
             st.poll_linger(now);
+            st.move_early(now);
             // Backpressure: wait for acknowledgements rather than read ahead without bound.
             // The open batch counts too: it still ships by linger while intake waits.
             if st.over_budget() {
                 intake(&st, 1);
                 while st.over_budget() && !shutdown.is_cancelled() && !st.sink_gone() {
+                    st.move_early(Instant::now());
                     st.drain_events(Some(Duration::from_millis(20)));
                     st.poll_linger(Instant::now());
                 }

@@ -50,9 +50,23 @@ struct Taken {
     released: Vec<bool>,
     /// The rows' `request_timestamp`s, for their freshness when each sink has written them.
     stamps: crate::metrics::quality::Stamps,
+    /// Per sink: the bytes of the staged acknowledgement awaited for it (0 when none).
+    waiting: Vec<usize>,
 }
 
 impl Taken {
+    /// What the task keeps for the batch once no sink holds it, as allocated: this record, the
+    /// timestamp runs and the staged acknowledgements awaited (the tokio task around each, a
+    /// header of about a cache line, is not counted). Reported with each stage, so the ledger
+    /// counts it against the budget until the batch is written.
+    fn kept_bytes(&self) -> usize {
+        std::mem::size_of::<(BatchId, Taken)>()
+            + self.stamps.allocated_bytes()
+            + self.released.capacity() * std::mem::size_of::<bool>()
+            + self.waiting.capacity() * std::mem::size_of::<usize>()
+            + self.waiting.iter().sum::<usize>()
+    }
+
     /// Sink `sink` let go of the batch (staged or written); drops it when no sink holds it.
     fn let_go(&mut self, sink: SinkIndex) {
         self.released[sink] = true;
@@ -188,7 +202,9 @@ async fn run_until_done(
             },
             s = lanes.next() => match s {
                 Some(s) => match s.result {
-                    Ok(ack) => t.watch(s.id, s.sink, s.attempt, s.submitted, ack),
+                    Ok(ack) => {
+                        t.watch(s.id, s.sink, s.attempt, s.submitted, ack);
+                    }
                     Err(e) => t.failed(s.id, s.sink, s.attempt, &e),
                 },
                 None => return,
@@ -238,10 +254,13 @@ impl Task {
             batch: Some(job.batch),
             remaining,
             released: vec![false; remaining],
+            waiting: vec![0; remaining],
         };
         self.taken.insert(id, taken);
     }
 
+    /// Awaits `ack` beside the others; returns the bytes it holds while awaited (the
+    /// acknowledgement's future and the one awaiting it).
     fn watch(
         &mut self,
         id: BatchId,
@@ -249,8 +268,9 @@ impl Task {
         attempt: u32,
         submitted: Instant,
         ack: Acknowledgement,
-    ) {
-        self.acks.spawn(async move {
+    ) -> usize {
+        let inner = std::mem::size_of_val(&*ack);
+        let answer = async move {
             Answer {
                 id,
                 sink,
@@ -258,7 +278,10 @@ impl Task {
                 submitted,
                 result: ack.await,
             }
-        });
+        };
+        let bytes = inner + std::mem::size_of_val(&answer);
+        self.acks.spawn(answer);
+        bytes
     }
 
     /// A submission or an acknowledgement failed: the batch goes back to the front of the
@@ -315,6 +338,7 @@ impl Task {
                 let unstaged = self.taken.get_mut(&a.id).is_some_and(|t| {
                     let staged = t.released[a.sink] && t.batch.is_some();
                     t.released[a.sink] = false;
+                    t.waiting[a.sink] = 0;
                     staged
                 });
                 self.failed(a.id, a.sink, a.attempt, &e);
@@ -325,14 +349,17 @@ impl Task {
                 true
             }
             Ok(Progress::Staged(next)) => {
-                if let Some(t) = self.taken.get_mut(&a.id) {
+                let waiting = self.watch(a.id, a.sink, a.attempt, a.submitted, next);
+                let kept = self.taken.get_mut(&a.id).map_or(0, |t| {
                     t.let_go(a.sink);
-                }
-                self.watch(a.id, a.sink, a.attempt, a.submitted, next);
+                    t.waiting[a.sink] = waiting;
+                    t.kept_bytes()
+                });
                 self.events
                     .send(Event::Staged {
                         id: a.id,
                         sink: a.sink,
+                        kept,
                     })
                     .is_ok()
             }
@@ -417,6 +444,7 @@ impl Task {
             }
         }
         taken.remaining -= 1;
+        taken.waiting[sink] = 0;
         taken.let_go(sink);
         if taken.remaining == 0 {
             if let Some(t) = self.taken.remove(&id) {

@@ -12,12 +12,16 @@
 
 use crate::commit::Partition;
 use crate::config::StartFrom;
+use crate::kafka_log::HelperContext;
 use crate::source::group::{self, Group};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
+
+/// The client that reads another group's committed offsets (`start_from: group:`).
+pub(crate) type GroupReader = BaseConsumer<HelperContext>;
 
 /// What a read of the group's committed offsets says about each partition.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -53,7 +57,7 @@ fn read_committed(group: &Group<'_>, partitions: &[Partition], timeout: Duration
 fn resolve(
     group: &Group<'_>,
     start_from: &StartFrom,
-    other_group: Option<&BaseConsumer>,
+    other_group: Option<&GroupReader>,
     fresh: &[Partition],
     timeout: Duration,
 ) -> Result<Vec<(Partition, Option<Offset>)>, String> {
@@ -112,7 +116,7 @@ pub(super) struct Starts {
 pub(super) fn read(
     group: &Group<'_>,
     start_from: &StartFrom,
-    other_group: Option<&BaseConsumer>,
+    other_group: Option<&GroupReader>,
     partitions: &[Partition],
     timeout: Duration,
 ) -> Starts {
@@ -190,7 +194,7 @@ impl Pending {
         &mut self,
         group: &Group<'_>,
         start_from: &StartFrom,
-        other_group: Option<&BaseConsumer>,
+        other_group: Option<&GroupReader>,
         timeout: Duration,
     ) -> Vec<(Partition, Option<i64>)> {
         let unread: Vec<Partition> = self.unread.iter().copied().collect();
@@ -224,7 +228,7 @@ impl Pending {
 /// Serves what a client that is never subscribed has queued, without waiting: its events are
 /// errors (rdkafka returns them from `poll` rather than logging them), logged here at debug
 /// level since the consumer beside it reports the same brokers' troubles.
-pub(super) fn serve_events(client: &BaseConsumer) {
+pub(super) fn serve_events(client: &GroupReader) {
     while let Some(event) = client.poll(Duration::ZERO) {
         if let Err(e) = event {
             tracing::debug!(error = %e, "start_from's group reader");
@@ -238,13 +242,13 @@ pub(super) fn serve_events(client: &BaseConsumer) {
 pub(crate) fn other_group_reader(
     start_from: Option<&StartFrom>,
     connection: &ClientConfig,
-) -> Option<BaseConsumer> {
+) -> Option<GroupReader> {
     let Some(StartFrom::Group(g)) = start_from else {
         return None;
     };
     let mut cfg = connection.clone();
     cfg.set("group.id", g).set("enable.auto.commit", "false");
-    match cfg.create::<BaseConsumer>() {
+    match cfg.create_with_context(HelperContext("start_from group reader")) {
         Ok(c) => Some(c),
         Err(e) => {
             tracing::warn!(error = %e, group = %g, "cannot read start_from's group; new partitions start per auto.offset.reset");

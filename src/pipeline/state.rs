@@ -15,7 +15,7 @@
 
 use super::checkpoints::{self, HeldPartitions, Start};
 use super::events::{self, Counts, RateLimit, Totals};
-use super::intake::{Gate, Intake, Timers, MAX_WAIT};
+use super::intake::{EarlyMove, Intake, Timers, MAX_WAIT};
 pub(crate) use super::intake::{Next, Settings};
 use super::ledger::{Completion, Ledger};
 use super::letters::Letters;
@@ -75,6 +75,10 @@ pub(crate) struct State {
     errors: RateLimit,
     /// Commits with the committer thread.
     commits: commits::Commits,
+    /// The staging sinks' hooks, called for an early move ([`State::move_early`]).
+    staging_hooks: Vec<RevokeHook>,
+    /// When to ask them.
+    early_move: EarlyMove,
 }
 
 impl State {
@@ -126,34 +130,9 @@ impl State {
             timers: Timers::new(Instant::now()),
             errors: RateLimit::new(),
             commits: commits::Commits::default(),
+            staging_hooks: Vec::new(),
+            early_move: EarlyMove::default(),
         }
-    }
-
-    /// Bytes the batches hold between decoding and every sink's acknowledgement: the Arrow
-    /// buffers of batches flushed but not yet acknowledged ([`Batch::held_bytes`], their
-    /// capacity, not their data) and what the open batch's builders hold
-    /// ([`Batcher::held_bytes`]). librdkafka's prefetch (a quarter of the budget, see
-    /// [`crate::source::prefetch_split`]) comes on top; docs/reliability.md §1.4 has the
-    /// whole memory formula.
-    pub(crate) fn inflight_bytes(&self) -> usize {
-        self.ledger.inflight_bytes() + self.batcher.held_bytes()
-    }
-
-    /// Bytes held by dead letters waiting for their write ([`DeadLetter::held_bytes`]), and by
-    /// those stashed until every sink acknowledged their batch.
-    pub(crate) fn letter_bytes(&self) -> usize {
-        self.ledger.letter_bytes() + self.ledger.refused_bytes()
-    }
-
-    /// Whether intake should pause: batches in flight and dead letters waiting for their write
-    /// together use up the in-flight budget (`batching.max_inflight_bytes`).
-    pub(crate) fn over_budget(&self) -> bool {
-        self.inflight_bytes() + self.letter_bytes() >= self.budget
-    }
-
-    /// Whether paused intake may resume (both together below half the budget).
-    pub(crate) fn under_half_budget(&self) -> bool {
-        self.inflight_bytes() + self.letter_bytes() < self.budget / 2
     }
 
     /// Nothing is waiting for an acknowledgement.
@@ -353,10 +332,12 @@ impl State {
                 }
                 events::InflightBytes(self.inflight_bytes()).emit();
                 events::PendingLetters(self.letter_bytes()).emit();
+                events::Bookkeeping(self.bookkeeping_bytes()).emit();
             }
-            Event::Staged { id, sink } => {
-                if self.ledger.staged(id, sink) {
+            Event::Staged { id, sink, kept } => {
+                if self.ledger.staged(id, sink, kept) {
                     events::InflightBytes(self.inflight_bytes()).emit();
+                    events::Bookkeeping(self.bookkeeping_bytes()).emit();
                 }
             }
             Event::Unstaged { id, sink } => {
@@ -557,37 +538,6 @@ impl State {
         Next::Poll(wait.min(MAX_WAIT))
     }
 
-    /// Holds, pauses or resumes intake, as [`crate::pipeline::intake`] decides.
-    fn gate(&mut self, now: Instant, group: &Group<'_>) {
-        let (batch_bytes, letter_bytes) = (self.inflight_bytes(), self.letter_bytes());
-        let intake = |paused_partitions, changed| events::Intake {
-            paused_partitions,
-            changed,
-            batch_bytes,
-            letter_bytes,
-        };
-        let (over, under_half) = (self.over_budget(), self.under_half_budget());
-        match self.intake.decide(over, under_half, now) {
-            Gate::Keep => {}
-            Gate::Hold => events::IntakeHeld.emit(),
-            Gate::Pause => match group.assignment().and_then(|a| group.pause(&a).map(|()| a)) {
-                Ok(a) => intake(a.len(), self.intake.paused()).emit(),
-                Err(e) if self.errors.allow(now) => {
-                    tracing::warn!(error = %e, "cannot pause intake for the in-flight budget; trying again");
-                }
-                Err(_) => {}
-            },
-            Gate::Resume => {
-                let Ok(a) = group.assignment() else { return };
-                let a: Vec<Partition> = a.into_iter().filter(|&p| self.may_run(p)).collect();
-                if group.resume(&a).is_ok() {
-                    self.intake.resumed();
-                    intake(0, true).emit();
-                }
-            }
-        }
-    }
-
     /// Whether `p` may be resumed: held neither for its checkpoint nor for its start.
     fn may_run(&self, p: Partition) -> bool {
         !self.held.is_held(p) && !self.pending_starts.is_unread(p)
@@ -601,8 +551,8 @@ impl State {
             if self.errors.allow(now) {
                 tracing::warn!(topic = %self.topic, "source topic does not exist yet; waiting");
             }
-        } else if self.errors.allow(now) {
-            tracing::warn!(error = %e, "consumer error");
+        } else {
+            crate::kafka_log::poll_error(e);
         }
     }
 
@@ -759,6 +709,7 @@ impl State {
     }
 }
 
+mod budget;
 mod commits;
 pub(crate) use commits::start as start_committer;
 

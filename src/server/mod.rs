@@ -57,6 +57,18 @@ pub struct Health {
     /// `group.protocol: consumer` is set and the group's coordinator does not serve KIP-848's
     /// ConsumerGroupHeartbeat: the consumer would wait forever, unassigned.
     pub group_protocol_refused: AtomicBool,
+    /// Why the consumer cannot reach its brokers, as librdkafka last said it (cleared once a
+    /// broker answers): `/readyz` names it instead of its consequences.
+    pub broker_problem: Mutex<Option<String>>,
+}
+
+/// A client error about the brokers, for [`Health::set_broker_problem`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BrokerProblem {
+    /// A cause: which broker, what failed, what to check.
+    Cause(String),
+    /// librdkafka's "N/N brokers are down", which names no cause.
+    AllDown(String),
 }
 
 impl Health {
@@ -99,32 +111,78 @@ impl Health {
         *self.sinks_stuck.lock().unwrap_or_else(|e| e.into_inner()) = stuck;
     }
 
-    /// The conditions that are not met (empty = ready), besides [`Health::stuck`].
-    pub fn not_ready(&self) -> Vec<&'static str> {
-        let mut v = Vec::new();
-        if !self.joined.load(Ordering::Relaxed) {
-            v.push("consumer has not joined its group");
+    /// Whether `/readyz` answers 200: every condition met and nothing stuck.
+    pub fn is_ready(&self) -> bool {
+        self.not_ready().is_empty() && self.stuck().is_empty()
+    }
+
+    /// Records a client error about the brokers: a cause replaces what was known; "all
+    /// brokers are down" is kept only when no cause is known.
+    pub fn set_broker_problem(&self, problem: BrokerProblem) {
+        let mut p = self
+            .broker_problem
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        match problem {
+            BrokerProblem::Cause(c) => *p = Some(c),
+            BrokerProblem::AllDown(reason) => {
+                if p.is_none() {
+                    *p = Some(format!(
+                        "no Kafka broker can be reached ({reason}; check observation_source.bootstrap_servers)"
+                    ));
+                }
+            }
         }
-        if !self.topic_exists.load(Ordering::Relaxed) {
-            v.push("source topic does not exist (yet)");
+    }
+
+    /// A broker answered: what was said about the brokers no longer holds.
+    pub fn broker_reached(&self) {
+        *self
+            .broker_problem
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = None;
+    }
+
+    /// The conditions that are not met (empty = ready), besides [`Health::stuck`]. While the
+    /// brokers cannot be reached, that is said, not its consequences (no group joined, no
+    /// topic seen).
+    pub fn not_ready(&self) -> Vec<String> {
+        let mut v: Vec<String> = Vec::new();
+        let broker = self
+            .broker_problem
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let joined = self.joined.load(Ordering::Relaxed);
+        let topic = self.topic_exists.load(Ordering::Relaxed);
+        match broker {
+            Some(b) if !joined || !topic => v.push(b),
+            _ => {
+                if !joined {
+                    v.push("consumer has not joined its group".into());
+                }
+                if !topic {
+                    v.push("source topic does not exist (yet)".into());
+                }
+            }
         }
         if !self.sinks_ok.load(Ordering::Relaxed) {
-            v.push("a sink is failing");
+            v.push("a sink is failing".into());
         }
         if !self.sink_streams_ok.load(Ordering::Relaxed) {
-            v.push("a sink cannot reach its destination");
+            v.push("a sink cannot reach its destination".into());
         }
         if !self.dead_letter_ok.load(Ordering::Relaxed) {
-            v.push("dead-letter target is not usable");
+            v.push("dead-letter target is not usable".into());
         }
         if self.checkpoints_unread.load(Ordering::Relaxed) > 0 {
-            v.push("exactly-once: a partition's checkpoint could not be read (retrying; the partition is paused)");
+            v.push("exactly-once: a partition's checkpoint could not be read (retrying; the partition is paused)".into());
         }
         if self.checkpoints_unparseable.load(Ordering::Relaxed) > 0 {
-            v.push("exactly-once: a partition's checkpoint does not parse (the partition is stopped; see the error log)");
+            v.push("exactly-once: a partition's checkpoint does not parse (the partition is stopped; see the error log)".into());
         }
         if self.group_protocol_refused.load(Ordering::Relaxed) {
-            v.push("the brokers do not serve group.protocol: consumer (KIP-848 needs Kafka 4.0 or later): remove group.protocol from additional_consumer_config, or set it to classic");
+            v.push("the brokers do not serve group.protocol: consumer (KIP-848 needs Kafka 4.0 or later): remove group.protocol from additional_consumer_config, or set it to classic".into());
         }
         v
     }
@@ -373,7 +431,7 @@ async fn healthz(State(s): State<AppState>) -> (StatusCode, String) {
 }
 
 async fn readyz(State(s): State<AppState>) -> (StatusCode, String) {
-    let mut missing: Vec<String> = s.health.not_ready().into_iter().map(Into::into).collect();
+    let mut missing = s.health.not_ready();
     missing.extend(s.health.stuck());
     if missing.is_empty() {
         (StatusCode::OK, "ready\n".into())

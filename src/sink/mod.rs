@@ -188,6 +188,9 @@ pub trait Sink: Send {
     /// pipeline calls when partitions are revoked, with the deadline of the revoke's wait for
     /// their acknowledgements. The sink finishes what it staged by then if it can, so the revoke
     /// commits it rather than leave it staged while the partition's next owner reads it again.
+    /// The pipeline also calls it with a deadline already reached when the bookkeeping of staged
+    /// rows fills half the in-flight budget (again every second while it does): the sink moves
+    /// what it staged as soon as it can, so that intake held for that bookkeeping resumes.
     /// Default: `None` (nothing staged).
     fn revoke_hook(&self) -> Option<RevokeHook> {
         None

@@ -8,7 +8,7 @@
 pub mod group;
 
 use crate::config::{kip848, Assignment, Config, KafkaSource};
-use crate::server::Health;
+use crate::server::{BrokerProblem, Health};
 use rdkafka::config::ClientConfig;
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, RebalanceProtocol};
@@ -228,11 +228,17 @@ impl SourceContext {
 
 impl ClientContext for SourceContext {
     fn stats(&self, statistics: Statistics) {
+        if statistics.brokers.values().any(|b| b.state == "UP") {
+            self.health.broker_reached();
+        }
         (self.on_stats)(&statistics);
     }
 
     fn error(&self, error: KafkaError, reason: &str) {
-        tracing::warn!(error = %error, reason, "kafka client error");
+        if let Some(problem) = broker_problem(&error, reason) {
+            self.health.set_broker_problem(problem);
+        }
+        crate::kafka_log::error("consumer", &error, reason);
     }
 
     fn log(&self, level: RDKafkaLogLevel, fac: &str, line: &str) {
@@ -247,15 +253,28 @@ impl ClientContext for SourceContext {
         if self.drop_debug && matches!(level, L::Debug) {
             return;
         }
-        match level {
-            L::Emerg | L::Alert | L::Critical | L::Error => {
-                tracing::error!(target: "librdkafka", "librdkafka: {fac} {line}")
-            }
-            L::Warning => tracing::warn!(target: "librdkafka", "librdkafka: {fac} {line}"),
-            L::Notice | L::Info => tracing::info!(target: "librdkafka", "librdkafka: {fac} {line}"),
-            L::Debug => tracing::debug!(target: "librdkafka", "librdkafka: {fac} {line}"),
-        }
+        crate::kafka_log::log("consumer", level, fac, line);
     }
+}
+
+/// What `/readyz` says for a client error that means the brokers cannot be reached or will not
+/// let the consumer in (`None` for other errors). librdkafka's reason names the broker and the
+/// cause (`127.0.0.1:9/bootstrap: Connect to ipv4#127.0.0.1:9 failed: Connection refused`);
+/// "all brokers are down" adds nothing to the cause, so it never replaces one already known.
+fn broker_problem(error: &KafkaError, reason: &str) -> Option<BrokerProblem> {
+    use rdkafka::types::RDKafkaErrorCode as C;
+    let code = error.rdkafka_error_code()?;
+    let what = match code {
+        C::AllBrokersDown => return Some(BrokerProblem::AllDown(reason.to_string())),
+        C::BrokerTransportFailure | C::Resolve => "cannot reach a Kafka broker",
+        C::Authentication | C::SaslAuthenticationFailed => "a Kafka broker refused the credentials",
+        C::SSL => "the TLS handshake with a Kafka broker failed",
+        _ => return None,
+    };
+    Some(BrokerProblem::Cause(format!(
+        "{what}: {} (check observation_source.bootstrap_servers and the security settings in additional_consumer_config)",
+        crate::kafka_log::kind(reason)
+    )))
 }
 
 /// What librdkafka's group debug line says when the coordinator does not serve KIP-848
@@ -291,6 +310,7 @@ impl ConsumerContext for SourceContext {
                 let parts = self.partitions(tpl);
                 tracing::info!(partitions = ?parts, "partitions assigned");
                 self.health.joined.store(true, Ordering::Relaxed);
+                self.health.broker_reached();
                 self.health
                     .group_protocol_refused
                     .store(false, Ordering::Relaxed);

@@ -107,7 +107,7 @@ fn check_config_and_start_up_errors_print_no_secret() {
     let o = run(&["run", "-c", &cfg]);
     let out = all_output(&o);
     assert_eq!(o.status.code(), Some(1), "{out}");
-    assert!(out.contains("\"message\":\"starting\""), "{out}");
+    assert!(out.contains("\"message\":\"starting: "), "{out}");
     assert!(
         out.contains("cannot create the Kafka consumer")
             && out.contains("not supported in this build"),
@@ -145,7 +145,7 @@ fn arize_keys_are_never_printed() {
     let o = run(&["run", "-c", &cfg]);
     let out = all_output(&o);
     assert_eq!(o.status.code(), Some(1), "{out}");
-    assert!(out.contains("\"message\":\"starting\""), "{out}");
+    assert!(out.contains("\"message\":\"starting: "), "{out}");
     assert_clean("run (ARIZE)", &out);
 }
 
@@ -186,7 +186,7 @@ fn forwarded_librdkafka_lines_print_no_secret() {
     let _ = child.wait();
     drop(watchdog);
     assert!(forwarded >= 2, "librdkafka's lines are forwarded:\n{text}");
-    assert!(text.contains("\"message\":\"starting\""), "{text}");
+    assert!(text.contains("\"message\":\"starting: "), "{text}");
     assert_clean("run (forwarded librdkafka lines)", &text);
 }
 

@@ -3,7 +3,8 @@
 //! independently and out of order (across sinks and across batches), stage batches first and
 //! refuse rows, dead letters written late or never, revocations, re-assignments, crashes, and
 //! (exactly-once) a sink that writes batches in order and records each new stream before writing
-//! to it, next to sinks that acknowledge in any order.
+//! to it and moves its partition window's day only where a commit at a batch's start records it,
+//! next to sinks that acknowledge in any order.
 //!
 //! Invariants, checked at every commit the ledger asks for:
 //! - **safety** (both modes): every log before the committed offset is safe — its rows are in
@@ -12,6 +13,10 @@
 //! - **in-flight bytes** (both modes, after every step): the ledger counts exactly the bytes of
 //!   the batches some sink still holds (a batch every sink staged or acknowledged no longer
 //!   counts), and the letters of refused rows stashed until their batch is complete;
+//! - **staged bookkeeping** (both modes, after every step): the messages of batches no sink
+//!   holds and not every sink acknowledged are counted exactly, and the bookkeeping bytes hold
+//!   at least their offsets (those still ours) and what the sink task keeps for every batch it
+//!   reported staged; once everything is written and committed they return to zero;
 //! - **pending letter bytes** (both modes, after every step): the bytes the ledger counts for
 //!   unwritten dead letters are exactly those of the model's pending letters of the current
 //!   assignments (so they never go negative and return to zero when every letter is written);
@@ -83,6 +88,8 @@ struct InFlight {
     refused: Vec<(Partition, i64, usize)>,
     /// Partitions whose rows the exactly-once sink did not write (a stale epoch).
     skipped: Vec<Partition>,
+    /// The bytes the last stage reported the sink task keeps for it (0: never staged).
+    kept: usize,
 }
 
 /// The world: the topic, the broker's committed offsets, and one owner process.
@@ -197,8 +204,10 @@ impl World {
                     return;
                 };
                 f.sinks[sink] = 1;
-                let id = f.id;
-                assert!(self.ledger.staged(id, sink));
+                // What the sink task keeps: a record and the timestamp runs, per stage.
+                f.kept = 200 + 16 * f.logs.len() + sink;
+                let (id, kept) = (f.id, f.kept);
+                assert!(self.ledger.staged(id, sink, kept));
             }
             Op::Unstage { pick, sink } => {
                 let sink = sink % self.sinks;
@@ -307,6 +316,7 @@ impl World {
             sinks: vec![0; self.sinks],
             refused: Vec::new(),
             skipped: Vec::new(),
+            kept: 0,
         });
     }
 
@@ -328,7 +338,7 @@ impl World {
                     .collect();
                 let (first, last) = (logs[0], *logs.last().unwrap());
                 if self.streams.get(&p) != Some(&epoch) {
-                    let Some(at) = self.ledger.stream_opened(p, epoch, first) else {
+                    let RegisterAt::At(at) = self.ledger.register_at(p, epoch, first, false) else {
                         skipped.push(p);
                         continue; // stale: not ours to write
                     };
@@ -336,6 +346,22 @@ impl World {
                     self.commit(p, at, Some(metadata.clone()));
                     self.ledger.stream_recorded(p, at, metadata);
                     self.streams.insert(p, epoch);
+                } else if refuse.is_multiple_of(2) {
+                    // A checkpoint that holds only at the batch's start (the window's day
+                    // moving): recorded there, or not yet while an earlier log is unsafe.
+                    match self.ledger.register_at(p, epoch, first, true) {
+                        RegisterAt::At(at) => {
+                            assert_eq!(at, first, "exact");
+                            let metadata = format!("x={first}");
+                            self.commit(p, at, Some(metadata.clone()));
+                            self.ledger.stream_recorded(p, at, metadata);
+                        }
+                        RegisterAt::Behind => {}
+                        RegisterAt::Stale => {
+                            skipped.push(p);
+                            continue;
+                        }
+                    }
                 }
                 checkpoints.push(StreamCheckpoint {
                     partition: p,
@@ -410,6 +436,32 @@ impl World {
             .sum()
     }
 
+    /// Messages of batches no sink holds and not every sink acknowledged.
+    fn expected_staged_messages(&self) -> usize {
+        self.flights
+            .iter()
+            .filter(|f| !f.sinks.contains(&0) && !f.sinks.iter().all(|s| *s == 2))
+            .map(|f| f.logs.len())
+            .sum()
+    }
+
+    /// The least bookkeeping the ledger must count: one window entry for every offset of a
+    /// staged batch that is still ours (each once: a batch of an earlier assignment may hold
+    /// the same offsets as a later one), and what the sink task keeps for each staged batch.
+    fn least_bookkeeping(&self) -> usize {
+        let staged = self.flights.iter().filter(|f| !f.sinks.contains(&0));
+        let ours: HashSet<(Partition, i64)> = staged
+            .clone()
+            .flat_map(|f| f.logs.iter().map(move |l| (l, f)))
+            .filter(|(l, f)| {
+                let epoch = f.epochs.iter().find(|e| e.0 == l.0).unwrap().1;
+                self.ledger.epoch(l.0) == epoch
+            })
+            .map(|(l, _)| *l)
+            .collect();
+        ours.len() * crate::commit::ENTRY_BYTES + self.flights.iter().map(|f| f.kept).sum::<usize>()
+    }
+
     /// The bytes of refused rows' letters stashed until their batch is complete.
     fn expected_refused_bytes(&self) -> usize {
         self.flights
@@ -445,6 +497,13 @@ fn run(exactly_once: bool, sinks: usize, bad: Vec<Vec<bool>>, ops: Vec<Op>) {
             "in-flight bytes: those of the batches some sink still holds"
         );
         assert_eq!(w.ledger.refused_bytes(), w.expected_refused_bytes());
+        assert_eq!(w.ledger.staged_messages(), w.expected_staged_messages());
+        let least = w.least_bookkeeping();
+        assert!(
+            w.ledger.bookkeeping_bytes() >= least,
+            "bookkeeping {} under the staged batches' {least}",
+            w.ledger.bookkeeping_bytes()
+        );
     }
     // Whatever happened, draining (all work lands) lets the commit reach the end of what was
     // consumed, and the bookkeeping returns to zero.
@@ -467,6 +526,12 @@ fn run(exactly_once: bool, sinks: usize, bad: Vec<Vec<bool>>, ops: Vec<Op>) {
     assert_eq!(w.ledger.letter_bytes(), 0, "letter bytes return to zero");
     assert_eq!(w.ledger.inflight_bytes(), 0);
     assert_eq!(w.ledger.refused_bytes(), 0);
+    assert_eq!(w.ledger.staged_messages(), 0);
+    assert_eq!(
+        w.ledger.bookkeeping_bytes(),
+        0,
+        "the bookkeeping is released once everything is written"
+    );
     for (p, pos) in &w.positions {
         let committed = w.committed.get(p).map_or(0, |c| c.0);
         if !w.exactly_once {
@@ -569,7 +634,7 @@ fn a_revoke_counts_the_offsets_one_sink_wrote_and_another_did_not() {
     l.sink_acked(a, 0, &[], Vec::new());
     // Staged only, or held by both: nothing written yet, the next owner's copy is the first.
     let (b, _) = l.dispatched(&[po(0, 5, 9)], 10, 2);
-    l.staged(b, 0);
+    l.staged(b, 0, 0);
     let (_c, _) = l.dispatched(&[po(0, 10, 12)], 10, 2);
     // Written by both: complete, its offsets are the tracker's, not left by another sink.
     let (d, _) = l.dispatched(&[po(0, 13, 14)], 10, 2);

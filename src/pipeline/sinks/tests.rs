@@ -108,6 +108,8 @@ struct Rig {
     bytes: HashMap<i64, usize>,
     /// The batches sent, to see when the task lets go of them.
     sent: HashMap<i64, std::sync::Weak<Batch>>,
+    /// The bytes each stage reported the task keeps, in order.
+    kept: Vec<usize>,
 }
 
 const P: Partition = 0;
@@ -142,6 +144,7 @@ impl Rig {
             b,
             bytes: HashMap::new(),
             sent: HashMap::new(),
+            kept: Vec::new(),
         }
     }
 
@@ -180,8 +183,9 @@ impl Rig {
                     assert!(dead.is_empty());
                     self.ledger.sink_acked(id, sink, &[], checkpoints);
                 }
-                Event::Staged { id, sink } => {
-                    self.ledger.staged(id, sink);
+                Event::Staged { id, sink, kept } => {
+                    self.kept.push(kept);
+                    self.ledger.staged(id, sink, kept);
                 }
                 Event::Unstaged { id, sink } => {
                     self.ledger.unstaged(id, sink);
@@ -313,6 +317,48 @@ async fn a_staged_batch_that_fails_is_held_again_and_its_bytes_count_until_it_is
     assert_eq!(r.commit(), Some(1));
     assert_eq!(r.ledger.inflight_bytes(), 0);
     assert!(r.sent[&0].upgrade().is_none());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_staged_batch_s_bookkeeping_counts_until_every_sink_wrote_it() {
+    let mut r = Rig::start();
+    // 200 messages of distinct timestamps: the task keeps 200 runs for their freshness.
+    let mut b = Batcher::new(layout(), Batching::default());
+    let mut ready = Vec::new();
+    for o in 0..200 {
+        assert!(r.ledger.consumed(P, o));
+        let l = log("s", 1, o, 1_000_000 + o);
+        b.push(P, o, &l, Instant::now(), &mut ready).unwrap();
+    }
+    let mut batch = b.flush().unwrap();
+    let (id, epochs) = r.ledger.dispatched(&batch.offsets, 1000, 2);
+    batch.epochs = epochs;
+    let job = SinkJob {
+        id,
+        batch: Arc::new(batch),
+        opened: Instant::now(),
+    };
+    r.jobs.send(job).await.unwrap();
+    r.settle().await;
+    let held = r.ledger.bookkeeping_bytes();
+    assert!(held >= 200 * crate::commit::ENTRY_BYTES, "{held}");
+    r.a.stage(0);
+    r.b.stage(0);
+    r.settle().await;
+    assert_eq!(r.ledger.inflight_bytes(), 0, "no sink holds the batch");
+    let kept = *r.kept.last().unwrap();
+    assert!(
+        kept >= 200 * 16 + std::mem::size_of::<Taken>(),
+        "the runs and the record: {kept}"
+    );
+    assert_eq!(r.ledger.staged_messages(), 200);
+    assert_eq!(r.ledger.bookkeeping_bytes(), held + kept);
+    r.a.answer(0, written());
+    r.b.answer(0, written());
+    r.settle().await;
+    assert_eq!(r.commit(), Some(200));
+    assert_eq!(r.ledger.staged_messages(), 0);
+    assert_eq!(r.ledger.bookkeeping_bytes(), 0, "released once written");
 }
 
 #[tokio::test(start_paused = true)]

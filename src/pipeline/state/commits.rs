@@ -21,7 +21,7 @@
 use super::{Event, State};
 use crate::commit::Partition;
 use crate::pipeline::events;
-use crate::pipeline::ledger::CommitPoint;
+use crate::pipeline::ledger::{CommitPoint, RegisterAt};
 use crate::sink::bigquery::exactly_once::{Registered, Registration};
 use crate::source::group::Group;
 use crate::source::SourceContext;
@@ -196,9 +196,19 @@ impl State {
     /// ledger says, before the sink writes a row into them (it waits for the answer).
     pub(super) fn register(&mut self, group: &Group<'_>) {
         for r in std::mem::take(&mut self.registrations) {
-            let Some(offset) = self.ledger.stream_opened(r.partition, r.epoch, r.offset) else {
-                let _ = r.done.send(Registered::Stale);
-                continue;
+            let offset = match self
+                .ledger
+                .register_at(r.partition, r.epoch, r.offset, r.exact)
+            {
+                RegisterAt::At(offset) => offset,
+                RegisterAt::Stale => {
+                    let _ = r.done.send(Registered::Stale);
+                    continue;
+                }
+                RegisterAt::Behind => {
+                    let _ = r.done.send(Registered::Behind);
+                    continue;
+                }
             };
             let point = (r.partition, offset, Some(r.metadata.clone()));
             match self.commits.send(vec![point]) {

@@ -40,7 +40,19 @@
 //! - the rows produced from a partition are a deterministic function of its messages (the same
 //!   decoder and configuration on replay; rows that would be refused are dead-lettered *before*
 //!   the writer — a refusal by BigQuery (`row_errors`, INVALID_ARGUMENT) stops the partition
-//!   instead of dropping rows, and so does a row larger than a request may be);
+//!   instead of dropping rows, and so does a row larger than a request may be).
+//!   The partition window (rows in expired partitions, or over a year ahead, are refused) is
+//!   the one input that is not in the messages: it moves with the date. So each partition
+//!   evaluates it at a *day* that every checkpoint carries, and that day changes only where a
+//!   commit records the change before any row is evaluated at the new day: at the first
+//!   batch of a new day whose first offset is the partition's first unacknowledged one (every
+//!   earlier row acknowledged by every sink, the stream's length known, no replay pending), a
+//!   registration commits that offset with `{stream, its length, 0, new day}`. Until then the
+//!   old day holds, and a replay (any owner, any date) evaluates every row from the committed
+//!   offset at the checkpoint's day, so it refuses exactly what the writer refused. (A row of
+//!   the day that just expired, evaluated at the old day while the change waits, may still be
+//!   refused by BigQuery, which stops the partition as any refusal does; its retry moves the
+//!   day, since every earlier row is then acknowledged.);
 //! - the Kafka commit carries the metadata (the local tansu broker drops it; librdkafka's
 //!   MockCluster and real brokers keep it);
 //! - BigQuery keeps the stream until resume: an unknown stream at resume is an error, never a
@@ -58,8 +70,9 @@ use super::proto::{write_stream::Type as StreamType, WriteStream};
 use super::TableRef;
 use tonic::Status;
 
-/// Prefix of the metadata string (versioned; `obs-bq1` had no `carried`).
-const PREFIX: &str = "obs-bq2";
+/// Prefix of the metadata string (versioned; `obs-bq2` had no `day`, `obs-bq1` no `carried`).
+const PREFIX: &str = "obs-bq3";
+const PREFIX_V2: &str = "obs-bq2";
 const PREFIX_V1: &str = "obs-bq1";
 
 /// What is stored in a partition's Kafka offset commit metadata.
@@ -72,35 +85,54 @@ pub struct Checkpoint {
     /// Rows of messages at or after the committed offset that are already in streams finalized
     /// before this one (they come first in the replay, before any row of `stream`).
     pub carried: u64,
+    /// The day (UTC, days since the epoch) at which the partition window was evaluated for
+    /// every row produced from the committed offset on: a replay refuses exactly the rows the
+    /// writer refused, whatever the date at the replay. `None` in checkpoints written before
+    /// the day was recorded (the replay then evaluates the window today).
+    pub day: Option<i64>,
 }
 
 impl Checkpoint {
-    /// `obs-bq2:<next_row>:<carried>:<stream>`.
+    /// `obs-bq3:<next_row>:<carried>:<day>:<stream>` (`day` empty when unknown).
     pub fn to_metadata(&self) -> String {
+        let day = self.day.map(|d| d.to_string()).unwrap_or_default();
         format!(
-            "{PREFIX}:{}:{}:{}",
+            "{PREFIX}:{}:{}:{day}:{}",
             self.next_row, self.carried, self.stream
         )
     }
 
-    /// Parses [`Self::to_metadata`]'s output (and the older `obs-bq1:<next_row>:<stream>`);
-    /// None for empty or foreign metadata.
+    /// Parses [`Self::to_metadata`]'s output (and the older `obs-bq2:<next_row>:<carried>:
+    /// <stream>` and `obs-bq1:<next_row>:<stream>`); None for empty or foreign metadata.
     pub fn from_metadata(s: &str) -> Option<Self> {
-        let (next_row, carried, stream) =
-            if let Some(rest) = s.strip_prefix(PREFIX).and_then(|r| r.strip_prefix(':')) {
+        fn field(s: &str) -> Option<&str> {
+            s.strip_prefix(':')
+        }
+        let (next_row, carried, day, stream) =
+            if let Some(rest) = s.strip_prefix(PREFIX).and_then(field) {
+                let (row, rest) = rest.split_once(':')?;
+                let (carried, rest) = rest.split_once(':')?;
+                let (day, stream) = rest.split_once(':')?;
+                let day = match day {
+                    "" => None,
+                    d => Some(d.parse().ok()?),
+                };
+                (row, carried.parse().ok()?, day, stream)
+            } else if let Some(rest) = s.strip_prefix(PREFIX_V2).and_then(field) {
                 let (row, rest) = rest.split_once(':')?;
                 let (carried, stream) = rest.split_once(':')?;
-                (row, carried.parse().ok()?, stream)
+                (row, carried.parse().ok()?, None, stream)
             } else {
                 let rest = s.strip_prefix(PREFIX_V1)?.strip_prefix(':')?;
                 let (row, stream) = rest.split_once(':')?;
-                (row, 0, stream)
+                (row, 0, None, stream)
             };
         let next_row: i64 = next_row.parse().ok().filter(|r| *r >= 0)?;
         stream.contains("/streams/").then(|| Checkpoint {
             stream: stream.to_string(),
             next_row,
             carried,
+            day,
         })
     }
 }
@@ -226,18 +258,31 @@ mod tests {
 
     #[test]
     fn checkpoints_round_trip_through_metadata() {
-        let cp = Checkpoint {
-            stream: "projects/p/datasets/d/tables/t/streams/abc".into(),
-            next_row: 1234,
-            carried: 56,
-        };
-        assert_eq!(Checkpoint::from_metadata(&cp.to_metadata()), Some(cp));
+        for day in [Some(20_433), None] {
+            let cp = Checkpoint {
+                stream: "projects/p/datasets/d/tables/t/streams/abc".into(),
+                next_row: 1234,
+                carried: 56,
+                day,
+            };
+            assert_eq!(Checkpoint::from_metadata(&cp.to_metadata()), Some(cp));
+        }
+        assert_eq!(
+            Checkpoint::from_metadata("obs-bq2:7:3:projects/p/datasets/d/tables/t/streams/s"),
+            Some(Checkpoint {
+                stream: "projects/p/datasets/d/tables/t/streams/s".into(),
+                next_row: 7,
+                carried: 3,
+                day: None,
+            })
+        );
         assert_eq!(
             Checkpoint::from_metadata("obs-bq1:7:projects/p/datasets/d/tables/t/streams/s"),
             Some(Checkpoint {
                 stream: "projects/p/datasets/d/tables/t/streams/s".into(),
                 next_row: 7,
                 carried: 0,
+                day: None,
             })
         );
     }
@@ -263,7 +308,7 @@ mod tests {
             let carried = sum(o..o + a);
             let len = before + sum(o + a..o + a + b) as i64;
             let s = "projects/p/datasets/d/tables/t/streams/s";
-            let cp = Checkpoint { stream: s.into(), next_row: before, carried };
+            let cp = Checkpoint { stream: s.into(), next_row: before, carried, day: Some(1) };
             let skip = kept_stream_skip(&cp, s, len);
             prop_assert_eq!(skip, Some(sum(o..o + a + b)));
             // The replay from `o`, minus the skip, is exactly the rows not yet written.
@@ -293,6 +338,8 @@ mod tests {
             "obs-bq1:5:",
             "obs-bq2:5:x:p/streams/s",
             "obs-bq2:5:p/streams/s",
+            "obs-bq3:5:0:p/streams/s",
+            "obs-bq3:5:0:x:p/streams/s",
         ] {
             assert_eq!(Checkpoint::from_metadata(m), None, "{m:?}");
         }

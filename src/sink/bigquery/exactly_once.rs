@@ -28,6 +28,7 @@
 //! fenced stream stops that partition without acknowledging (see `docs/bigquery.md` for the
 //! guarantee and its limits).
 
+use super::readiness::Readiness;
 use crate::batch::Batch;
 use crate::commit::Partition;
 use crate::config::{BigQuerySink as BigQueryConfig, Config};
@@ -52,8 +53,12 @@ pub struct Registration {
     pub partition: Partition,
     /// The assignment epoch the stream was opened for.
     pub epoch: u64,
-    /// The partition's first offset in the batch that opened the stream.
+    /// The partition's first offset in the batch that opened the stream (or that moves the
+    /// partition window's day).
     pub offset: i64,
+    /// Commit exactly at `offset` or not at all ([`Registered::Behind`]): a checkpoint that
+    /// moves the window's day holds only where no row before it is still unacknowledged.
+    pub exact: bool,
     /// The checkpoint `{new stream, 0, rows to skip}`.
     pub metadata: String,
     /// The answer.
@@ -69,6 +74,9 @@ pub enum Registered {
     Stale,
     /// The commit failed (retry later).
     Failed(String),
+    /// `exact`, but earlier messages of the partition are not acknowledged yet (by this sink
+    /// or another): nothing was committed; ask again once they are.
+    Behind,
 }
 
 /// Hands a [`Registration`] to the pipeline; false when the pipeline is gone.
@@ -98,55 +106,6 @@ impl std::fmt::Debug for Handoff {
 /// The [`Handoff`], shared.
 pub type PartitionStarts = Arc<Handoff>;
 
-/// The sink's readiness: false while any partition's writer reports itself unhealthy. Each
-/// writer retries inside a write, so a write stuck on an unreachable BigQuery shows only here.
-struct Readiness {
-    tx: Arc<tokio::sync::watch::Sender<bool>>,
-    writers: Arc<Mutex<HashMap<u64, bool>>>,
-    next: u64,
-}
-
-impl Readiness {
-    fn new() -> Self {
-        Readiness {
-            tx: Arc::new(tokio::sync::watch::channel(true).0),
-            writers: Arc::default(),
-            next: 0,
-        }
-    }
-
-    /// Follows a writer's health until the writer is gone (inside a tokio runtime).
-    fn follow(&mut self, mut health: tokio::sync::watch::Receiver<bool>) {
-        let id = self.next;
-        self.next += 1;
-        let (tx, writers) = (Arc::clone(&self.tx), Arc::clone(&self.writers));
-        tokio::spawn(async move {
-            loop {
-                let ok = *health.borrow_and_update();
-                Self::set(&tx, &writers, id, Some(ok));
-                if health.changed().await.is_err() {
-                    Self::set(&tx, &writers, id, None);
-                    return;
-                }
-            }
-        });
-    }
-
-    fn set(
-        tx: &tokio::sync::watch::Sender<bool>,
-        writers: &Mutex<HashMap<u64, bool>>,
-        id: u64,
-        ok: Option<bool>,
-    ) {
-        let mut w = writers.lock().unwrap_or_else(|e| e.into_inner());
-        match ok {
-            Some(ok) => w.insert(id, ok),
-            None => w.remove(&id),
-        };
-        tx.send_replace(w.values().all(|ok| *ok));
-    }
-}
-
 struct Part {
     epoch: u64,
     writer: AppendWriter,
@@ -160,6 +119,9 @@ struct Part {
     /// accepted yet: until one is (BigQuery checks its explicit offset), the usual path is
     /// still open, since nothing of the partition has been acknowledged in this assignment.
     unconfirmed: bool,
+    /// The day the partition window is evaluated at (see `checkpoint`'s module docs): every
+    /// checkpoint carries it, and it moves only where a registration has recorded the move.
+    day: i64,
 }
 
 impl Part {
@@ -207,7 +169,13 @@ pub struct ExactlyOnceSink {
     parts: HashMap<Partition, Part>,
     progress: Progress,
     readiness: Readiness,
+    /// Microseconds since the epoch: the wall clock, which decides when a partition's window
+    /// day may move ([`ExactlyOnceSink::with_clock`]).
+    clock: Clock,
 }
+
+/// A source of the time (microseconds since the epoch).
+pub type Clock = Arc<dyn Fn() -> i64 + Send + Sync>;
 
 /// The batch being written and the partitions of it already written, with their checkpoints:
 /// a batch that failed part-way is retried whole, and those partitions must not be appended
@@ -251,7 +219,19 @@ impl ExactlyOnceSink {
             parts: HashMap::new(),
             progress: Progress::default(),
             readiness: Readiness::new(),
+            clock: Arc::new(validate::now_micros),
         })
+    }
+
+    /// The same sink reading the time from `clock` instead of the wall clock (to drive it
+    /// across midnight).
+    pub fn with_clock(mut self, clock: Clock) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    fn today(&self) -> i64 {
+        validate::day_of((self.clock)())
     }
 
     /// The partition's writer for the current assignment, resuming its stream if needed; `None`
@@ -299,7 +279,8 @@ impl ExactlyOnceSink {
             if let Some(skip) = kept {
                 tracing::info!(partition = p, stream = %old.stream, row = old.next_row, skip_rows = skip,
                     "exactly-once: partition assigned again keeps its stream (its first append confirms it)");
-                (old.epoch, old.skip, old.unconfirmed) = (epoch, skip, true);
+                let day = prior.as_ref().and_then(|cp| cp.day).unwrap_or(old.day);
+                (old.epoch, old.skip, old.unconfirmed, old.day) = (epoch, skip, true, day);
                 self.parts.insert(p, old);
                 return Ok(true);
             }
@@ -309,16 +290,20 @@ impl ExactlyOnceSink {
         let resume = resume_partition(&self.client, &self.table, prior.as_ref())
             .await
             .map_err(|e| err(SinkErrorKind::Unavailable, true, e))?;
+        // The replay evaluates the window at the day its rows were first evaluated at.
+        let day = prior.as_ref().and_then(|cp| cp.day).unwrap_or(self.today());
         // Record the new stream before writing to it (see the module docs).
         let (done, answer) = tokio::sync::oneshot::channel();
         let registration = Registration {
             partition: p,
             epoch,
             offset: first_offset,
+            exact: false,
             metadata: Checkpoint {
                 stream: resume.stream.clone(),
                 next_row: 0,
                 carried: resume.skip_rows,
+                day: Some(day),
             }
             .to_metadata(),
             done,
@@ -335,7 +320,9 @@ impl ExactlyOnceSink {
             Ok(Registered::Committed) => {}
             Ok(Registered::Stale) => return Ok(false),
             Ok(Registered::Failed(e)) => return Err(err(SinkErrorKind::Unavailable, true, e)),
-            Err(_) => return Err(err(SinkErrorKind::Unavailable, true, "pipeline gone")),
+            Ok(Registered::Behind) | Err(_) => {
+                return Err(err(SinkErrorKind::Unavailable, true, "pipeline gone"))
+            }
         }
         tracing::info!(partition = p, stream = %resume.stream, skip_rows = resume.skip_rows, finalized = ?resume.finalized,
             "exactly-once: partition resumed on a new stream");
@@ -359,7 +346,82 @@ impl ExactlyOnceSink {
                 next_row: 0,
                 settled: true,
                 unconfirmed: false,
+                day,
             },
+        );
+        Ok(true)
+    }
+
+    /// Moves `p`'s window to today when the day has changed and the move can be recorded at
+    /// the batch's first offset (see `checkpoint`'s module docs); waits while earlier messages
+    /// are unacknowledged. `false`: the partition is no longer ours in its epoch.
+    async fn move_day(&mut self, p: Partition, first_offset: i64) -> Result<bool, SinkError> {
+        let today = self.today();
+        let Some(part) = self.parts.get(&p) else {
+            return Ok(true);
+        };
+        if self.window.is_none()
+            || today <= part.day
+            || part.skip > 0
+            || part.unconfirmed
+            || !part.settled
+        {
+            return Ok(true);
+        }
+        let (epoch, from) = (part.epoch, part.day);
+        let metadata = Checkpoint {
+            stream: part.stream.clone(),
+            next_row: part.next_row,
+            carried: 0,
+            day: Some(today),
+        }
+        .to_metadata();
+        let mut waited = 0u32;
+        loop {
+            let (done, answer) = tokio::sync::oneshot::channel();
+            let registration = Registration {
+                partition: p,
+                epoch,
+                offset: first_offset,
+                exact: true,
+                metadata: metadata.clone(),
+                done,
+            };
+            if !self
+                .starts
+                .registrar
+                .get()
+                .is_some_and(|send| send(registration))
+            {
+                return Err(err(SinkErrorKind::Unavailable, true, "pipeline gone"));
+            }
+            match answer.await {
+                Ok(Registered::Committed) => break,
+                Ok(Registered::Stale) => return Ok(false),
+                Ok(Registered::Behind) => {
+                    if waited == 0 {
+                        tracing::info!(partition = p, offset = first_offset,
+                            "exactly-once: a new day; the partition window moves once every earlier message is acknowledged by every sink (waiting)");
+                    }
+                    // Asked again at a growing pace: a sink that acknowledges late (MaxCompute)
+                    // can keep it waiting for its interval.
+                    let ms = 50u64 << waited.min(4);
+                    waited = waited.saturating_add(1);
+                    tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+                }
+                Ok(Registered::Failed(e)) => return Err(err(SinkErrorKind::Unavailable, true, e)),
+                Err(_) => return Err(err(SinkErrorKind::Unavailable, true, "pipeline gone")),
+            }
+        }
+        if let Some(part) = self.parts.get_mut(&p) {
+            part.day = today;
+        }
+        tracing::info!(
+            partition = p,
+            offset = first_offset,
+            from_day = from,
+            to_day = today,
+            "exactly-once: partition window moved to a new day (recorded in the commit)"
         );
         Ok(true)
     }
@@ -392,7 +454,7 @@ impl ExactlyOnceSink {
         // rows kept, and a resume's skip counts those.
         let mut sub = Refusing::new(take(records, rows)?, rows);
         if let Some(w) = window {
-            let outside = w.outside(&sub.rows, validate::now_micros());
+            let outside = w.outside(&sub.rows, validate::day_start(part.day));
             sub.refuse(
                 &outside,
                 bigquery::RejectReason::OutsidePartitionRange,
@@ -473,6 +535,7 @@ impl ExactlyOnceSink {
                 stream: part.stream.clone(),
                 next_row: part.next_row,
                 carried: part.skip,
+                day: Some(part.day),
             },
             refused,
         )))
@@ -570,7 +633,9 @@ impl ExactlyOnceSink {
             // A kept stream not confirmed is given up and the batch written the usual way,
             // whose new stream needs no confirmation: at most two rounds.
             for round in 0..2 {
-                if !self.ensure_part(p, epoch, first_offset).await? {
+                if !self.ensure_part(p, epoch, first_offset).await?
+                    || !self.move_day(p, first_offset).await?
+                {
                     break;
                 }
                 written = self.write_partition(p, &records, &rows).await?;
@@ -631,11 +696,9 @@ impl Sink for ExactlyOnceSink {
 
 #[cfg(test)]
 mod tests {
-    use super::{take, PartitionWindow, Readiness, Refusing};
+    use super::{take, PartitionWindow, Refusing};
     use arrow_array::{ArrayRef, Int64Array, RecordBatch, TimestampMicrosecondArray};
     use std::sync::Arc;
-    use std::time::Duration;
-    use tokio::sync::watch;
 
     /// The rows of one partition (indices into the batch) are split into those to write and
     /// those refused, each refused row named by its index in the batch, before anything else
@@ -683,40 +746,6 @@ mod tests {
                 (5, "outside_partition_range"),
                 (2, "too_large")
             ]
-        );
-    }
-
-    async fn settled(rx: &mut watch::Receiver<bool>, want: bool) -> bool {
-        tokio::time::timeout(Duration::from_secs(5), rx.wait_for(|v| *v == want))
-            .await
-            .is_ok()
-    }
-
-    #[tokio::test]
-    async fn readiness_is_false_while_any_writer_is_unhealthy_and_forgets_closed_writers() {
-        let mut r = Readiness::new();
-        let mut ready = r.tx.subscribe();
-        let (a_tx, a_rx) = watch::channel(true);
-        let (b_tx, b_rx) = watch::channel(true);
-        r.follow(a_rx);
-        r.follow(b_rx);
-        assert!(settled(&mut ready, true).await);
-        b_tx.send_replace(false);
-        assert!(
-            settled(&mut ready, false).await,
-            "one writer cannot reach BigQuery"
-        );
-        a_tx.send_replace(false);
-        b_tx.send_replace(true);
-        assert!(settled(&mut ready, false).await);
-        a_tx.send_replace(true);
-        assert!(settled(&mut ready, true).await, "all writers healthy again");
-        a_tx.send_replace(false);
-        assert!(settled(&mut ready, false).await);
-        drop(a_tx); // the unhealthy writer was closed (partition revoked)
-        assert!(
-            settled(&mut ready, true).await,
-            "a closed writer no longer counts"
         );
     }
 }

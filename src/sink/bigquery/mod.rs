@@ -23,7 +23,6 @@
 //! [`connect`] turns a [`BigQuerySink`] into a [`StorageClient`] and a [`TableManager`] with the
 //! configured endpoints and auth mode.
 
-pub mod auth;
 pub mod checkpoint;
 pub mod client;
 pub mod encode;
@@ -31,12 +30,13 @@ pub mod error;
 pub mod exactly_once;
 pub mod metrics;
 pub mod pool;
+mod readiness;
 pub mod sink;
 pub mod table;
 pub mod validate;
 pub mod writer;
 
-pub use auth::Credentials;
+pub use crate::auth::google::Credentials;
 pub use client::StorageClient;
 pub use exactly_once::ExactlyOnceSink;
 pub use pool::Elastic;
@@ -90,7 +90,7 @@ impl TableRef {
 pub enum ConnectError {
     /// Credentials could not be loaded.
     #[error(transparent)]
-    Auth(#[from] auth::AuthError),
+    Auth(#[from] crate::auth::google::AuthError),
     /// Bad endpoint.
     #[error(transparent)]
     Client(#[from] client::ClientError),

@@ -76,6 +76,19 @@ fn micros(d: Duration) -> i64 {
     i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
 }
 
+const DAY_MICROS: i64 = 86_400_000_000;
+
+/// The UTC day (days since the epoch) of `micros` (microseconds since the epoch).
+pub fn day_of(micros: i64) -> i64 {
+    micros.div_euclid(DAY_MICROS)
+}
+
+/// The first microsecond of UTC day `day`: the instant a window evaluated "at a day" uses
+/// (the same oldest partition all day; the year ahead counted from the day's start).
+pub fn day_start(day: i64) -> i64 {
+    day.saturating_mul(DAY_MICROS)
+}
+
 /// Microseconds since the epoch now.
 pub fn now_micros() -> i64 {
     std::time::SystemTime::now()

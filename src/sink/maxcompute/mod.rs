@@ -16,7 +16,9 @@
 //!   [`mover`] has moved the batch's epoch into the target. A batch with refused rows skips the
 //!   staged step (it stays held until written, so its rows can be dead-lettered).
 //! - [`Sink::revoke_hook`](crate::sink::Sink::revoke_hook): a revoke moves what is staged at once, and keeps moving what is
-//!   staged until the revoke's deadline, so its rows are committed by the revoke.
+//!   staged until the revoke's deadline, so its rows are committed by the revoke. The pipeline
+//!   calls the same hook with a deadline already reached when staged rows' bookkeeping fills
+//!   half the in-flight budget: the mover moves at once (an early move).
 //! - [`Sink::close`](crate::sink::Sink::close): ends the mover after its running move and drops
 //!   the staging table; a move still running after a bounded wait keeps the table.
 //!

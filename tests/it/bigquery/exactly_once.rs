@@ -55,6 +55,7 @@ async fn resume_finalizes_fences_the_old_owner_and_skips_rows_already_written() 
         stream: first.stream.clone(),
         next_row: 20,
         carried: 0,
+        day: None,
     }
     .to_metadata();
     let cp = Checkpoint::from_metadata(&meta).expect("checkpoint");

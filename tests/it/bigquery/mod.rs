@@ -16,9 +16,10 @@ mod hold;
 mod live;
 mod pipelined;
 mod proxy;
-mod reuse;
+pub(crate) mod reuse;
 mod slow_ack;
 mod tables;
+mod window_day;
 
 use arrow_array::RecordBatch;
 use observation_publisher::config::{BigQuerySink, Config, Needs};

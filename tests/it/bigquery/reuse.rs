@@ -11,52 +11,89 @@ use observation_publisher::sink::bigquery::checkpoint::{resume_partition, Checkp
 use observation_publisher::sink::bigquery::exactly_once::{Handoff, Registered, Registration};
 use observation_publisher::sink::bigquery::{AppendWriter, ExactlyOnceSink};
 use observation_publisher::sink::{Progress, Sink};
+use std::sync::atomic::Ordering::SeqCst;
 use std::sync::Mutex;
 use std::time::Instant;
 
 /// The pipeline's side: what it hands the sink and what the sink registered.
-struct Pipeline {
+pub(crate) struct Pipeline {
     handoff: Arc<Handoff>,
-    registered: Arc<Mutex<Vec<Checkpoint>>>,
+    /// New streams registered (their checkpoints).
+    pub(crate) registered: Arc<Mutex<Vec<Checkpoint>>>,
+    /// Registrations at an exact offset (a window day's move): offset and checkpoint.
+    pub(crate) moves: Arc<Mutex<Vec<(i64, Checkpoint)>>>,
+    /// How many exact registrations to answer `Behind` (earlier messages unacknowledged)
+    /// before committing one.
+    pub(crate) behind: Arc<std::sync::atomic::AtomicUsize>,
     logs: Vec<Vec<u8>>,
-    f: Fixture,
+    pub(crate) f: Fixture,
+}
+
+/// `n` generated logs of one row each, stamped from `start_micros` on.
+pub(crate) fn logs(f: &Fixture, seed: u64, n: usize, start_micros: i64) -> Vec<Vec<u8>> {
+    let mut g = Generator::new(
+        &f.config.inference_schema,
+        GenOptions {
+            rows_per_log: 1,
+            seed,
+            malformed_ratio: 0.0,
+            start_micros,
+            model: ("it".into(), "fraud".into(), "1".into()),
+        },
+    );
+    (0..n).map(|_| g.next_log().bytes).collect()
 }
 
 impl Pipeline {
     async fn new(test: &str, n: usize) -> Pipeline {
         let f = Fixture::new(test).await;
-        let handoff = Arc::new(Handoff::default());
-        let registered = Arc::new(Mutex::new(Vec::new()));
-        let r = Arc::clone(&registered);
-        let _ = handoff.registrar.set(Box::new(move |reg: Registration| {
-            let cp = Checkpoint::from_metadata(&reg.metadata).expect("a checkpoint");
-            r.lock().unwrap().push(cp);
-            reg.done.send(Registered::Committed).is_ok()
-        }));
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap()
             .as_micros() as i64;
-        let mut g = Generator::new(
-            &f.config.inference_schema,
-            GenOptions {
-                rows_per_log: 1,
-                seed: 91,
-                malformed_ratio: 0.0,
-                start_micros: now,
-                model: ("it".into(), "fraud".into(), "1".into()),
-            },
+        let logs = logs(&f, 91, n, now);
+        Self::with_logs(f, logs)
+    }
+
+    /// Answers registrations as the pipeline does: commits them, except the first
+    /// [`Self::behind`] exact ones.
+    pub(crate) fn with_logs(f: Fixture, logs: Vec<Vec<u8>>) -> Pipeline {
+        let handoff = Arc::new(Handoff::default());
+        let registered = Arc::new(Mutex::new(Vec::new()));
+        let moves = Arc::new(Mutex::new(Vec::new()));
+        let behind = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (r, m, b) = (
+            Arc::clone(&registered),
+            Arc::clone(&moves),
+            Arc::clone(&behind),
         );
-        let logs = (0..n).map(|_| g.next_log().bytes).collect();
+        let _ = handoff.registrar.set(Box::new(move |reg: Registration| {
+            let cp = Checkpoint::from_metadata(&reg.metadata).expect("a checkpoint");
+            if !reg.exact {
+                r.lock().unwrap().push(cp);
+                return reg.done.send(Registered::Committed).is_ok();
+            }
+            let dec = |n: usize| n.checked_sub(1);
+            let answer = match b.fetch_update(SeqCst, SeqCst, dec) {
+                Ok(_) => Registered::Behind,
+                Err(_) => {
+                    m.lock().unwrap().push((reg.offset, cp));
+                    Registered::Committed
+                }
+            };
+            reg.done.send(answer).is_ok()
+        }));
         Pipeline {
             handoff,
             registered,
+            moves,
+            behind,
             logs,
             f,
         }
     }
 
-    async fn sink(&self) -> ExactlyOnceSink {
+    pub(crate) async fn sink(&self) -> ExactlyOnceSink {
         let (cfg, sink) = (&self.f.config, self.f.config.bigquery().expect("sink"));
         ExactlyOnceSink::start(cfg, sink, Arc::clone(&self.handoff))
             .await
@@ -64,7 +101,7 @@ impl Pipeline {
     }
 
     /// Partition 0 assigned in `epoch`, with the checkpoint read from the group's commit.
-    fn assign(&self, epoch: u64, checkpoint: Option<&Checkpoint>) {
+    pub(crate) fn assign(&self, epoch: u64, checkpoint: Option<&Checkpoint>) {
         let mut s = self.handoff.starts.lock().unwrap();
         s.insert(0, (epoch, checkpoint.cloned()));
     }
@@ -96,12 +133,22 @@ impl Pipeline {
     }
 
     /// Writes the batch and returns its checkpoint (the commit metadata after it).
-    async fn write(
+    pub(crate) async fn write(
         &self,
         sink: &mut ExactlyOnceSink,
         offsets: std::ops::Range<usize>,
         epoch: u64,
     ) -> Checkpoint {
+        self.write_report(sink, offsets, epoch).await.0
+    }
+
+    /// Writes the batch: its checkpoint and how many of its rows were refused.
+    pub(crate) async fn write_report(
+        &self,
+        sink: &mut ExactlyOnceSink,
+        offsets: std::ops::Range<usize>,
+        epoch: u64,
+    ) -> (Checkpoint, usize) {
         let ack = sink
             .submit(self.batch(offsets.clone(), epoch))
             .await
@@ -110,7 +157,9 @@ impl Pipeline {
             panic!("batch {offsets:?} written");
         };
         assert_eq!(report.commit_metadata.len(), 1, "{report:?}");
-        Checkpoint::from_metadata(&report.commit_metadata[0].metadata).expect("a checkpoint")
+        let cp =
+            Checkpoint::from_metadata(&report.commit_metadata[0].metadata).expect("a checkpoint");
+        (cp, report.rejected.len())
     }
 }
 
@@ -173,6 +222,7 @@ async fn a_partition_back_to_its_writer_keeps_its_stream_and_every_other_case_do
         stream: theirs.stream.clone(),
         next_row: 10,
         carried: 0,
+        day: None,
     };
     p.assign(3, Some(&cp40));
     let cp50 = p.write(&mut sink, 40..50, 3).await;

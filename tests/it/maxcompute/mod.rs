@@ -10,6 +10,8 @@
 //!   the same rows as Parquet and as Merlin's path, faults, a crash-left staging table.
 //! - [`moves`]: a move's `INSERT` runs once through poll errors and upper-case statuses; a
 //!   revoke duplicates nothing (two pods in one group).
+//! - [`budget`]: staged rows' bookkeeping fills the in-flight budget: an early move, intake
+//!   paused while it runs and resumed after, every log once.
 //! - [`staging`]: the staging table under statements answered unclearly or run late (a drop
 //!   polled through errors, a late drop of a moved epoch, a stop during a queued `INSERT`).
 //! - [`rolling`]: a rolling restart of three publishers in one group under steady load, with
@@ -17,6 +19,7 @@
 //! - [`clients`]: our SQL instance and Tunnel clients through the fake, with injected faults
 //!   (failed tasks, refused signatures, 503, throttling, a dropped block PUT, a failed commit).
 
+mod budget;
 mod clients;
 mod encode;
 pub(crate) mod fake;

@@ -30,10 +30,26 @@ fn valid_rows_land_malformed_logs_are_dead_lettered_and_offsets_committed() {
     );
     let (status, body) = s.get("/readyz").expect("http");
     assert_eq!(status, 200, "{body}");
+    // The progress line (every second here) tells the same story.
+    let progress = format!(
+        "since start: 2,000 consumed, {} acknowledged, {bad} dead-lettered",
+        grouped(logs.len() - bad)
+    );
+    assert!(
+        wait_for(LIMIT, || s.log_count(&progress) > 0
+            && s.log_count("; lag 0 messages;") > 0),
+        "{progress}:\n{}",
+        s.log_tail()
+    );
     let (_, metrics) = s.get("/metrics").expect("http");
     assert!(
         metrics.contains("total_prediction_logs_processed_total{"),
         "{metrics}"
+    );
+    assert!(
+        metrics.contains("\nprocess_resident_memory_bytes ")
+            && metrics.contains("\nprocess_cpu_seconds_total "),
+        "the standard process series: {metrics}"
     );
     assert!(
         counted(
@@ -367,4 +383,17 @@ fn start_from_a_time_skips_what_was_logged_before_it() {
         want,
         "only the logs produced after the start time"
     );
+}
+
+/// `n` with thousands separators, as the progress line writes counts.
+fn grouped(n: usize) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
 }

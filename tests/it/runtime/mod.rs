@@ -5,6 +5,7 @@
 pub(crate) mod alerts;
 mod cases;
 mod dlq;
+mod explains;
 mod groups;
 mod quality;
 mod rebalance;
@@ -189,7 +190,7 @@ impl Setup {
             "{base}observation_source:\n  type: KAFKA\n  config:\n    topic: {topic}\n    bootstrap_servers: {}\n    group_id: {group}\n\
              local_sink:\n  path: {}\ndead_letter:\n  target: file\n  path: {}\n\
              batching:\n  linger: 300ms\n  max_rows: 500\nconsumer:\n  session_timeout: 2s\n  commit_interval: 200ms\n  drain_timeout: 20s\n\
-             logging:\n  format: json\nserver:\n  listen: 127.0.0.1:{port}\n{extra}",
+             logging:\n  format: json\n  progress_interval: 1s\nserver:\n  listen: 127.0.0.1:{port}\n{extra}",
             bootstrap,
             d.join("rows").display(),
             d.join("dead.bin").display(),
