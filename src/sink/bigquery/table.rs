@@ -19,9 +19,9 @@
 //! Errors are matched on HTTP status and `reason`, never on message text. A `jobs.query` answered
 //! with HTTP 200 and an `errors` list (the emulator's way) is a failure.
 
-use crate::auth::google::{AuthError, Credentials};
 use super::metrics as m;
 use super::TableRef;
+use crate::auth::google::{AuthError, Credentials};
 use serde_json::{json, Value};
 use std::time::Duration;
 use tracing::{info, warn};
@@ -282,7 +282,8 @@ impl TableManager {
     ) -> Result<Option<Value>, TableError> {
         let mut rb = self.http.request(method, self.url(path));
         if let Some(c) = &self.opts.credentials {
-            rb = rb.header(reqwest::header::AUTHORIZATION, c.authorization().await?);
+            // `bearer_auth` marks the header sensitive (kept out of `Debug` and HPACK tables).
+            rb = rb.bearer_auth(c.token().await?);
         }
         if let Some(b) = body {
             rb = rb.json(b);
