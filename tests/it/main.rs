@@ -11,6 +11,7 @@ mod closed_stdout;
 mod common;
 mod crash;
 mod docs_defaults;
+mod google_auth;
 mod hostile;
 mod http_capture;
 mod image;

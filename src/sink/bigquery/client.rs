@@ -81,12 +81,18 @@ impl StorageClient {
             .map_err(|e| Status::invalid_argument(format!("routing header: {e}")))?;
         md.insert("x-goog-request-params", v);
         if let Some(c) = &self.credentials {
-            let token = c
-                .authorization()
-                .await
-                .map_err(|e| Status::unauthenticated(e.to_string()))?;
-            let v = MetadataValue::try_from(token)
+            // A token endpoint that cannot be reached is a retryable outage (the writer backs
+            // off and reports itself unhealthy), not a credentials problem.
+            let token = c.authorization().await.map_err(|e| {
+                if e.is_transient() {
+                    Status::unavailable(e.to_string())
+                } else {
+                    Status::unauthenticated(e.to_string())
+                }
+            })?;
+            let mut v = MetadataValue::try_from(token)
                 .map_err(|e| Status::unauthenticated(format!("token: {e}")))?;
+            v.set_sensitive(true);
             md.insert("authorization", v);
         }
         Ok(req)

@@ -4,7 +4,7 @@
 //!
 //! # Layout
 //! - [`client`]: tonic channel to the Storage Write endpoint (TLS + OAuth, or plain for the emulator).
-//! - [`auth`]: Application Default Credentials (bearer tokens, refreshed before expiry).
+//! - `crate::auth::google`: Application Default Credentials (bearer tokens, refreshed before expiry).
 //! - [`encode`]: record batches → `arrow_rows` AppendRows requests under the size cap (pure).
 //! - [`writer`]: one persistent AppendRows stream per table (or per partition, committed),
 //!   pipelined, byte-bounded, re-sending; the kind of stream is a policy chosen at start.

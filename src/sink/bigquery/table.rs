@@ -282,7 +282,8 @@ impl TableManager {
     ) -> Result<Option<Value>, TableError> {
         let mut rb = self.http.request(method, self.url(path));
         if let Some(c) = &self.opts.credentials {
-            rb = rb.header(reqwest::header::AUTHORIZATION, c.authorization().await?);
+            // `bearer_auth` marks the header sensitive (kept out of `Debug` and HPACK tables).
+            rb = rb.bearer_auth(c.token().await?);
         }
         if let Some(b) = body {
             rb = rb.json(b);
