@@ -105,17 +105,33 @@ async fn assume_role_with_oidc(http: &reqwest::Client, r: &Rrsa) -> Result<Acces
         .map_err(|e| KeyError(format!("{asking}: answer cut short: {}", chain(&e))))?;
     let v: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
     if status != 200 {
-        let s = |k: &str| v.get(k).and_then(|x| x.as_str()).unwrap_or("").to_string();
-        return Err(KeyError(format!(
-            "{asking}: HTTP {status} {}: {} (RequestId {}): check that the role's trust policy \
-             names OIDC provider {} and this pod's ServiceAccount, and that the role may be \
-             assumed for {} s",
-            s("Code"),
-            s("Message"),
-            s("RequestId"),
-            r.oidc_provider_arn,
-            r.duration.as_secs()
-        )));
+        let s = |k: &str| v.get(k).and_then(|x| x.as_str()).map(str::to_owned);
+        let said = match (s("Code"), s("Message"), s("RequestId")) {
+            (Some(c), m, id) => format!(
+                " {c}: {} (RequestId {})",
+                m.unwrap_or_default(),
+                id.unwrap_or_default()
+            ),
+            _ if body.is_empty() => String::new(),
+            _ => format!(
+                ": {}",
+                String::from_utf8_lossy(&body)
+                    .chars()
+                    .take(200)
+                    .collect::<String>()
+            ),
+        };
+        let hint = if status == 429 || status >= 500 {
+            "STS is unavailable for now; retrying".to_string()
+        } else {
+            format!(
+                "check that the role's trust policy names OIDC provider {} and this pod's \
+                 ServiceAccount, and that the role may be assumed for {} s",
+                r.oidc_provider_arn,
+                r.duration.as_secs()
+            )
+        };
+        return Err(KeyError(format!("{asking}: HTTP {status}{said}: {hint}")));
     }
     v.get("Credentials").and_then(key_of).ok_or_else(|| {
         KeyError(format!(

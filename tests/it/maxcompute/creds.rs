@@ -430,7 +430,10 @@ fn the_client_refreshes_rrsa_keys_ahead_of_expiry_and_never_sends_an_expired_one
     assert!(e.error.is_retryable());
     let m = e.error.message();
     assert!(
-        m.contains("no usable access key") && m.contains("HTTP 503") && m.contains(ROLE),
+        m.contains("no usable access key")
+            && m.contains("HTTP 503")
+            && m.contains("STS is unavailable")
+            && m.contains(ROLE),
         "{m}"
     );
     assert_eq!(mc.count(), 0, "no request with an expired key");
@@ -443,6 +446,24 @@ fn the_client_refreshes_rrsa_keys_ahead_of_expiry_and_never_sends_an_expired_one
     assert_eq!(e.class, Class::Retry, "{e}");
     assert!(e.error.message().contains("time sync"), "{e}");
     assert_eq!(mc.count(), 0);
+
+    // STS refusing the role (a trust policy without this provider) is said so, with its code.
+    let refused = json!({"RequestId": "r-9", "Code": "AuthenticationFail.NoPermission", "Message": "no trust"});
+    sts.script([Reply::Body(
+        403,
+        Vec::new(),
+        refused.to_string().into_bytes(),
+    )]);
+    let client = client_of(&mc, provider(&env));
+    let m = rt.block_on(client.table("t")).unwrap_err().to_string();
+    assert!(
+        m.contains("HTTP 403 AuthenticationFail.NoPermission: no trust (RequestId r-9)"),
+        "{m}"
+    );
+    assert!(
+        m.contains(&format!("trust policy names OIDC provider {OIDC_PROVIDER}")),
+        "{m}"
+    );
 }
 
 #[test]
