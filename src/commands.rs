@@ -79,6 +79,7 @@ pub fn check_config(a: ConfigOnlyArgs) -> ExitCode {
         Ok(Loaded {
             value, config: c, ..
         }) => {
+            let keys = maxcompute_credentials(&c, &|k| std::env::var(k).ok());
             let notes = crate::config::as_comments(&crate::config::merlin_keys(&value, &c));
             let memory: String = crate::footprint::Footprint::of(&c, true)
                 .describe()
@@ -88,7 +89,7 @@ pub fn check_config(a: ConfigOnlyArgs) -> ExitCode {
             crate::stdout::print(
                 "check-config",
                 &format!(
-                    "{}{}{notes}# resident memory bound (docs/reliability.md, \"The memory formula\"):\n{memory}",
+                    "{}{}{keys}{notes}# resident memory bound (docs/reliability.md, \"The memory formula\"):\n{memory}",
                     c.to_redacted_yaml(),
                     run_plan(&c),
                 ),
@@ -119,6 +120,29 @@ fn run_plan(c: &Config) -> String {
         if !how.is_empty() {
             out.push_str(&format!("# {how}\n"));
         }
+    }
+    out
+}
+
+/// Which credential source each MAXCOMPUTE sink will use in this environment, as YAML comments
+/// (never a secret); a source that cannot resolve (a half-set environment, which `run` refuses
+/// with exit 2) is also warned about on stderr.
+fn maxcompute_credentials(c: &Config, env: &dyn Fn(&str) -> Option<String>) -> String {
+    let mut out = String::new();
+    for (i, sink) in c.observation_sinks.iter().enumerate() {
+        let crate::config::SinkConfig::MaxCompute(mc) = sink else {
+            continue;
+        };
+        let line = match crate::sink::maxcompute::client::credentials_source(mc, env) {
+            Ok(source) => source,
+            Err(e) => {
+                eprintln!("warning: observation_sinks[{i}] (MAXCOMPUTE): {e}");
+                format!("none: {e}")
+            }
+        };
+        out.push_str(&format!(
+            "# MAXCOMPUTE credentials (observation_sinks[{i}]): {line}\n"
+        ));
     }
     out
 }

@@ -227,10 +227,15 @@ pub struct MaxComputeSink {
     pub dataset: String,
     /// Ignored by Merlin too.
     pub ttl_days: u64,
-    /// Access key id (secret).
-    pub access_key_id: String,
+    /// Access key id (secret); with `access_key_secret`, or neither: Alibaba's default
+    /// credential chain (environment keys, RRSA, the ECS RAM role).
+    pub access_key_id: Option<String>,
     /// Access key secret (secret).
-    pub access_key_secret: String,
+    pub access_key_secret: Option<String>,
+    /// Ours: the STS endpoint RRSA asks for keys (`sts_endpoint`, a URL); unset: the
+    /// environment's where the sink starts (`ALIBABA_CLOUD_STS_ENDPOINT`, else from
+    /// `ALIBABA_CLOUD_STS_REGION`), else Alibaba's public one.
+    pub sts_endpoint: Option<String>,
     /// Endpoint of the control plane (`http(s)://host/api`).
     pub access_url: String,
     /// Merlin's retry block (read so it does not warn; the publisher always retries transient
@@ -271,6 +276,7 @@ impl std::fmt::Debug for MaxComputeSink {
             )
             .field("retry", &self.retry)
             .field("tunnel_endpoint", &self.tunnel_endpoint)
+            .field("sts_endpoint", &self.sts_endpoint)
             .field("interval", &self.interval)
             .field("move_timeout", &self.move_timeout)
             .field("request_timeout", &self.request_timeout)
@@ -425,8 +431,29 @@ fn read_maxcompute(
     let project = c.req_string("project", problems);
     let dataset = c.req_string("dataset", problems);
     let ttl_days = c.u64("ttl_days", problems).unwrap_or(0);
-    let access_key_id = c.req_string("access_key_id", problems);
-    let access_key_secret = c.req_string("access_key_secret", problems);
+    // Both or neither (empty counts as absent: a templated value left blank); neither means
+    // Alibaba's default credential chain where the sink starts.
+    let access_key_id = c
+        .string("access_key_id", problems)
+        .filter(|v| !v.is_empty());
+    let access_key_secret = c
+        .string("access_key_secret", problems)
+        .filter(|v| !v.is_empty());
+    for (key, set, other) in [
+        ("access_key_id", &access_key_id, &access_key_secret),
+        ("access_key_secret", &access_key_secret, &access_key_id),
+    ] {
+        if set.is_none() && other.is_some() {
+            problems.push(
+                &c.path_of(key),
+                "required when the other access key is set (or remove both to use Alibaba's \
+                 default credential chain: environment keys, RRSA, the ECS RAM role)",
+            );
+        }
+    }
+    let sts_endpoint = c
+        .has("sts_endpoint")
+        .then(|| url_option(c, "sts_endpoint", "", problems));
     // Merlin's value as written (its own test config has `access_url: url`, which the pod's
     // environment replaces, e.g. OBS_PUBLISHER__OBSERVATION_SINKS__1__CONFIG__ACCESS_URL):
     // `check-config` accepts the file as written; `run` checks the URL where the sink starts
@@ -475,6 +502,7 @@ fn read_maxcompute(
         ttl_days,
         access_key_id,
         access_key_secret,
+        sts_endpoint,
         access_url,
         retry,
         tunnel_endpoint,

@@ -664,6 +664,41 @@ fn maxcompute_sink_reads_merlins_keys_and_ours_and_never_prints_the_keys() {
 }
 
 #[test]
+fn maxcompute_keys_are_both_or_neither_and_sts_endpoint_is_a_url() {
+    let mc = |keys: &str| {
+        let y = MERLIN.replace("observation_source:", &format!("- type: MAXCOMPUTE\n  config: {{project: p, dataset: d, access_url: 'https://o.example/api'{keys}}}\nobservation_source:"));
+        parse(&y, Needs::SCHEMA).map(|(c, _)| match c.observation_sinks.last() {
+            Some(SinkConfig::MaxCompute(m)) => m.clone(),
+            _ => panic!("no MAXCOMPUTE sink"),
+        })
+    };
+    let m = mc("").expect("keyless: the default chain");
+    assert!(m.access_key_id.is_none() && m.access_key_secret.is_none() && m.sts_endpoint.is_none());
+    let m = mc(", access_key_id: '', access_key_secret: '', sts_endpoint: 'http://sts.vpc:80/'")
+        .expect("empty keys count as absent");
+    assert_eq!(m.access_key_id, None);
+    assert_eq!(m.sts_endpoint.as_deref(), Some("http://sts.vpc:80"));
+    let other = "required when the other";
+    for (keys, says) in [
+        (
+            ", access_key_id: k",
+            format!("config.access_key_secret: {other}"),
+        ),
+        (
+            ", access_key_secret: s",
+            format!("config.access_key_id: {other}"),
+        ),
+        (
+            ", sts_endpoint: x",
+            "config.sts_endpoint: expected an".into(),
+        ),
+    ] {
+        let err = mc(keys).unwrap_err().to_string();
+        assert!(err.contains(&says), "{err}");
+    }
+}
+
+#[test]
 fn a_batch_is_at_most_an_eighth_of_the_inflight_budget() {
     let d = Batching::default();
     assert_eq!(

@@ -1,18 +1,24 @@
 //! The I/O clients (thin over [`super::wire`], [`super::sign`] and [`super::error`]): SQL
 //! instances and table lookup on the control plane, upload sessions on the Tunnel. Every request
-//! is signed (`Date`, `Authorization: ODPS …`) and carries `curr_project` as pyodps adds it;
-//! every failure is classified ([`CallError`]). Retrying is the caller's (the sink's) decision.
+//! is signed (`Date`, `Authorization: ODPS …`, and `authorization-sts-token` with a temporary
+//! key) and carries `curr_project` as pyodps adds it; every failure is classified
+//! ([`CallError`]). Retrying is the caller's (the sink's) decision.
+//!
+//! The key is asked of [`Keys`] for every request: a fixed pair, or Alibaba's default chain
+//! ([`crate::auth::alibaba`]), which refreshes temporary keys ahead of expiry and never hands out
+//! an expired one; without a usable key the request is not sent and fails retryable.
 
 use super::error::{classify, parse_error_body, Class, Failure};
 use super::instance::{self, Poll};
 use super::schema::TableColumn;
-use super::sign::{authorization, http_date, Credentials, RequestToSign};
+use super::sign::{auth_headers, http_date, Credentials, RequestToSign};
 use super::wire::{self, UploadSession};
+use crate::auth::alibaba::{Provider, Source};
 use crate::backoff::Backoff;
 use crate::sink::SinkError;
 use bytes::Bytes;
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 /// Bytes escaped in a path segment (names are identifiers; anything else is encoded).
@@ -131,15 +137,60 @@ impl ClientOptions {
     }
 }
 
-/// The access key pair of a MAXCOMPUTE sink's configuration.
-pub fn credentials(c: &crate::config::MaxComputeSink) -> Credentials {
-    Credentials::new(c.access_key_id.clone(), c.access_key_secret.clone())
+/// Where a client's access keys come from.
+#[derive(Debug, Clone)]
+pub enum Keys {
+    /// A fixed pair (the configuration's `access_key_id` and `access_key_secret`).
+    Fixed(Credentials),
+    /// Alibaba's default credential chain, read from the process's environment when the client
+    /// is built; `sts_endpoint` is the sink's key of that name.
+    Chain {
+        /// Overrides the STS endpoint the environment implies.
+        sts_endpoint: Option<String>,
+    },
+    /// A provider already built (any [`Source`]).
+    Provider(Arc<Provider>),
+}
+
+impl From<Credentials> for Keys {
+    fn from(c: Credentials) -> Self {
+        Keys::Fixed(c)
+    }
+}
+
+/// The keys of a MAXCOMPUTE sink's configuration: its pair, else the default chain.
+pub fn credentials(c: &crate::config::MaxComputeSink) -> Keys {
+    match (&c.access_key_id, &c.access_key_secret) {
+        (Some(id), Some(secret)) => Keys::Fixed(Credentials::new(id.clone(), secret.clone())),
+        _ => Keys::Chain {
+            sts_endpoint: c.sts_endpoint.clone(),
+        },
+    }
+}
+
+/// Which source a MAXCOMPUTE sink's keys come from in an environment (`check-config`):
+/// [`Source::describe`] of what [`credentials`] resolves to, or why it cannot resolve.
+pub fn credentials_source(
+    c: &crate::config::MaxComputeSink,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<String, String> {
+    let keys = c
+        .access_key_id
+        .as_deref()
+        .zip(c.access_key_secret.as_deref());
+    Source::resolve(keys, c.sts_endpoint.as_deref(), env).map(|s| s.describe())
+}
+
+/// How a client gets the key of each request.
+enum Signer {
+    Fixed(Credentials),
+    Provider(Arc<Provider>),
 }
 
 /// A signed client of one project.
 pub struct Client {
     http: reqwest::Client,
-    creds: Credentials,
+    signer: Signer,
     opts: ClientOptions,
     tunnel: Mutex<Option<String>>,
 }
@@ -152,9 +203,29 @@ enum Plane {
 }
 
 impl Client {
-    /// A client; fails only if the TLS stack cannot be built (not retryable).
-    pub fn new(opts: ClientOptions, creds: Credentials) -> Result<Self, CallError> {
+    /// A client; fails (not retryable) if the TLS stack cannot be built or the default chain
+    /// finds no source (a half-set environment: the message names the variables).
+    pub fn new(opts: ClientOptions, keys: impl Into<Keys>) -> Result<Self, CallError> {
         crate::sink::install_crypto_provider();
+        let needs_fix = |m: String| CallError {
+            class: Class::NeedsFix,
+            error: SinkError::new(
+                crate::sink::SinkErrorKind::Rejected,
+                false,
+                format!("MaxCompute credentials: {m}"),
+            ),
+        };
+        let signer = match keys.into() {
+            Keys::Fixed(c) => Signer::Fixed(c),
+            Keys::Provider(p) => Signer::Provider(p),
+            Keys::Chain { sts_endpoint } => {
+                let source =
+                    Source::resolve(None, sts_endpoint.as_deref(), &|k| std::env::var(k).ok())
+                        .map_err(needs_fix)?;
+                tracing::info!(source = %source.describe(), "MaxCompute credentials");
+                Signer::Provider(Arc::new(Provider::new(source).map_err(needs_fix)?))
+            }
+        };
         let http = reqwest::Client::builder()
             .timeout(opts.request_timeout)
             .connect_timeout(opts.connect_timeout)
@@ -176,7 +247,7 @@ impl Client {
             .map(|t| t.trim_end_matches('/').to_string());
         Ok(Client {
             http,
-            creds,
+            signer,
             opts,
             tunnel: Mutex::new(tunnel),
         })
@@ -216,11 +287,12 @@ impl Client {
             Plane::Control => self.opts.endpoint.trim_end_matches('/').to_string(),
             Plane::Tunnel => self.tunnel_endpoint().await?,
         };
+        let creds = self.credentials().await?;
         let date = http_date(SystemTime::now());
         let mut all: Vec<(&str, &str)> = vec![("Date", &date)];
         all.extend_from_slice(headers);
-        let auth = authorization(
-            &self.creds,
+        let auth = auth_headers(
+            &creds,
             &RequestToSign {
                 method: method.as_str(),
                 target,
@@ -231,7 +303,15 @@ impl Client {
         for (k, v) in &all {
             req = req.header(*k, *v);
         }
-        let sent = req.header("Authorization", auth).body(body).send().await;
+        for (k, v) in auth {
+            // Marked sensitive: never shown by the HTTP stack's own debug output.
+            let mut v = reqwest::header::HeaderValue::from_str(&v).map_err(|_| {
+                Failure::Credentials(format!("the {k} header is not valid header text"))
+            })?;
+            v.set_sensitive(true);
+            req = req.header(k, v);
+        }
+        let sent = req.body(body).send().await;
         let resp = sent.map_err(net_failure)?;
         let status = resp.status().as_u16();
         let head = resp.headers().clone();
@@ -245,6 +325,19 @@ impl Client {
                 code,
                 message,
             })
+        }
+    }
+
+    /// The key for the next request: the fixed pair, or a usable one of the provider (a
+    /// provider without one fails the request before it is sent, retryable).
+    async fn credentials(&self) -> Result<Credentials, Failure> {
+        match &self.signer {
+            Signer::Fixed(c) => Ok(c.clone()),
+            Signer::Provider(p) => p
+                .key()
+                .await
+                .map(|k| Credentials::from(k.as_ref()))
+                .map_err(|e| Failure::Credentials(e.to_string())),
         }
     }
 

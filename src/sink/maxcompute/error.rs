@@ -5,10 +5,11 @@
 //! | failure | class | `SinkError` |
 //! | --- | --- | --- |
 //! | `RequestTimeTooSkewed` (this host's clock is off; pyodps retries it) | [`Class::Retry`] | `Unavailable`, retryable, says "clock skew" |
-//! | `InvalidAccessKeyId`, `SignatureNotMatch`, `NoPermission`, `AccessDenied`, any other 401/403 | [`Class::NeedsFix`] | `Rejected`, not retryable, names the access keys |
+//! | `InvalidAccessKeyId`, `SignatureNotMatch`, `NoPermission`, `AccessDenied`, any other 401/403 | [`Class::NeedsFix`] | `Rejected`, not retryable, names the credentials |
 //! | `TableModified`, `DataVersionConflict` (the table changed, or is being replicated, since the session opened) | [`Class::NewSession`] | `Unavailable`, retryable |
 //! | 429, 5xx, 408, a throttling code (`SlotExceeded`, `FlowExceeded`, `ServiceUnavailable`, …) | [`Class::Retry`] | `Unavailable`, retryable |
 //! | no answer: connection refused or reset, a body cut short, a timeout | [`Class::Retry`] | `Io`, retryable |
+//! | no usable access key: the STS or metadata server unreachable or refusing ([`Failure::Credentials`]) | [`Class::Retry`] | `Unavailable`, retryable, names the credential source |
 //! | a block missing at commit ([`Failure::Incomplete`]) | [`Class::Retry`] | `Unavailable`, retryable |
 //! | a block the Tunnel refuses (`MalformedDataStream`, `InvalidRecord`, `InvalidColumnType`, `StringTooLong`) | [`Class::RowsRefused`] | `Rejected`, not retryable |
 //! | an SQL task that failed; any other 4xx | [`Class::NeedsFix`] | `Rejected`, not retryable, names the statement and the service's detail |
@@ -35,6 +36,9 @@ pub enum Failure {
     Network(String),
     /// The request or the connection attempt timed out.
     Timeout(String),
+    /// No usable access key to sign with (Alibaba's default chain could not fetch one): the
+    /// request was not sent.
+    Credentials(String),
     /// The service holds less than the call needs (e.g. a block missing at commit): write it
     /// again, then retry.
     Incomplete(String),
@@ -104,7 +108,10 @@ pub const ROW_CODES: &[&str] = &[
 /// The class of a failure (pure).
 pub fn class_of(f: &Failure) -> Class {
     match f {
-        Failure::Network(_) | Failure::Timeout(_) | Failure::Incomplete(_) => Class::Retry,
+        Failure::Network(_)
+        | Failure::Timeout(_)
+        | Failure::Incomplete(_)
+        | Failure::Credentials(_) => Class::Retry,
         Failure::TaskFailed { .. } => Class::NeedsFix,
         Failure::Status { status, code, .. } => {
             let code = code.as_deref().unwrap_or("");
@@ -138,6 +145,11 @@ pub fn classify(what: &str, f: &Failure) -> (Class, SinkError) {
             SinkErrorKind::Io,
             true,
             format!("MaxCompute: {what}: timed out: {m}"),
+        ),
+        (_, Failure::Credentials(m)) => SinkError::new(
+            SinkErrorKind::Unavailable,
+            true,
+            format!("MaxCompute: {what}: not sent, no usable access key: {m}"),
         ),
         (_, Failure::Incomplete(m)) => SinkError::new(
             SinkErrorKind::Unavailable,
@@ -204,7 +216,7 @@ pub fn classify(what: &str, f: &Failure) -> (Class, SinkError) {
         ) => {
             let code_s = code.as_deref().unwrap_or("");
             let hint = if AUTH_CODES.contains(&code_s) || matches!(status, 401 | 403) {
-                ": check the MAXCOMPUTE sink's access_key_id and access_key_secret and their permissions on the project"
+                ": check the MAXCOMPUTE sink's credentials (access_key_id and access_key_secret, or the source check-config names) and their permissions on the project"
             } else {
                 ""
             };

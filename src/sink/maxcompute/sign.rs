@@ -1,5 +1,8 @@
 //! MaxCompute (ODPS) V2 request signing, exactly as pyodps's `AliyunAccount` signs (pure; no I/O).
 //!
+//! A temporary key (STS) signs the same way; its token goes in an `authorization-sts-token`
+//! header that is not itself signed, as pyodps's `StsAccount` sends it ([`STS_TOKEN_HEADER`]).
+//!
 //! The canonical string (pyodps `BaseAccount._build_canonical_str`) is, one item a line:
 //! the method; the `content-md5`, `content-type` and `date` header values (empty when absent);
 //! every `x-odps-*` header and every `x-odps-*` query parameter as `key:value`, keys lower-cased
@@ -20,13 +23,19 @@ use base64::Engine;
 use percent_encoding::percent_decode_str;
 use std::fmt;
 
-/// An access key pair. `Debug` never shows the secret.
+/// The header carrying a temporary key's STS token (pyodps `StsAccount`; not signed).
+pub const STS_TOKEN_HEADER: &str = "authorization-sts-token";
+
+/// An access key pair, with its STS token when it is temporary. `Debug` never shows the secret
+/// or the token.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Credentials {
     /// `access_key_id`: sent in every `Authorization` header.
     pub access_id: String,
     /// `access_key_secret`: only ever used as the HMAC key.
     secret: String,
+    /// The STS token of a temporary key: sent in [`STS_TOKEN_HEADER`].
+    sts_token: Option<String>,
 }
 
 impl Credentials {
@@ -35,6 +44,34 @@ impl Credentials {
         Credentials {
             access_id: access_id.into(),
             secret: secret.into(),
+            sts_token: None,
+        }
+    }
+
+    /// A temporary key pair and its STS token.
+    pub fn temporary(
+        access_id: impl Into<String>,
+        secret: impl Into<String>,
+        sts_token: impl Into<String>,
+    ) -> Self {
+        Credentials {
+            sts_token: Some(sts_token.into()),
+            ..Credentials::new(access_id, secret)
+        }
+    }
+
+    /// The STS token, for a temporary key.
+    pub fn sts_token(&self) -> Option<&str> {
+        self.sts_token.as_deref()
+    }
+}
+
+impl From<&crate::auth::alibaba::AccessKey> for Credentials {
+    fn from(k: &crate::auth::alibaba::AccessKey) -> Self {
+        Credentials {
+            access_id: k.id.clone(),
+            secret: k.secret().to_string(),
+            sts_token: k.security_token().map(str::to_owned),
         }
     }
 }
@@ -44,6 +81,10 @@ impl fmt::Debug for Credentials {
         f.debug_struct("Credentials")
             .field("access_id", &self.access_id)
             .field("secret", &crate::redact::REDACTED)
+            .field(
+                "sts_token",
+                &self.sts_token.as_ref().map(|_| crate::redact::REDACTED),
+            )
             .finish()
     }
 }
@@ -160,6 +201,16 @@ pub fn authorization(creds: &Credentials, req: &RequestToSign<'_>) -> String {
     )
 }
 
+/// The headers that authenticate `req`: `Authorization`, and for a temporary key its token in
+/// [`STS_TOKEN_HEADER`] (added after signing, as pyodps's `StsAccount` adds it).
+pub fn auth_headers(creds: &Credentials, req: &RequestToSign<'_>) -> Vec<(&'static str, String)> {
+    let mut out = vec![("Authorization", authorization(creds, req))];
+    if let Some(t) = &creds.sts_token {
+        out.push((STS_TOKEN_HEADER, t.clone()));
+    }
+    out
+}
+
 /// An RFC 1123 date in GMT, the `Date` header every signed request carries.
 pub fn http_date(at: std::time::SystemTime) -> String {
     httpdate::fmt_http_date(at)
@@ -205,10 +256,32 @@ mod tests {
     }
 
     #[test]
+    fn a_temporary_key_adds_its_token_unsigned() {
+        let headers = [("Date", "d"), ("x-odps-a", "1")];
+        let req = RequestToSign {
+            method: "GET",
+            target: "/projects/p",
+            headers: &headers,
+        };
+        let plain = Credentials::new("STS.id", "secret");
+        let temp = Credentials::temporary("STS.id", "secret", "tok");
+        let a = auth_headers(&temp, &req);
+        assert_eq!(
+            a,
+            vec![
+                ("Authorization", authorization(&plain, &req)),
+                (STS_TOKEN_HEADER, "tok".to_string())
+            ]
+        );
+        assert_eq!(auth_headers(&plain, &req).len(), 1);
+    }
+
+    #[test]
     fn debug_never_shows_the_secret() {
-        let c = Credentials::new("AKID", "s3cr3t-value");
+        let c = Credentials::temporary("AKID", "s3cr3t-value", "t0ken-value");
         let shown = format!("{c:?}");
         assert!(shown.contains("AKID"));
         assert!(!shown.contains("s3cr3t"), "{shown}");
+        assert!(!shown.contains("t0ken"), "{shown}");
     }
 }

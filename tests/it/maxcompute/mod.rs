@@ -16,11 +16,15 @@
 //!   polled through errors, a late drop of a moved epoch, a stop during a queued `INSERT`).
 //! - [`rolling`]: a rolling restart of three publishers in one group under steady load, with
 //!   MAXCOMPUTE and BIGQUERY (at_least_once): each log once in each target, no process killed.
+//! - [`creds`]: keyless: Alibaba's default credential chain against fake STS and ECS metadata
+//!   endpoints, its requests compared with Alibaba's credentials SDK's; a temporary key signs as
+//!   pyodps's `StsAccount`; keys refreshed ahead of expiry, never sent expired.
 //! - [`clients`]: our SQL instance and Tunnel clients through the fake, with injected faults
 //!   (failed tasks, refused signatures, 503, throttling, a dropped block PUT, a failed commit).
 
 mod budget;
 mod clients;
+mod creds;
 mod encode;
 pub(crate) mod fake;
 mod moves;
@@ -37,7 +41,7 @@ use std::sync::OnceLock;
 /// The pyodps versions every oracle test runs against (`scripts/odps-oracle python V`).
 pub(crate) const VERSIONS: [&str; 2] = ["0.12", "0.13"];
 
-/// The python of the venv for `version`, creating the venvs once per test run.
+/// The python of the venv for `version` (`creds`: Alibaba's credentials SDK), creating the venvs once per test run.
 pub(crate) fn python(version: &str) -> PathBuf {
     static SETUP: OnceLock<()> = OnceLock::new();
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));

@@ -1,6 +1,7 @@
 """pyodps as the oracle of tests/it/maxcompute (run with a venv of scripts/odps-oracle).
 
-    python oracle.py sign SPEC.json     sign each request with pyodps's AliyunAccount
+    python oracle.py sign SPEC.json     sign each request with pyodps's AliyunAccount (StsAccount
+                                        when the request names an sts_token)
     python oracle.py decode SPEC.json   decode a block with pyodps's TunnelRecordReader
     python oracle.py encode SPEC.json   encode rows with pyodps's pure-Python BaseRecordWriter
 
@@ -40,7 +41,7 @@ options.retry_times = 0
 options.local_timezone = "UTC"
 
 import odps  # noqa: E402
-from odps.accounts import AliyunAccount  # noqa: E402
+from odps.accounts import AliyunAccount, StsAccount  # noqa: E402
 from odps.models import Column, TableSchema  # noqa: E402
 
 
@@ -49,7 +50,10 @@ def sign(spec):
 
     out = []
     for r in spec["requests"]:
-        account = AliyunAccount(r["access_id"], r["secret"])
+        if r.get("sts_token"):
+            account = StsAccount(r["access_id"], r["secret"], r["sts_token"])
+        else:
+            account = AliyunAccount(r["access_id"], r["secret"])
         url = r["endpoint"] + r["path"]
         if r.get("actions"):
             url += "?" + "&".join(r["actions"])
