@@ -16,10 +16,10 @@ use k8s_openapi::api::apps::v1::{
     Deployment, DeploymentSpec, DeploymentStrategy, RollingUpdateDeployment,
 };
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, HTTPGetAction, KeyToPath,
-    PersistentVolumeClaimVolumeSource, PodSecurityContext, PodSpec, PodTemplateSpec, Probe,
-    ResourceRequirements, SeccompProfile, Secret, SecretVolumeSource, SecurityContext,
-    ServiceAccount, Volume, VolumeMount,
+    Capabilities, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource,
+    HTTPGetAction, KeyToPath, PersistentVolumeClaimVolumeSource, PodSecurityContext, PodSpec,
+    PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile, Secret, SecretKeySelector,
+    SecretVolumeSource, SecurityContext, ServiceAccount, Volume, VolumeMount,
 };
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -226,6 +226,20 @@ pub fn deployment(spec: &Spec, key: &ChecksumKey) -> Deployment {
             ..EnvVar::default()
         });
     }
+    // Credentials read from existing Secrets: the configuration's environment layering puts
+    // each back at its place in config.yaml.
+    env.extend(spec.secret_envs.iter().map(|e| EnvVar {
+        name: e.env.clone(),
+        value_from: Some(EnvVarSource {
+            secret_key_ref: Some(SecretKeySelector {
+                name: e.secret.name.clone(),
+                key: e.secret.key.clone(),
+                optional: None,
+            }),
+            ..EnvVarSource::default()
+        }),
+        ..EnvVar::default()
+    }));
     let container = Container {
         name: "publisher".into(),
         image: Some(spec.image.clone()),

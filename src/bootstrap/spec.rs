@@ -18,7 +18,7 @@
 //! monitoring: {pod_monitor: true, interval: 30s, labels: {release: prom}}  # optional
 //! config:                                # the run config, Merlin's shape
 //!   inference_schema: {...}
-//!   observation_sinks: [...]
+//!   observation_sinks: [...]               # a credential may be {secretKeyRef: {name, key}}
 //!   observation_source: {type: KAFKA, config: {bootstrap_servers: "kafka:9092"}}
 //! ```
 //!
@@ -44,8 +44,9 @@ pub const DEFAULT_KEY_ITEM: &str = "service-account.json";
 pub const RESERVED_LABEL_PREFIXES: &[&str] =
     &["app.kubernetes.io/", "observation-publisher.caraml.dev/"];
 
-/// A validated publisher spec, with the completed run config.
-#[derive(Debug, Clone)]
+/// A validated publisher spec, with the completed run config. `Debug` shows the run config
+/// with its secrets redacted.
+#[derive(Clone)]
 pub struct Spec {
     /// Merlin project.
     pub project: String,
@@ -75,12 +76,42 @@ pub struct Spec {
     pub monitoring: Monitoring,
     /// emptyDir size limit and the optional persistent volume for local files.
     pub storage: Storage,
-    /// The run config as written into the Secret (completed with defaults).
+    /// The run config as written into the Secret (completed with defaults; credentials read
+    /// from existing Secrets left out).
     pub run_config: Value,
+    /// Credentials of the run config read from existing Secrets, passed as environment
+    /// variables.
+    pub secret_envs: Vec<SecretEnv>,
     /// The run config, validated.
     pub config: Config,
     /// Object names of this version.
     pub names: Names,
+}
+
+impl std::fmt::Debug for Spec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut run_config = self.run_config.clone();
+        crate::config::redact(&mut run_config);
+        f.debug_struct("Spec")
+            .field("project", &self.project)
+            .field("model", &self.model)
+            .field("version", &self.version)
+            .field("revision", &self.revision)
+            .field("namespace", &self.namespace)
+            .field("image", &self.image)
+            .field("replicas", &self.replicas)
+            .field("resources", &self.resources)
+            .field("labels", &self.labels)
+            .field("identity", &self.identity)
+            .field("autoscaling", &self.autoscaling)
+            .field("monitoring", &self.monitoring)
+            .field("storage", &self.storage)
+            .field("run_config", &run_config)
+            .field("secret_envs", &self.secret_envs)
+            .field("config", &self.config)
+            .field("names", &self.names)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Container resources.
@@ -223,8 +254,18 @@ impl Spec {
             &mut warnings,
         );
 
-        // Validate the completed run config exactly as `run` will.
-        let config = match &run_config {
+        let mut run_config = run_config;
+        let (secret_envs, checked) = match run_config.as_mut() {
+            Some(rc) => {
+                let (refs, checked) = take_secret_refs(rc, &mut problems);
+                (refs, Some(checked))
+            }
+            None => (Vec::new(), None),
+        };
+
+        // Validate the completed run config exactly as `run` will (a credential read from a
+        // Secret by its placeholder).
+        let config = match &checked {
             Some(rc) if !project.is_empty() && !model.is_empty() && !version.is_empty() => {
                 match Config::from_value(rc, Needs::RUN) {
                     Ok((c, w)) => {
@@ -247,6 +288,11 @@ impl Spec {
                                 problems.push(at, format_args!("{msg} (autoscaling is on)"));
                             }
                             a.kafka_auth = d.auth;
+                            if let Some(auth) = a.kafka_auth.as_mut() {
+                                for e in &secret_envs {
+                                    auth.take_ref(&e.placeholder(), &e.secret);
+                                }
+                            }
                         }
                         Some(c)
                     }
@@ -278,6 +324,7 @@ impl Spec {
                     monitoring,
                     storage,
                     run_config,
+                    secret_envs,
                     config,
                     names,
                 },
@@ -654,6 +701,10 @@ fn read_autoscaling(mut m: Obj<'_>, replicas: i32, p: &mut Problems) -> Option<A
 
 mod identity;
 mod monitoring;
+mod secret_refs;
+
+use secret_refs::take_secret_refs;
+pub use secret_refs::{SecretEnv, SECRET_KEY_REF};
 
 use identity::{metadata_server_warning, read_identity, IDENTITY_KEYS};
 pub use identity::{Identity, KeySecret};
