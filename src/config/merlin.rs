@@ -7,8 +7,9 @@ use super::value::{kind, Obj, Problems};
 use serde::Serialize;
 use serde_yaml_ng::Value;
 
-/// `observation_source` with `type: KAFKA`.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// `observation_source` with `type: KAFKA`. `Debug` shows the librdkafka values that hold no
+/// secret and redacts the others, as `check-config` does.
+#[derive(Clone, PartialEq, Serialize)]
 pub struct KafkaSource {
     /// The topic holding this model version's prediction logs.
     pub topic: String,
@@ -27,6 +28,38 @@ pub struct KafkaSource {
     pub buffer_capacity: u64,
     /// Merlin's flush interval in seconds (superseded by `batching.linger`).
     pub buffer_max_duration_seconds: u64,
+}
+
+impl std::fmt::Debug for KafkaSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use crate::redact::{is_non_secret_consumer_key, strip_userinfo, REDACTED};
+        let consumer: Vec<(&str, &str)> = (self.additional_consumer_config.iter())
+            .map(|(k, v)| {
+                let shown = if is_non_secret_consumer_key(k) {
+                    v.as_str()
+                } else {
+                    REDACTED
+                };
+                (k.as_str(), shown)
+            })
+            .collect();
+        f.debug_struct("KafkaSource")
+            .field("topic", &self.topic)
+            .field(
+                "bootstrap_servers",
+                &strip_userinfo(&self.bootstrap_servers),
+            )
+            .field("group_id", &self.group_id)
+            .field("batch_size", &self.batch_size)
+            .field("poll_timeout_seconds", &self.poll_timeout_seconds)
+            .field("additional_consumer_config", &consumer)
+            .field("buffer_capacity", &self.buffer_capacity)
+            .field(
+                "buffer_max_duration_seconds",
+                &self.buffer_max_duration_seconds,
+            )
+            .finish()
+    }
 }
 
 /// librdkafka keys that would break the publisher's delivery guarantees if overridden.
@@ -108,8 +141,8 @@ pub struct RetryConfig {
     pub retry_interval_seconds: u64,
 }
 
-/// A BIGQUERY sink.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// A BIGQUERY sink. `Debug` cuts credentials out of its URLs.
+#[derive(Clone, PartialEq, Serialize)]
 pub struct BigQuerySink {
     /// GCP project holding the dataset.
     pub project: String,
@@ -145,6 +178,27 @@ pub struct BigQuerySink {
     /// holds one, then none (`sink::bigquery::pool`); each pipelines its requests, together
     /// within `max_inflight_bytes`. Exactly-once ignores it (one COMMITTED stream per partition).
     pub connections: u32,
+}
+
+impl std::fmt::Debug for BigQuerySink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use crate::redact::strip_userinfo;
+        f.debug_struct("BigQuerySink")
+            .field("project", &self.project)
+            .field("dataset", &self.dataset)
+            .field("ttl_days", &self.ttl_days)
+            .field("retry", &self.retry)
+            .field("storage_endpoint", &strip_userinfo(&self.storage_endpoint))
+            .field("rest_base_url", &strip_userinfo(&self.rest_base_url))
+            .field("auth", &self.auth)
+            .field("max_request_bytes", &self.max_request_bytes)
+            .field("max_inflight_bytes", &self.max_inflight_bytes)
+            .field("clustering", &self.clustering)
+            .field("emulator_compat", &self.emulator_compat)
+            .field("kafka_columns", &self.kafka_columns)
+            .field("connections", &self.connections)
+            .finish()
+    }
 }
 
 /// Default `connections`, the most a backlog opens (chosen by measurement: docs/performance.md,
@@ -200,7 +254,7 @@ impl std::fmt::Debug for ArizeSink {
         f.debug_struct("ArizeSink")
             .field("api_key", &crate::redact::REDACTED)
             .field("space_key", &crate::redact::REDACTED)
-            .field("uri", &self.uri)
+            .field("uri", &crate::redact::strip_userinfo(&self.uri))
             .field("request_timeout", &self.request_timeout)
             .field("connect_timeout", &self.connect_timeout)
             .field("max_request_bytes", &self.max_request_bytes)
@@ -270,7 +324,13 @@ impl std::fmt::Debug for MaxComputeSink {
                 &crate::redact::strip_userinfo(&self.access_url),
             )
             .field("retry", &self.retry)
-            .field("tunnel_endpoint", &self.tunnel_endpoint)
+            .field(
+                "tunnel_endpoint",
+                &self
+                    .tunnel_endpoint
+                    .as_deref()
+                    .map(crate::redact::strip_userinfo),
+            )
             .field("interval", &self.interval)
             .field("move_timeout", &self.move_timeout)
             .field("request_timeout", &self.request_timeout)
