@@ -282,7 +282,13 @@ impl TableManager {
     ) -> Result<Option<Value>, TableError> {
         let mut rb = self.http.request(method, self.url(path));
         if let Some(c) = &self.opts.credentials {
-            rb = rb.header(reqwest::header::AUTHORIZATION, c.authorization().await?);
+            let token = c.authorization().await?;
+            // Marked sensitive: never shown by a request's Debug, never indexed by HTTP/2. A
+            // token that is no valid header value is refused by reqwest when sent, as before.
+            rb = match crate::redact::sensitive_header(&token) {
+                Ok(v) => rb.header(reqwest::header::AUTHORIZATION, v),
+                Err(_) => rb.header(reqwest::header::AUTHORIZATION, token),
+            };
         }
         if let Some(b) = body {
             rb = rb.json(b);
