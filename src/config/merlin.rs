@@ -234,8 +234,12 @@ pub enum BigQueryAuth {
 pub struct ArizeSink {
     /// Arize API key (secret; sent as the `authorization` header).
     pub api_key: String,
-    /// Arize space key (secret; sent as the `space` header).
+    /// Arize space key (secret; sent as the `space` header). Empty when not set: Arize's
+    /// current SDK deprecates it for [`ArizeSink::space_id`]; one of the two is required.
     pub space_key: String,
+    /// Arize space ID (`space_id`; sent as the `arize-space-id` and `space_id` headers, as
+    /// Arize's current SDK sends it). Empty when not set.
+    pub space_id: String,
     /// Ours: the API base URI (`uri`); requests go to `{uri}/pandas_arrow`.
     pub uri: String,
     /// Ours: timeout of one request, sending and answer included (`request_timeout`).
@@ -254,6 +258,7 @@ impl std::fmt::Debug for ArizeSink {
         f.debug_struct("ArizeSink")
             .field("api_key", &crate::redact::REDACTED)
             .field("space_key", &crate::redact::REDACTED)
+            .field("space_id", &self.space_id)
             .field("uri", &crate::redact::strip_userinfo(&self.uri))
             .field("request_timeout", &self.request_timeout)
             .field("connect_timeout", &self.connect_timeout)
@@ -547,7 +552,15 @@ fn read_maxcompute(
 
 fn read_arize(c: &mut Obj<'_>, problems: &mut Problems) -> ArizeSink {
     let api_key = c.req_string("api_key", problems);
-    let space_key = c.req_string("space_key", problems);
+    let space_key = c.string("space_key", problems).unwrap_or_default();
+    let space_id = c.string("space_id", problems).unwrap_or_default();
+    if space_key.is_empty() && space_id.is_empty() && !c.is_absent() {
+        problems.push(
+            &c.path_of("space_id"),
+            "required: the Arize space's ID (from the space's settings page; the deprecated \
+             space_key is accepted instead)",
+        );
+    }
     let uri = url_option(c, "uri", DEFAULT_ARIZE_URI, problems);
     use super::bounds::{ARIZE_REQUEST_BYTES, ARIZE_TIMEOUT};
     let request_timeout = c.duration_in(
@@ -571,6 +584,7 @@ fn read_arize(c: &mut Obj<'_>, problems: &mut Problems) -> ArizeSink {
     ArizeSink {
         api_key,
         space_key,
+        space_id,
         uri,
         request_timeout,
         connect_timeout,
