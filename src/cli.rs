@@ -39,8 +39,9 @@ pub enum Command {
     Convert(ConvertArgs),
     /// Write synthetic, realistic PredictionLogs for the configured schema (length-delimited).
     Gen(GenArgs),
-    /// Print the BigQuery table resource (REST JSON) for the configured model.
-    Schema(ConfigOnlyArgs),
+    /// Print what a configured sink creates or sends: the BigQuery table resource (REST JSON),
+    /// the MaxCompute DDL, or the Arize schema (JSON).
+    Schema(SchemaArgs),
     /// Validate the configuration and print it resolved, secrets redacted.
     CheckConfig(ConfigOnlyArgs),
     /// Produce a length-delimited file of logs into a Kafka topic (demo, tests, benchmarks).
@@ -83,12 +84,14 @@ pub struct ConvertArgs {
     /// Input file of length-delimited PredictionLogs (`-` = stdin).
     #[arg(long, short, default_value = "-")]
     pub input: String,
-    /// Output file (`-` = stdout).
+    /// Output file (`-` = stdout). Its extension names the format when `-f` is not given:
+    /// `.jsonl`/`.ndjson`/`.json`, `.parquet`, `.arrow`/`.arrows`/`.ipc`.
     #[arg(long, short, default_value = "-")]
     pub output: String,
-    /// Output format.
-    #[arg(long, short, value_enum, default_value_t = OutputFormat::Jsonl)]
-    pub format: OutputFormat,
+    /// Output format [default: from the output's extension; jsonl for stdout or a name without
+    /// one]. One that disagrees with the extension is refused.
+    #[arg(long, short, value_enum)]
+    pub format: Option<OutputFormat>,
     /// Exit 1 if any log is rejected.
     #[arg(long)]
     pub strict: bool,
@@ -116,7 +119,8 @@ pub struct GenArgs {
     /// 1 ms apart. Same seed and start time give the same bytes.
     #[arg(long, default_value = "now")]
     pub start_time: String,
-    /// Output file (`-` = stdout).
+    /// Output file (`-` = stdout; e.g. `logs.bin`). A name ending in a row format's extension
+    /// (`.parquet`, `.jsonl`, `.arrow`) is refused: `convert` makes rows of these logs.
     #[arg(long, short, default_value = "-")]
     pub output: String,
     /// Drift from this fraction of the logs on (0.0–1.0): see `--drift`.
@@ -158,6 +162,33 @@ pub struct ProduceArgs {
     /// Extra producer settings, `key=value` (repeatable).
     #[arg(long = "producer-config", value_name = "KEY=VALUE")]
     pub producer_config: Vec<String>,
+    /// How long a message may wait for the broker's acknowledgement (librdkafka
+    /// `message.timeout.ms`) before `produce` gives up, naming the broker's error; also the
+    /// limit of the topic's creation.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    pub delivery_timeout: std::time::Duration,
+}
+
+/// The sink types `schema` answers for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SchemaSink {
+    /// The BigQuery REST `Table` resource the sink creates.
+    Bigquery,
+    /// The MaxCompute `CREATE TABLE` the sink runs when the table is missing.
+    Maxcompute,
+    /// The Arize schema and body columns the sink sends.
+    Arize,
+}
+
+/// `schema`.
+#[derive(Debug, Args)]
+pub struct SchemaArgs {
+    /// Configuration.
+    #[command(flatten)]
+    pub cfg: ConfigArgs,
+    /// Which sink's schema [default: the configured sinks' type, when they are of one type].
+    #[arg(long, value_enum)]
+    pub sink: Option<SchemaSink>,
 }
 
 /// Commands that only read the configuration.

@@ -1,10 +1,8 @@
 //! The subcommands' bodies. Each loads only the configuration it needs, reports every problem
 //! at once (exit 2), and returns an exit code.
 
-use crate::cli::{
-    ConfigArgs, ConfigOnlyArgs, ConvertArgs, GenArgs, OutputFormat, ProduceArgs, RunArgs,
-};
-use crate::config::{load_value, override_scrubber, Config, Needs};
+use crate::cli::{ConfigArgs, ConfigOnlyArgs, ConvertArgs, GenArgs, OutputFormat, RunArgs};
+use crate::config::{Config, Loaded, Needs};
 use crate::decode::Decoder;
 use crate::framing::{write_frame, FrameReader};
 use crate::gen::{GenOptions, Generator};
@@ -12,13 +10,21 @@ use crate::mapped::MappedReader;
 use crate::output::{ArrowStreamWriter, BatchWriter, JsonlWriter, ParquetFileWriter};
 use crate::readbuf::AlignedReader;
 use crate::stdout::Watched;
-use crate::table::{bigquery_table_resource, TableLayout};
-use indicatif::{ProgressBar, ProgressStyle};
+use crate::table::TableLayout;
+use progress::{Progress, Total};
 use std::fs::File;
 use std::io::{BufRead, BufWriter, IsTerminal, Read, Write};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+
+pub mod formats;
+pub mod produce;
+pub mod progress;
+pub mod schema;
+
+pub use produce::produce;
+pub use schema::schema;
 
 /// Exit code: invalid usage or configuration.
 pub const EXIT_USAGE: u8 = 2;
@@ -28,58 +34,51 @@ pub const EXIT_FAILURE: u8 = 1;
 /// Loads and validates the configuration for `needs`; prints warnings; on problems prints them
 /// all and returns the exit code to use.
 pub fn load_config(args: &ConfigArgs, needs: Needs) -> Result<Config, ExitCode> {
-    let (_, cfg, warnings) = load_config_and_warnings(args, needs)?;
-    for w in warnings {
+    let l = load_checked(args, needs, false)?;
+    Ok(l.config)
+}
+
+/// Loads the configuration for `needs` and prints its warnings; with `preflight`, also checks
+/// the files it names ([`Loaded::preflight`]). On problems prints them all and returns the exit
+/// code to use.
+fn load_checked(args: &ConfigArgs, needs: Needs, preflight: bool) -> Result<Loaded, ExitCode> {
+    let l = load_quiet(args, needs)?;
+    for w in &l.warnings {
         eprintln!("warning: {w}");
     }
-    Ok(cfg)
+    if preflight {
+        check_files(&l)?;
+    }
+    Ok(l)
 }
 
-/// Like [`load_config`], returning the layered tree the config was read from and the warnings
-/// instead of printing them.
-fn load_config_and_warnings(
-    args: &ConfigArgs,
-    needs: Needs,
-) -> Result<(serde_yaml_ng::Value, Config, Vec<String>), ExitCode> {
-    // An override's value may be a secret: no message about it shows the value.
-    let scrubber = override_scrubber(std::env::vars(), &args.sets);
-    let value = load_value(Some(&args.config), std::env::vars(), &args.sets).map_err(|p| {
-        eprint!("{}", scrubber.scrub(&p.to_string()));
+/// Loads the configuration for `needs`, leaving its warnings to the caller; on problems prints
+/// them all and returns the exit code to use.
+fn load_quiet(args: &ConfigArgs, needs: Needs) -> Result<Loaded, ExitCode> {
+    let env: Vec<(String, String)> = std::env::vars().collect();
+    crate::config::load(&args.config, env, &args.sets, needs).map_err(|p| {
+        eprint!("{p}");
         ExitCode::from(EXIT_USAGE)
-    })?;
-    let (cfg, warnings) = Config::from_value(&value, needs).map_err(|p| {
-        eprint!("{}", scrubber.scrub(&p.to_string()));
-        ExitCode::from(EXIT_USAGE)
-    })?;
-    let warnings = warnings
-        .iter()
-        .map(|w| scrubber.scrub(w).into_owned())
-        .collect();
-    Ok((value, cfg, warnings))
+    })
 }
 
-/// `schema`: prints the BigQuery REST table resource.
-pub fn schema(a: ConfigOnlyArgs) -> ExitCode {
-    let cfg = match load_config(&a.cfg, Needs::SCHEMA) {
-        Ok(c) => c,
-        Err(code) => return code,
-    };
-    let layout = TableLayout::from_config(&cfg);
-    let sink = cfg.bigquery().expect("validated: one BIGQUERY sink");
-    let doc = bigquery_table_resource(&layout, &cfg.project, &cfg.model_id, sink);
-    let json = serde_json::to_string_pretty(&doc).expect("json");
-    crate::stdout::print("schema", &format!("{json}\n"))
+/// [`Loaded::preflight`] with this process's environment; on problems prints them all and
+/// returns the exit code to use.
+fn check_files(l: &Loaded) -> Result<(), ExitCode> {
+    l.preflight(&|name| std::env::var_os(name)).map_err(|p| {
+        eprint!("{p}");
+        ExitCode::from(EXIT_USAGE)
+    })
 }
 
 /// `check-config`: validates for `run` and prints the resolved configuration, secrets redacted.
 /// After it, as YAML comments, how each of Merlin's compatibility keys in the file is understood
 /// ([`crate::config::merlin_keys`]) and the memory formula's bound, term by term.
 pub fn check_config(a: ConfigOnlyArgs) -> ExitCode {
-    match load_config_and_warnings(&a.cfg, Needs::RUN) {
-        Ok((value, c, warnings)) => {
-            for w in warnings {
-                eprintln!("warning: {w}");
-            }
+    match load_checked(&a.cfg, Needs::RUN, true) {
+        Ok(Loaded {
+            value, config: c, ..
+        }) => {
             let notes = crate::config::as_comments(&crate::config::merlin_keys(&value, &c));
             let memory: String = crate::footprint::Footprint::of(&c, true)
                 .describe()
@@ -101,17 +100,27 @@ pub fn check_config(a: ConfigOnlyArgs) -> ExitCode {
 
 /// What `run` will use that the configuration only implies, after the YAML: the consumer group
 /// on a line of its own (`consumer group: <name>`, itself YAML) and, as a comment, where a
-/// partition it never committed starts.
+/// partition it never committed starts; then where dead letters go (`dead-letter topic: <name>`
+/// or `dead-letter file: <path>`).
 fn run_plan(c: &Config) -> String {
-    let Some(group) = c.consumer_group() else {
-        return String::new();
-    };
     // Quoted only where YAML needs it.
-    let name = serde_yaml_ng::to_string(&group).unwrap_or_else(|_| format!("{group:?}\n"));
-    format!(
-        "consumer group: {name}# where it starts: {}\n",
-        c.start_text()
-    )
+    let yaml = |s: &str| serde_yaml_ng::to_string(s).unwrap_or_else(|_| format!("{s:?}\n"));
+    let mut out = String::new();
+    if let Some(group) = c.consumer_group() {
+        out.push_str(&format!(
+            "consumer group: {}# where it starts: {}\n",
+            yaml(&group),
+            c.start_text()
+        ));
+    }
+    let source_topic = c.observation_source.as_ref().map(|s| s.topic.as_str());
+    if let Some((kind, name, how)) = c.dead_letter.target(source_topic) {
+        out.push_str(&format!("dead-letter {kind}: {}", yaml(&name)));
+        if !how.is_empty() {
+            out.push_str(&format!("# {how}\n"));
+        }
+    }
+    out
 }
 
 /// Rows per record batch in offline commands.
@@ -128,7 +137,7 @@ type Stream = AlignedReader<Box<dyn Read>>;
 /// The input stream (`-` is stdin) and its length if it is a file. Only the source is behind
 /// a `dyn` (one call per 256 KiB read): the buffer's `fill_buf` and `consume`, called per log,
 /// stay static calls the frame reader can inline.
-fn open_input(path: &str) -> std::io::Result<(Stream, Option<u64>)> {
+pub(crate) fn open_input(path: &str) -> std::io::Result<(Stream, Option<u64>)> {
     let (source, len): (Box<dyn Read>, _) = if path == "-" {
         (Box::new(std::io::stdin()), None)
     } else {
@@ -182,30 +191,31 @@ fn open_output(path: &str) -> std::io::Result<(Box<dyn Write + Send>, Arc<Atomic
     Ok((Box::new(BufWriter::with_capacity(OUTPUT_BUFFER, out)), gone))
 }
 
-/// A progress bar on stderr when it is a terminal (hidden otherwise).
-fn progress(total_bytes: Option<u64>, what: &str) -> ProgressBar {
-    if !std::io::stderr().is_terminal() {
-        return ProgressBar::hidden();
-    }
-    let pb = match total_bytes {
-        Some(n) => ProgressBar::new(n).with_style(
-            ProgressStyle::with_template(
-                "{spinner} {bytes}/{total_bytes} {bar:30} {per_sec} {msg}",
-            )
-            .expect("template"),
-        ),
-        None => ProgressBar::new_spinner().with_style(
-            ProgressStyle::with_template("{spinner} {bytes} {per_sec} {msg}").expect("template"),
-        ),
-    };
-    pb.set_message(what.to_string());
-    pb
-}
+/// Bad logs `convert` reports one by one; the rest are counted (a file that is mostly bad would
+/// otherwise bury the summary under thousands of lines).
+const SHOWN_BAD_LOGS: u64 = 10;
 
-/// `convert`: length-delimited PredictionLogs → table rows. Bad logs are skipped and reported
-/// (index, byte offset of the length prefix, reason). Exit 0 done, 1 with `--strict` and any bad
+/// `convert`: length-delimited PredictionLogs → table rows. The format is `-f`'s or the output's
+/// extension's; binary is never written to a terminal. Bad logs are skipped and the first
+/// [`SHOWN_BAD_LOGS`] reported (index, byte offset of the length prefix, reason), the rest
+/// counted; an input whose first frame fails and whose start is plainly something else (JSON
+/// lines, text, Parquet) stops at once with one line. Exit 0 done, 1 with `--strict` and any bad
 /// log, an I/O error or an unrecoverable frame, 2 usage/config.
 pub fn convert(a: ConvertArgs) -> ExitCode {
+    let format = match formats::convert_format(&a.output, a.format).and_then(|f| {
+        formats::check_terminal(
+            &a.output,
+            formats::binary_rows(f),
+            std::io::stdout().is_terminal(),
+        )
+        .map(|()| f)
+    }) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("convert: {e}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
     let cfg = match load_config(&a.cfg, Needs::CONVERT) {
         Ok(c) => c,
         Err(code) => return code,
@@ -226,7 +236,7 @@ pub fn convert(a: ConvertArgs) -> ExitCode {
         }
     };
     let writer: std::io::Result<Box<dyn BatchWriter>> =
-        match a.format {
+        match format {
             OutputFormat::Jsonl => Ok(Box::new(JsonlWriter::new(out, &layout.arrow))),
             OutputFormat::Arrow => ArrowStreamWriter::new(out, &layout.arrow)
                 .map(|w| Box::new(w) as Box<dyn BatchWriter>),
@@ -240,13 +250,13 @@ pub fn convert(a: ConvertArgs) -> ExitCode {
             return ExitCode::from(EXIT_FAILURE);
         }
     };
-    let pb = progress(total, "converting");
+    let progress = Progress::new("convert", total.map_or(Total::Unknown, Total::Bytes));
     let decoder = Decoder::new(Arc::clone(&layout)).with_max_log_bytes(cfg.batching.max_log_bytes);
     let max_frame = cfg.batching.max_frame_bytes;
     let mut job = Converting {
         decoder,
         writer: writer.as_mut(),
-        pb: &pb,
+        progress: &progress,
         logs: 0,
         rows: 0,
         bad: 0,
@@ -262,7 +272,16 @@ pub fn convert(a: ConvertArgs) -> ExitCode {
         bad,
         ..
     } = job;
-    pb.finish_and_clear();
+    progress.finish();
+    if let Some(Failure::NotFramed(what)) = failure {
+        eprintln!(
+            "convert: {} is not length-delimited PredictionLogs (it looks like {what}): convert \
+             reads what gen writes and a file dead-letter target holds, each serialized \
+             PredictionLog after its length as a varint",
+            if a.input == "-" { "stdin" } else { &a.input }
+        );
+        return ExitCode::from(EXIT_FAILURE);
+    }
     let result = if decoder.rows() > 0 {
         writer.write(&decoder.finish())
     } else {
@@ -270,14 +289,20 @@ pub fn convert(a: ConvertArgs) -> ExitCode {
     }
     .and_then(|()| writer.finish());
     if let Err(e) = result {
-        failure.get_or_insert(format!("write error: {e}"));
+        failure.get_or_insert(Failure::Other(format!("write error: {e}")));
     }
     if failure.is_some() && reader_gone.load(Ordering::Relaxed) {
         // `convert … | head`: the reader has what it wanted; end quietly, as standard tools do.
         return ExitCode::SUCCESS;
     }
+    if bad > SHOWN_BAD_LOGS {
+        eprintln!(
+            "convert: {} more bad logs not shown (the first {SHOWN_BAD_LOGS} are above)",
+            bad - SHOWN_BAD_LOGS
+        );
+    }
     eprintln!("convert: {logs} logs read, {rows} rows written, {bad} bad logs skipped");
-    if let Some(f) = failure {
+    if let Some(Failure::Other(f)) = failure {
         eprintln!("convert: {f}");
         return ExitCode::from(EXIT_FAILURE);
     }
@@ -287,11 +312,19 @@ pub fn convert(a: ConvertArgs) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// Why `convert`'s loop stopped before the end of its input.
+enum Failure {
+    /// The first frame failed and the input plainly is something else (what it looks like).
+    NotFramed(&'static str),
+    /// A write error or an unrecoverable frame.
+    Other(String),
+}
+
 /// `convert`'s loop: frames in, batches out, counts kept.
 struct Converting<'a> {
     decoder: Decoder,
     writer: &'a mut dyn BatchWriter,
-    pb: &'a ProgressBar,
+    progress: &'a Progress,
     logs: u64,
     rows: u64,
     bad: u64,
@@ -302,7 +335,9 @@ impl Converting<'_> {
     /// [`BATCH_BYTES`] bytes (the last, partial batch is the caller's). Generic over the
     /// reader so that the per-log `fill_buf` and `consume` are static calls. The failure that
     /// stopped it, if any.
-    fn run<R: BufRead>(&mut self, mut reader: FrameReader<R>) -> Option<String> {
+    fn run<R: BufRead>(&mut self, mut reader: FrameReader<R>) -> Option<Failure> {
+        // Judged once, on the input's first bytes; acted on only if the first frame fails.
+        let looks_like = reader.peek().ok().and_then(crate::framing::looks_like);
         let mut buf = Vec::new();
         let decoder = &mut self.decoder;
         loop {
@@ -313,23 +348,33 @@ impl Converting<'_> {
                     match decoded {
                         Ok(n) => self.rows += n as u64,
                         Err(e) => {
+                            if let (0, Some(what)) = (self.logs, looks_like) {
+                                return Some(Failure::NotFramed(what));
+                            }
                             self.bad += 1;
-                            let logs = self.logs;
-                            self.pb
-                                .suspend(|| eprintln!("log {logs} at byte {offset}: {e}"));
+                            if self.bad <= SHOWN_BAD_LOGS {
+                                let logs = self.logs;
+                                self.progress
+                                    .suspend(|| eprintln!("log {logs} at byte {offset}: {e}"));
+                            }
                         }
                     }
                     self.logs += 1;
                     if decoder.rows() >= BATCH_ROWS || decoder.approx_bytes() >= BATCH_BYTES {
                         let batch = decoder.finish();
                         if let Err(e) = self.writer.write(&batch) {
-                            return Some(format!("write error: {e}"));
+                            return Some(Failure::Other(format!("write error: {e}")));
                         }
                         decoder.recycle(batch);
-                        self.pb.set_position(reader.position());
+                        self.progress.update(self.logs, reader.position());
                     }
                 }
-                Err(e) => return Some(format!("unrecoverable input: {e}")),
+                Err(e) => {
+                    if let (0, Some(what)) = (self.logs, looks_like) {
+                        return Some(Failure::NotFramed(what));
+                    }
+                    return Some(Failure::Other(format!("unrecoverable input: {e}")));
+                }
             }
         }
     }
@@ -337,6 +382,17 @@ impl Converting<'_> {
 
 /// `gen`: synthetic logs for the configured schema, length-delimited.
 pub fn gen(a: GenArgs) -> ExitCode {
+    let writable = formats::check_gen_output(&a.output).and_then(|()| {
+        formats::check_terminal(
+            &a.output,
+            Some("length-delimited PredictionLogs"),
+            std::io::stdout().is_terminal(),
+        )
+    });
+    if let Err(e) = writable {
+        eprintln!("gen: {e}");
+        return ExitCode::from(EXIT_USAGE);
+    }
     let cfg = match load_config(&a.cfg, Needs::CONVERT) {
         Ok(c) => c,
         Err(code) => return code,
@@ -408,7 +464,7 @@ pub fn gen(a: GenArgs) -> ExitCode {
         );
         g = g.with_drift(drift);
     }
-    let pb = progress(None, "generating");
+    let progress = Progress::new("gen", Total::Logs(a.count));
     let mut malformed = 0u64;
     for i in 0..a.count {
         let log = g.next_log();
@@ -417,10 +473,10 @@ pub fn gen(a: GenArgs) -> ExitCode {
             return crate::stdout::exit_code("gen", &Err(e));
         }
         if i % 4096 == 0 {
-            pb.set_position(i);
+            progress.update(i, 0);
         }
     }
-    pb.finish_and_clear();
+    progress.finish();
     if let Err(e) = out.flush() {
         return crate::stdout::exit_code("gen", &Err(e));
     }
@@ -450,10 +506,11 @@ pub fn merlin(args: &[std::ffi::OsString]) -> ExitCode {
         config: inv.config_path(&dir),
         sets: inv.sets,
     };
-    let (_, cfg_resolved, warnings) = match load_config_and_warnings(&cfg, Needs::RUN) {
-        Ok(c) => c,
+    let loaded = match load_quiet(&cfg, Needs::RUN) {
+        Ok(l) => l,
         Err(code) => return code,
     };
+    let warnings = &loaded.warnings;
     let unknown: Vec<&String> = cfg
         .sets
         .iter()
@@ -476,7 +533,10 @@ pub fn merlin(args: &[std::ffi::OsString]) -> ExitCode {
     for w in warnings {
         eprintln!("warning: {w}");
     }
-    crate::pipeline::run(cfg_resolved, None)
+    if let Err(code) = check_files(&loaded) {
+        return code;
+    }
+    crate::pipeline::run(loaded.config, None)
 }
 
 /// `run`: the daemon (or, with `--replay`, the pipeline over a file).
@@ -490,132 +550,14 @@ pub fn run(a: RunArgs) -> ExitCode {
     } else {
         Needs::RUN
     };
-    let mut cfg = match load_config(&a.cfg, needs) {
-        Ok(c) => c,
+    let mut cfg = match load_checked(&a.cfg, needs, true) {
+        Ok(l) => l.config,
         Err(code) => return code,
     };
     if let Some(f) = a.log_format {
         cfg.logging.format = f;
     }
     crate::pipeline::run(cfg, a.replay)
-}
-
-/// `produce`: sends every frame of a length-delimited file as one Kafka message (no key),
-/// batching and waiting for every delivery report. Exit 1 if any message was not delivered.
-pub fn produce(a: ProduceArgs) -> ExitCode {
-    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-    use rdkafka::config::ClientConfig;
-    use rdkafka::producer::{
-        BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer,
-    };
-    use std::sync::atomic::{AtomicU64, Ordering};
-    /// Counts failed deliveries.
-    struct Counting(AtomicU64);
-    impl rdkafka::ClientContext for Counting {}
-    impl ProducerContext for Counting {
-        type DeliveryOpaque = ();
-        fn delivery(&self, r: &DeliveryResult<'_>, _: ()) {
-            if r.is_err() {
-                self.0.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-    }
-    let mut cfg = ClientConfig::new();
-    cfg.set("bootstrap.servers", &a.brokers)
-        .set("linger.ms", "20")
-        .set("batch.num.messages", "10000")
-        .set("queue.buffering.max.messages", "1000000")
-        .set("queue.buffering.max.kbytes", "1048576");
-    for kv in &a.producer_config {
-        match kv.split_once('=') {
-            Some((k, v)) => {
-                cfg.set(k, v);
-            }
-            None => {
-                eprintln!("produce: --producer-config {kv:?}: expected key=value");
-                return ExitCode::from(EXIT_USAGE);
-            }
-        }
-    }
-    let rt = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("produce: {e}");
-            return ExitCode::from(EXIT_FAILURE);
-        }
-    };
-    if let Ok(admin) = cfg.create::<AdminClient<rdkafka::client::DefaultClientContext>>() {
-        let t = NewTopic::new(&a.topic, a.partitions, TopicReplication::Fixed(1));
-        let _ = rt.block_on(admin.create_topics([&t], &AdminOptions::new()));
-    }
-    let producer: ThreadedProducer<Counting> =
-        match cfg.create_with_context(Counting(AtomicU64::new(0))) {
-            Ok(p) => p,
-            Err(e) => {
-                eprintln!("produce: {e}");
-                return ExitCode::from(EXIT_FAILURE);
-            }
-        };
-    let (input, _) = match open_input(&a.input) {
-        Ok(i) => i,
-        Err(e) => {
-            eprintln!("produce: cannot open {}: {e}", a.input);
-            return ExitCode::from(EXIT_FAILURE);
-        }
-    };
-    let started = std::time::Instant::now();
-    let mut reader = FrameReader::new(input);
-    let mut buf = Vec::new();
-    let mut n = 0u64;
-    loop {
-        match reader.next_into(&mut buf) {
-            Ok(Some(_)) => {}
-            Ok(None) => break,
-            Err(e) => {
-                eprintln!("produce: {e}");
-                return ExitCode::from(EXIT_FAILURE);
-            }
-        }
-        let mut record = BaseRecord::<(), [u8]>::to(&a.topic).payload(&buf[..]);
-        loop {
-            match producer.send(record) {
-                Ok(()) => break,
-                Err((e, r))
-                    if matches!(
-                        e.rdkafka_error_code(),
-                        Some(rdkafka::types::RDKafkaErrorCode::QueueFull)
-                    ) =>
-                {
-                    record = r;
-                    std::thread::sleep(std::time::Duration::from_millis(5));
-                }
-                Err((e, _)) => {
-                    eprintln!("produce: {e}");
-                    return ExitCode::from(EXIT_FAILURE);
-                }
-            }
-        }
-        n += 1;
-    }
-    if let Err(e) = producer.flush(std::time::Duration::from_secs(60)) {
-        eprintln!("produce: not every message was delivered: {e}");
-        return ExitCode::from(EXIT_FAILURE);
-    }
-    let failed = producer.context().0.load(Ordering::Relaxed);
-    if failed > 0 {
-        eprintln!("produce: {failed} of {n} messages were not delivered");
-        return ExitCode::from(EXIT_FAILURE);
-    }
-    let secs = started.elapsed().as_secs_f64();
-    eprintln!(
-        "produce: {n} messages to {} in {secs:.2}s ({:.0} msg/s)",
-        a.topic,
-        n as f64 / secs.max(1e-9)
-    );
-    ExitCode::SUCCESS
 }
 
 /// `bootstrap`.

@@ -73,6 +73,12 @@ impl<R: BufRead> FrameReader<R> {
         self.pos
     }
 
+    /// The input's next bytes, as far as the reader has them, without consuming any (what
+    /// [`looks_like`] reads before the first frame).
+    pub fn peek(&mut self) -> io::Result<&[u8]> {
+        self.inner.fill_buf()
+    }
+
     /// Reads the next frame into `buf` (replacing its contents). Returns the byte offset of the
     /// frame's length prefix, or `None` at a clean end of input.
     pub fn next_into(&mut self, buf: &mut Vec<u8>) -> Result<Option<u64>, FrameError> {
@@ -221,6 +227,52 @@ fn short_prefix(b: &[u8]) -> Option<(u64, usize)> {
     (b2 < 0x80).then(|| (low | u64::from(b1 & 0x7f) << 7 | u64::from(b2) << 14, 3))
 }
 
+/// What the start of an input is when it is plainly not length-delimited: JSON lines (or a JSON
+/// document), other text, or a file format a person may feed by mistake (Parquet, Arrow,
+/// compressed). `None` when it may be frames.
+///
+/// A real stream's first byte is the first log's varint length: a log of 128 bytes to 16 KiB
+/// starts with a byte over 0x7f that is not followed by a UTF-8 continuation byte, so its head
+/// is never text, and a shorter log's nested lengths under 32 are control characters. Only
+/// unusual streams could start like text, so the caller acts on this only once the first frame
+/// failed: a stream that decodes is never refused.
+pub fn looks_like(head: &[u8]) -> Option<&'static str> {
+    const MAGIC: &[(&[u8], &str)] = &[
+        (b"PAR1", "a Parquet file"),
+        (b"ARROW1", "an Arrow IPC file"),
+        (b"\x1f\x8b", "gzip-compressed data"),
+        (b"\x28\xb5\x2f\xfd", "zstd-compressed data"),
+    ];
+    if let Some((_, what)) = MAGIC.iter().find(|(m, _)| head.starts_with(m)) {
+        return Some(what);
+    }
+    // An Arrow IPC stream: the continuation marker, then its first message's length (little
+    // endian, under 1 MiB). The marker alone is also a varint's start, of a length too large.
+    if let [0xff, 0xff, 0xff, 0xff, _, _, len2, 0, ..] = head {
+        if *len2 < 0x10 {
+            return Some("an Arrow IPC stream");
+        }
+    }
+    // Judged on at most 512 bytes; a multi-byte character cut at the end still counts as text.
+    let window = &head[..head.len().min(512)];
+    let text = match std::str::from_utf8(window) {
+        Ok(t) => t,
+        Err(e) if e.error_len().is_none() => {
+            std::str::from_utf8(&window[..e.valid_up_to()]).expect("valid up to here")
+        }
+        Err(_) => return None,
+    };
+    let plain = |c: char| !c.is_control() || matches!(c, '\n' | '\r' | '\t');
+    if text.is_empty() || !text.chars().all(plain) {
+        return None;
+    }
+    match text.trim_start().as_bytes().first() {
+        Some(b'{') => Some("JSON lines"),
+        Some(b'[') => Some("JSON"),
+        _ => Some("text"),
+    }
+}
+
 /// Writes one frame.
 pub fn write_frame<W: Write>(w: &mut W, msg: &[u8]) -> io::Result<()> {
     let mut prefix = [0u8; 10];
@@ -244,6 +296,40 @@ pub fn write_frame<W: Write>(w: &mut W, msg: &[u8]) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn what_is_plainly_not_frames_is_named() {
+        assert_eq!(
+            looks_like(b"{\"session_id\":\"s1\",\"x\":1}\n{\"session_id\":\"s2\"}\n"),
+            Some("JSON lines")
+        );
+        assert_eq!(looks_like(b"  [1, 2]"), Some("JSON"));
+        assert_eq!(looks_like(b"session_id,row_id\ns1,r1\n"), Some("text"));
+        assert_eq!(looks_like(b"PAR1\x15\x04"), Some("a Parquet file"));
+        assert_eq!(
+            looks_like(b"\x1f\x8b\x08\x00"),
+            Some("gzip-compressed data")
+        );
+        assert_eq!(
+            looks_like(b"\xff\xff\xff\xff\xf8\x00\x00\x00\x10"),
+            Some("an Arrow IPC stream")
+        );
+        // A varint declaring a length too large to read is left to the frame reader.
+        assert_eq!(
+            looks_like(b"\xff\xff\xff\xff\xff\xff\xff\xff\x3f\x01"),
+            None
+        );
+        // Text cut inside a multi-byte character at the end of the window is still text.
+        let mut cut = "é".repeat(300).into_bytes();
+        cut.truncate(511);
+        assert_eq!(looks_like(&cut), Some("text"));
+        // Frames: a varint over 0x7f starts the first log of 128 bytes or more.
+        let mut framed = Vec::new();
+        write_frame(&mut framed, &[0x0a; 300]).unwrap();
+        assert_eq!(looks_like(&framed), None);
+        assert_eq!(looks_like(b"\x05\x0a\x03abc"), None, "a control character");
+        assert_eq!(looks_like(b""), None);
+    }
 
     #[test]
     fn round_trip_and_offsets() {

@@ -183,11 +183,12 @@ fn override_of(arg: &str) -> Result<Override, String> {
     Ok(Override::Set(format!("{path}={value}")))
 }
 
-/// Whether a configuration warning ("`path`: unknown key ignored") is about the key an override
-/// set, which makes the override a usage error (it would have no effect).
+/// Whether a configuration warning ("`path`: unknown key ignored", maybe with a suggestion and
+/// where it was set) is about the key an override set, which makes the override a usage error
+/// (it would have no effect).
 pub fn override_is_unknown(set: &str, warning: &str) -> bool {
     let key = set.split_once('=').map_or(set, |(k, _)| k);
-    let Some(path) = warning.strip_suffix(": unknown key ignored") else {
+    let Some((path, _)) = warning.split_once(": unknown key ignored") else {
         return false;
     };
     // Warnings index lists as `sinks[0].config`; overrides as `sinks.0.config`.
@@ -350,6 +351,10 @@ mod tests {
             w
         ));
         assert!(!override_is_unknown("prometheus_port=1", w));
+        assert!(override_is_unknown(
+            "batching.lingr=1",
+            "batching.lingr: unknown key ignored; did you mean batching.linger? (from --set)"
+        ));
         assert!(override_is_unknown(
             "observation_sinks.1.config.bogus=1",
             "observation_sinks[1].config.bogus: unknown key ignored"

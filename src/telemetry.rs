@@ -9,7 +9,7 @@
 
 use crate::config::LogFormat;
 use crate::redact::Scrubber;
-use std::io::{self, Write};
+use std::io::{self, IsTerminal, Write};
 use std::sync::OnceLock;
 use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::EnvFilter;
@@ -67,6 +67,11 @@ pub fn init(format: LogFormat, level: &str, scrubber: Scrubber) {
             .flatten_event(true)
             .with_current_span(false)
             .try_init(),
-        LogFormat::Pretty => builder.compact().try_init(),
+        // Colour codes only for a person at a terminal: a file or a log collector would keep
+        // them as `\x1b[2m` noise around every field.
+        LogFormat::Pretty => builder
+            .compact()
+            .with_ansi(io::stderr().is_terminal())
+            .try_init(),
     };
 }

@@ -1,12 +1,88 @@
 //! Layering: file → environment variables → `--set` flags, on one YAML tree, before the typed
 //! read in [`super::Config::from_value`].
 
+use super::origin::Origins;
 use super::value::Problems;
+use super::{Config, Needs};
 use serde_yaml_ng::{Mapping, Value};
+use std::ffi::OsString;
 use std::path::Path;
 
 /// Prefix of configuration environment variables: `OBS_PUBLISHER__SECTION__KEY`.
 pub const ENV_PREFIX: &str = "OBS_PUBLISHER__";
+
+/// A configuration as `run` and `check-config` load it.
+#[derive(Debug, Clone)]
+pub struct Loaded {
+    /// The layered tree the configuration was read from.
+    pub value: Value,
+    /// The configuration.
+    pub config: Config,
+    /// Warnings (unknown keys in Merlin's sections), each saying where it was set.
+    pub warnings: Vec<String>,
+    origins: Origins,
+    secrets: crate::redact::Scrubber,
+}
+
+impl Loaded {
+    /// The files the configuration and the environment (`env`: a variable's value by name)
+    /// name, checked the way `run` uses them ([`super::preflight::preflight`]): every one it
+    /// could not use is a problem saying where its setting was made.
+    pub fn preflight(&self, env: &dyn Fn(&str) -> Option<OsString>) -> Result<(), Problems> {
+        let mut p = super::preflight::preflight(&self.config, env);
+        if p.is_empty() {
+            return Ok(());
+        }
+        p.annotate(|key| self.origins.of(&self.value, key));
+        scrub(&mut p, &self.secrets);
+        Err(p)
+    }
+}
+
+/// Loads the file at `path` with `env` and `sets` over it ([`load_layers`]) and reads it for
+/// `needs`. Every problem and warning says where its value came from ([`Origins::of`]) and
+/// shows the value, except secrets ([`redact_collect`]): those are hidden wherever they appear.
+pub fn load(
+    path: &Path,
+    env: Vec<(String, String)>,
+    sets: &[String],
+    needs: Needs,
+) -> Result<Loaded, Problems> {
+    // What the layering refuses names an override's key, never its value: the value of a key
+    // not yet read may be a secret.
+    let scrubber = override_scrubber(env.clone(), sets);
+    let (value, origins) = load_layers(Some(path), env, sets).map_err(|mut p| {
+        scrub(&mut p, &scrubber);
+        p
+    })?;
+    let mut hidden = Vec::new();
+    redact_collect(&mut value.clone(), &mut hidden);
+    let secrets = crate::redact::Scrubber::new(hidden);
+    let finish = |mut p: Problems| {
+        p.annotate(|key| origins.of(&value, key));
+        scrub(&mut p, &secrets);
+        p
+    };
+    match Config::read(&value, needs) {
+        Ok((config, warnings)) => {
+            let warnings = finish(warnings).0;
+            Ok(Loaded {
+                config,
+                warnings,
+                value,
+                origins,
+                secrets,
+            })
+        }
+        Err(p) => Err(finish(p)),
+    }
+}
+
+fn scrub(p: &mut Problems, s: &crate::redact::Scrubber) {
+    for m in &mut p.0 {
+        *m = s.scrub(m).into_owned();
+    }
+}
 
 /// Reads the YAML file (or starts from an empty tree), unwraps Hydra's `environment:` level,
 /// then applies `env` (pairs of name and value; only `OBS_PUBLISHER__…` are used) and `sets`
@@ -16,16 +92,27 @@ pub fn load_value(
     env: impl IntoIterator<Item = (String, String)>,
     sets: &[String],
 ) -> Result<Value, Problems> {
+    load_layers(path, env, sets).map(|(v, _)| v)
+}
+
+/// Like [`load_value`], also returning where each layer came from.
+pub fn load_layers(
+    path: Option<&Path>,
+    env: impl IntoIterator<Item = (String, String)>,
+    sets: &[String],
+) -> Result<(Value, Origins), Problems> {
     let mut problems = Problems::default();
+    let mut origins = Origins::default();
+    let mut text = None;
     let mut root = match path {
         None => Value::Mapping(Mapping::new()),
         Some(p) => {
-            let text = std::fs::read_to_string(p).map_err(|e| {
+            let t = std::fs::read_to_string(p).map_err(|e| {
                 let mut pr = Problems::default();
                 pr.push("", format_args!("cannot read {}: {e}", p.display()));
                 pr
             })?;
-            match serde_yaml_ng::from_str::<Value>(&text) {
+            let v = match serde_yaml_ng::from_str::<Value>(&t) {
                 Ok(Value::Null) => Value::Mapping(Mapping::new()),
                 Ok(v) => v,
                 Err(e) => {
@@ -33,22 +120,29 @@ pub fn load_value(
                     pr.push("", format_args!("{} is not valid YAML: {e}", p.display()));
                     return Err(pr);
                 }
-            }
+            };
+            text = Some((p.display().to_string(), t));
+            v
         }
     };
+    let mut wrapped = false;
     if let Value::Mapping(m) = &root {
         if let Some(env @ Value::Mapping(_)) = m.get("environment") {
             root = env.clone();
+            wrapped = true;
         }
+    }
+    if let Some((name, t)) = text {
+        origins.file(name, t, wrapped);
     }
     if !root.is_mapping() {
         problems.push("", "the configuration must be a YAML mapping");
         return Err(problems);
     }
-    apply_env(&mut root, env, &mut problems);
-    apply_sets(&mut root, sets, &mut problems);
+    env_over(&mut root, env, &mut problems, &mut origins);
+    sets_over(&mut root, sets, &mut problems, &mut origins);
     if problems.is_empty() {
-        Ok(root)
+        Ok((root, origins))
     } else {
         Err(problems)
     }
@@ -59,6 +153,20 @@ pub fn apply_env(
     root: &mut Value,
     env: impl IntoIterator<Item = (String, String)>,
     problems: &mut Problems,
+) {
+    env_over(root, env, problems, &mut Origins::default());
+}
+
+/// Applies `path.to.key=value` overrides (`--set`) to the tree.
+pub fn apply_sets(root: &mut Value, sets: &[String], problems: &mut Problems) {
+    sets_over(root, sets, problems, &mut Origins::default());
+}
+
+fn env_over(
+    root: &mut Value,
+    env: impl IntoIterator<Item = (String, String)>,
+    problems: &mut Problems,
+    origins: &mut Origins,
 ) {
     let mut vars: Vec<(String, String)> = env
         .into_iter()
@@ -82,14 +190,14 @@ pub fn apply_env(
         let text = path.last().is_some_and(|key| is_secret_key(key))
             || path.iter().rev().nth(1).map(String::as_str) == Some("additional_consumer_config");
         let value = if text { Value::String(v) } else { scalar(&v) };
-        if let Err(e) = set_path(root, &path, value) {
-            problems.push("", format_args!("environment variable {k}: {e}"));
+        match set_path(root, &path, value) {
+            Ok(()) => origins.overridden(&path, k),
+            Err(e) => problems.push("", format_args!("environment variable {k}: {e}")),
         }
     }
 }
 
-/// Applies `path.to.key=value` overrides (`--set`) to the tree.
-pub fn apply_sets(root: &mut Value, sets: &[String], problems: &mut Problems) {
+fn sets_over(root: &mut Value, sets: &[String], problems: &mut Problems, origins: &mut Origins) {
     for s in sets {
         let Some((k, v)) = s.split_once('=') else {
             // No `=`: the whole argument may be a value given without its key.
@@ -105,15 +213,17 @@ pub fn apply_sets(root: &mut Value, sets: &[String], problems: &mut Problems) {
             problems.push("", format_args!("--set {k:?}: empty path segment"));
             continue;
         }
-        if let Err(e) = set_path(root, &path, scalar(v)) {
-            problems.push("", format_args!("--set {k:?}: {e}"));
+        match set_path(root, &path, scalar(v)) {
+            Ok(()) => origins.overridden(&path, "--set".into()),
+            Err(e) => problems.push("", format_args!("--set {k:?}: {e}")),
         }
     }
 }
 
-/// A scrubber for the values of overrides (`--set` and `OBS_PUBLISHER__…` variables): an
-/// error or warning about an override names its key path, never its value, which may be a
-/// secret. Values shorter than [`crate::redact::MIN_SECRET_LEN`] are not searched for.
+/// A scrubber for the values of overrides (`--set` and `OBS_PUBLISHER__…` variables), for what
+/// the layering itself refuses (a path that cannot be set): before the tree is read, any of
+/// them may be a secret. Values shorter than [`crate::redact::MIN_SECRET_LEN`] are not searched
+/// for.
 pub fn override_scrubber(
     env: impl IntoIterator<Item = (String, String)>,
     sets: &[String],

@@ -70,7 +70,7 @@ impl KafkaSource {
     pub(crate) fn read(
         mut o: Obj<'_>,
         problems: &mut Problems,
-        warnings: &mut Vec<String>,
+        warnings: &mut Problems,
     ) -> Option<Self> {
         if o.is_absent() {
             problems.push(o.path(), "required");
@@ -391,7 +391,7 @@ pub(crate) fn read_sinks(
     v: Option<&Value>,
     path: &str,
     problems: &mut Problems,
-    warnings: &mut Vec<String>,
+    warnings: &mut Problems,
 ) -> Vec<SinkConfig> {
     let items = match v {
         None | Some(Value::Null) => return Vec::new(),
@@ -484,7 +484,7 @@ pub(crate) fn read_sinks(
 fn read_maxcompute(
     c: &mut Obj<'_>,
     problems: &mut Problems,
-    warnings: &mut Vec<String>,
+    warnings: &mut Problems,
 ) -> MaxComputeSink {
     use super::bounds::{HTTP_TIMEOUT, MAXCOMPUTE_INTERVAL, MAXCOMPUTE_MOVE_TIMEOUT};
     let project = c.req_string("project", problems);

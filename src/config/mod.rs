@@ -22,11 +22,14 @@
 //! Secrets are never printed: [`Config::to_redacted_yaml`].
 
 mod bounds;
+mod feedback;
 mod gen;
 mod group;
 mod load;
 mod merlin;
+mod origin;
 mod ours;
+pub mod preflight;
 mod quality;
 mod schema;
 mod understood;
@@ -36,7 +39,8 @@ pub use bounds::{ARROW_STRING_LIMIT, MAX_APPEND_REQUEST_BYTES, MAX_CONNECTIONS};
 pub use gen::{Dist, GenColumn, DEFAULT_NULLS};
 pub use group::{kip848, per_version_name, Assignment, GroupMode, CLASSIC_ONLY_KEYS};
 pub use load::{
-    apply_env, apply_sets, load_value, override_scrubber, redact, redact_collect, ENV_PREFIX,
+    apply_env, apply_sets, load, load_layers, load_value, override_scrubber, redact,
+    redact_collect, Loaded, ENV_PREFIX,
 };
 pub use merlin::{
     check_access_url, ArizeSink, BigQueryAuth, BigQuerySink, KafkaSource, MaxComputeSink,
@@ -49,6 +53,7 @@ pub use merlin::{
     default_move_timeout, DEFAULT_MAXCOMPUTE_CONNECT_TIMEOUT, DEFAULT_MAXCOMPUTE_INTERVAL,
     DEFAULT_MAXCOMPUTE_REQUEST_TIMEOUT,
 };
+pub use origin::Origins;
 pub use ours::{
     Batching, Consumer, DeadLetter, Delivery, LocalSink, LogFormat, Logging, Server, StartFrom,
     BATCHES_IN_FLIGHT, DEFAULT_MAX_FRAME_BYTES, DEFAULT_MAX_LOG_BYTES, DEFAULT_MAX_MESSAGE_BYTES,
@@ -143,26 +148,44 @@ impl Config {
     /// `needs` asks for. Returns the config and the warnings (unknown keys in Merlin's sections),
     /// or every problem found.
     pub fn from_value(root: &Value, needs: Needs) -> Result<(Config, Vec<String>), Problems> {
+        Config::read(root, needs).map(|(c, w)| (c, w.0))
+    }
+
+    /// Like [`Config::from_value`], the warnings with their key paths (for
+    /// [`Problems::annotate`]). With a problem, the warnings (unknown keys in Merlin's
+    /// sections) join the problems: a misspelt key is often why another one is missing.
+    pub fn read(root: &Value, needs: Needs) -> Result<(Config, Problems), Problems> {
+        let mut warnings = Problems::default();
+        match Config::read_all(root, needs, &mut warnings) {
+            Ok(c) => Ok((c, warnings)),
+            Err(mut problems) => {
+                feedback::hint_required(&mut problems, &warnings);
+                problems.append(warnings);
+                Err(problems)
+            }
+        }
+    }
+
+    fn read_all(root: &Value, needs: Needs, warnings: &mut Problems) -> Result<Config, Problems> {
         let mut problems = Problems::default();
-        let mut warnings = Vec::new();
         let mut o = Obj::new(Some(root), "", &mut problems);
 
         let project = o.req_string("project", &mut problems);
         let model_id = o.req_string("model_id", &mut problems);
         let model_version = o.req_string("model_version", &mut problems);
         let schema_obj = o.obj("inference_schema", &mut problems);
-        let schema = InferenceSchema::read(schema_obj, &mut problems, &mut warnings);
+        let schema = InferenceSchema::read(schema_obj, &mut problems, warnings);
 
         let observation_source = if needs.source {
             let so = o.obj("observation_source", &mut problems);
-            KafkaSource::read(so, &mut problems, &mut warnings)
+            KafkaSource::read(so, &mut problems, warnings)
         } else {
             let _ = o.raw("observation_source");
             None
         };
         let sinks_raw = o.raw("observation_sinks");
         let observation_sinks = if needs.sinks || needs.bigquery {
-            merlin::read_sinks(sinks_raw, "observation_sinks", &mut problems, &mut warnings)
+            merlin::read_sinks(sinks_raw, "observation_sinks", &mut problems, warnings)
         } else {
             Vec::new()
         };
@@ -202,7 +225,7 @@ impl Config {
             schema.as_ref(),
             &mut problems,
         );
-        o.warn_unknown(&mut warnings);
+        o.warn_unknown(warnings);
 
         if needs.sinks {
             if observation_sinks.is_empty() && local_sink.is_none() {
@@ -291,27 +314,24 @@ impl Config {
         }
 
         match schema {
-            Some(inference_schema) if problems.is_empty() => Ok((
-                Config {
-                    project,
-                    model_id,
-                    model_version,
-                    inference_schema,
-                    observation_source,
-                    observation_sinks,
-                    prometheus_port,
-                    batching,
-                    consumer,
-                    dead_letter,
-                    local_sink,
-                    server,
-                    logging,
-                    delivery,
-                    metrics,
-                    gen,
-                },
-                warnings,
-            )),
+            Some(inference_schema) if problems.is_empty() => Ok(Config {
+                project,
+                model_id,
+                model_version,
+                inference_schema,
+                observation_source,
+                observation_sinks,
+                prometheus_port,
+                batching,
+                consumer,
+                dead_letter,
+                local_sink,
+                server,
+                logging,
+                delivery,
+                metrics,
+                gen,
+            }),
             _ => Err(problems),
         }
     }

@@ -176,6 +176,28 @@ impl Default for DeadLetter {
 }
 
 impl DeadLetter {
+    /// Where `run` writes dead letters, for a person (`check-config`): `("topic", name, how it
+    /// was chosen)` on the source's brokers (`None` without a source to name it from), or
+    /// `("file", path, "")`.
+    pub fn target(
+        &self,
+        source_topic: Option<&str>,
+    ) -> Option<(&'static str, String, &'static str)> {
+        match self {
+            DeadLetter::Kafka { topic: Some(t), .. } => {
+                Some(("topic", t.clone(), "on the source's brokers (dead_letter.topic)"))
+            }
+            DeadLetter::Kafka { topic: None, .. } => source_topic.map(|s| {
+                (
+                    "topic",
+                    format!("{s}-dlq"),
+                    "on the source's brokers: the source topic's name and -dlq (dead_letter.topic unset)",
+                )
+            }),
+            DeadLetter::File { path } => Some(("file", path.display().to_string(), "")),
+        }
+    }
+
     pub(crate) fn read(mut o: Obj<'_>, problems: &mut Problems) -> Self {
         let target = o
             .string("target", problems)

@@ -229,7 +229,7 @@ impl InferenceSchema {
     pub(crate) fn read(
         mut o: Obj<'_>,
         problems: &mut Problems,
-        warnings: &mut Vec<String>,
+        warnings: &mut Problems,
     ) -> Option<Self> {
         if o.is_absent() {
             problems.push(o.path(), "required");

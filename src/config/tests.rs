@@ -1,9 +1,11 @@
 use super::*;
 
+mod feedback;
 mod gen;
 mod group;
 mod logging;
 mod names;
+mod preflight;
 use names::named;
 
 fn parse(yaml: &str, needs: Needs) -> Result<(Config, Vec<String>), Problems> {
@@ -705,62 +707,6 @@ fn a_batch_is_at_most_an_eighth_of_the_inflight_budget() {
         ..Batching::default()
     };
     assert_eq!(tiny.batch_bytes(), 1);
-}
-
-/// An override may carry a secret: what the loader and the validator say about one, once passed
-/// through [`override_scrubber`] as every command does, names its key path, never its value.
-#[test]
-fn problems_and_warnings_about_an_override_never_show_its_value() {
-    const PLANTED: &str = "planted-S3cret";
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("c.yaml");
-    std::fs::write(&path, MERLIN).unwrap();
-    let shows = |env: Vec<(String, String)>, sets: Vec<String>, why: &str| {
-        let scrubber = override_scrubber(env.clone(), &sets);
-        let text = match load_value(Some(&path), env, &sets) {
-            Err(p) => p.to_string(),
-            Ok(v) => match Config::from_value(&v, Needs::RUN) {
-                Err(p) => p.to_string(),
-                Ok((_, warnings)) => warnings.join("\n"),
-            },
-        };
-        assert!(text.contains(why), "{sets:?}: {text}");
-        let shown = scrubber.scrub(&text);
-        assert!(!shown.contains("planted"), "{sets:?}: {shown}");
-        text
-    };
-    let set = |kv: &str| vec![kv.replace("VALUE", PLANTED)];
-    // An invalid value: the messages quote it, the scrubber takes it out (quoted or not).
-    let raw = shows(vec![], set("batching.linger=VALUE"), "invalid duration");
-    assert!(
-        raw.contains(PLANTED),
-        "the scrubber is what hides it: {raw}"
-    );
-    shows(vec![], set("batching.linger='VALUE'"), "invalid duration");
-    shows(vec![], set("batching.max_rows=VALUE"), "batching.max_rows");
-    // A value with a quote and a backslash: messages show it escaped.
-    let odd = format!("{PLANTED}\"q\\b");
-    let raw = shows(
-        vec![],
-        vec![format!("batching.linger={odd}")],
-        "invalid duration",
-    );
-    assert!(!raw.contains(&odd), "quoted escaped: {raw}");
-    shows(
-        vec![(format!("{ENV_PREFIX}BATCHING__LINGER"), PLANTED.into())],
-        vec![],
-        "invalid duration",
-    );
-    // A key nobody reads (a typo of a secret's key): a warning naming the key.
-    shows(
-        vec![],
-        set("observation_sinks.0.config.apikey=VALUE"),
-        "apikey",
-    );
-    // Paths that cannot be set; an argument without `=` is not shown at all.
-    shows(vec![], set("observation_sinks.x.type=VALUE"), "--set");
-    shows(vec![], set("batching..linger=VALUE"), "empty path segment");
-    shows(vec![], set("VALUE"), "expected key.path=value");
 }
 
 #[test]

@@ -14,9 +14,11 @@ use serde_yaml_ng::{Mapping, Value};
 use std::fmt;
 use std::time::Duration;
 
-/// Every problem found while reading and validating a configuration.
+/// Every problem found while reading and validating a configuration: the messages as printed
+/// (`path: what is wrong`) and, beside them, the key path each one is about (empty for none),
+/// so that [`Problems::annotate`] can say where each value came from.
 #[derive(Debug, Default, Clone, PartialEq)]
-pub struct Problems(pub Vec<String>);
+pub struct Problems(pub Vec<String>, Vec<String>);
 
 impl Problems {
     /// Records a problem at `path` (dotted key path, or empty for the root).
@@ -26,11 +28,41 @@ impl Problems {
         } else {
             self.0.push(format!("{path}: {msg}"));
         }
+        self.1.push(path.to_string());
     }
 
     /// True when nothing was recorded.
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
+    }
+
+    /// Each problem's key path (empty for none) and message, in order.
+    pub(crate) fn entries(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.1
+            .iter()
+            .map(String::as_str)
+            .zip(self.0.iter().map(String::as_str))
+    }
+
+    /// Appends `other`'s problems to these.
+    pub(crate) fn append(&mut self, other: Problems) {
+        self.0.extend(other.0);
+        self.1.extend(other.1);
+    }
+
+    /// Appends ` (note)` to each problem whose key path `note` gives a note for (where the
+    /// value came from).
+    pub fn annotate(&mut self, note: impl Fn(&str) -> Option<String>) {
+        for (msg, path) in self.0.iter_mut().zip(&self.1) {
+            if let Some(n) = note(path) {
+                msg.push_str(&format!(" ({n})"));
+            }
+        }
+    }
+
+    /// Replaces the message of problem `i`, keeping its path.
+    pub(crate) fn reword(&mut self, i: usize, msg: String) {
+        self.0[i] = msg;
     }
 }
 
@@ -73,6 +105,15 @@ pub(crate) fn kind(v: &Value) -> &'static str {
     }
 }
 
+/// What was found, for messages: a string quoted, a number as written, else its type's name.
+pub(crate) fn found(v: &Value) -> String {
+    match v {
+        Value::String(s) => format!("{s:?}"),
+        Value::Number(n) => n.to_string(),
+        other => kind(other).to_string(),
+    }
+}
+
 /// The text of a scalar (string, number or boolean), or None.
 pub(crate) fn scalar_text(v: &Value) -> Option<String> {
     match v {
@@ -111,7 +152,7 @@ impl<'a> Obj<'a> {
             Some(other) => {
                 problems.push(
                     path,
-                    format_args!("expected a mapping, found {}", kind(other)),
+                    format_args!("expected a mapping, found {}", found(other)),
                 );
                 None
             }
@@ -244,7 +285,7 @@ impl<'a> Obj<'a> {
             other => {
                 problems.push(
                     &path,
-                    format_args!("expected true or false, found {}", kind(other)),
+                    format_args!("expected true or false, found {}", found(other)),
                 );
                 None
             }
@@ -342,7 +383,7 @@ impl<'a> Obj<'a> {
             other => {
                 problems.push(
                     &path,
-                    format_args!("expected a list, found {}", kind(other)),
+                    format_args!("expected a list, found {}", found(other)),
                 );
                 None
             }
@@ -390,7 +431,7 @@ impl<'a> Obj<'a> {
             other => {
                 problems.push(
                     &path,
-                    format_args!("expected a mapping, found {}", kind(other)),
+                    format_args!("expected a mapping, found {}", found(other)),
                 );
                 None
             }
@@ -404,25 +445,28 @@ impl<'a> Obj<'a> {
         Obj::new(v, &path, problems)
     }
 
-    /// Keys present in the mapping that were never read.
-    pub(crate) fn unknown_keys(&self) -> Vec<String> {
+    /// Keys present in the mapping that were never read, each with its dotted path and, when
+    /// one is close, the known key it was probably meant to be (`; did you mean a.b?`).
+    pub(crate) fn unknown_keys(&self) -> Vec<(String, String)> {
         let Some(map) = self.map else {
             return Vec::new();
         };
         map.keys()
-            .map(|k| match k {
-                Value::String(s) => s.clone(),
-                other => format!("{other:?}"),
-            })
+            .map(key_text)
             .filter(|k| !self.known.iter().any(|known| known == k))
-            .map(|k| self.path_of(&k))
+            .map(|k| {
+                let hint = super::feedback::closest(&k, self.known.iter().copied())
+                    .map(|c| format!("; did you mean {}?", self.path_of(c)))
+                    .unwrap_or_default();
+                (self.path_of(&k), hint)
+            })
             .collect()
     }
 
     /// For our own (strict) sections: every unread key is a problem.
     pub(crate) fn deny_unknown(&self, problems: &mut Problems) {
-        for k in self.unknown_keys() {
-            problems.push(&k, "unknown key");
+        for (k, hint) in self.unknown_keys() {
+            problems.push(&k, format_args!("unknown key{hint}"));
         }
     }
 
@@ -546,10 +590,14 @@ impl<'a> Obj<'a> {
         }
     }
 
-    /// For Merlin's (tolerant) sections: every unread key becomes a warning.
-    pub(crate) fn warn_unknown(&self, warnings: &mut Vec<String>) {
-        for k in self.unknown_keys() {
-            warnings.push(format!("{k}: unknown key ignored"));
+    /// For Merlin's (tolerant) sections: every unread key becomes a warning (a problem beside
+    /// others when the configuration has any: [`super::Config::from_value`]).
+    pub(crate) fn warn_unknown(&self, warnings: &mut Problems) {
+        for (k, hint) in self.unknown_keys() {
+            warnings.push(
+                &k,
+                format_args!("{}{hint}", super::feedback::UNKNOWN_IGNORED),
+            );
         }
     }
 }

@@ -23,7 +23,7 @@
 //! [`Sink::write`] (submit, then wait for the acknowledgement) and [`retry::write_with_retry`]
 //! serve callers that want one batch at a time. When the sink task ends (a clean stop, or
 //! not) it calls [`Sink::close`] on every sink: a sink releases what it holds outside the
-//! process there (the MAXCOMPUTE sink drops its staging table).
+//! process there (the MAXCOMPUTE sink drops its staging table once no move reads from it).
 //!
 //! Sinks, one folder each holding everything the sink needs (its protocol client, table or
 //! schema management, request building and the adapter to this seam):

@@ -84,8 +84,15 @@ fn convert_jsonl_reports_bad_logs_and_writes_every_good_row() {
         .filter(|l| l.starts_with("log ") && l.contains(" at byte "))
         .count();
     assert_eq!(
-        reported, bad,
-        "each bad log is reported with index and offset:\n{err}"
+        reported, 10,
+        "the first 10 bad logs are reported with index and offset:\n{err}"
+    );
+    assert!(
+        err.contains(&format!(
+            "convert: {} more bad logs not shown (the first 10 are above)",
+            bad - 10
+        )),
+        "the rest are counted:\n{err}"
     );
     assert!(
         err.contains(&format!(
@@ -456,19 +463,25 @@ fn exactly_once_with_two_bigquery_sinks_exits_2_saying_why() {
     }
 }
 
-/// An override may carry a secret: no error about a `--set`, an `OBS_PUBLISHER__` variable or an
-/// override given without `--set` prints its value, only the key path and what is wrong.
+/// A problem with an override names the variable or `--set` and shows the value, unless the
+/// value is a secret: then it is hidden wherever it shows. What cannot be applied (a path that
+/// cannot be set, an argument without a key) names the key path only: before the tree is read,
+/// any value may be a secret.
 #[test]
-fn no_set_or_variable_error_prints_its_value() {
+fn a_set_or_variable_problem_names_its_origin_and_hides_only_secrets() {
     const PLANTED: &str = "planted-Secret-9f3c";
     let cfg = repo_config("merlin-binary.yaml");
     let cfg = cfg.to_str().unwrap();
     let planted = |key: &str| format!("{key}={PLANTED}");
+    let secret = planted("observation_source.config.additional_consumer_config.sasl.password");
     let cases: &[(&[&str], &str)] = &[
-        (&["--set", &planted("batching.linger")], "invalid duration"),
         (
-            &["--set", &planted("batching.max_rows")],
-            "batching.max_rows",
+            &["--set", "batching.linger=forever"],
+            "batching.linger: invalid duration \"forever\"",
+        ),
+        (
+            &["--set", &planted("batching.linger"), "--set", &secret],
+            "batching.linger: invalid duration \"<redacted>\"",
         ),
         (
             &["--set", &planted("observation_sinks.x.type")],
@@ -492,7 +505,7 @@ fn no_set_or_variable_error_prints_its_value() {
         let err = stderr(&o);
         assert_eq!(o.status.code(), Some(2), "{extra:?}: {err}");
         assert!(err.contains(expect), "{extra:?}: {err}");
-        assert!(!err.contains(PLANTED), "{extra:?} printed its value: {err}");
+        assert!(!err.contains(PLANTED), "{extra:?} printed a secret: {err}");
         assert!(
             !String::from_utf8_lossy(&o.stdout).contains(PLANTED),
             "{extra:?}"
@@ -507,25 +520,125 @@ fn no_set_or_variable_error_prints_its_value() {
         &planted("observation_sinks.0.config.apikey"),
     ]);
     let err = stderr(&o);
-    assert!(err.contains("apikey"), "{err}");
+    assert!(
+        err.contains(
+            "warning: observation_sinks[0].config.apikey: unknown key ignored (from --set)"
+        ),
+        "{err}"
+    );
     assert!(
         !err.contains(PLANTED),
         "the warning printed the value: {err}"
     );
-    for (var, expect) in [
-        ("OBS_PUBLISHER__BATCHING__LINGER", "invalid duration"),
-        ("OBS_PUBLISHER__BATCHING__MAX_ROWS", "batching.max_rows"),
-    ] {
+    let o = crate::common::bin()
+        .args(["check-config", "-c", cfg])
+        .env("OBS_PUBLISHER__BATCHING__MAX_ROWS", "lots")
+        .output()
+        .unwrap();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert_eq!(
+        err,
+        "invalid configuration (1 problem):\n  - batching.max_rows: expected a non-negative \
+         integer, found \"lots\" (from OBS_PUBLISHER__BATCHING__MAX_ROWS)\n"
+    );
+}
+
+/// A misspelt key is reported with the problems, with the key it was probably meant to be and
+/// where it is written; the required key it leaves out says so.
+#[test]
+fn a_misspelt_key_is_one_problem_in_the_list_with_its_line_and_the_key_meant() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(repo_config("merlin-binary.yaml"))
+        .unwrap()
+        .replace("inference_schema:", "inference_shema:");
+    let line = text
+        .lines()
+        .position(|l| l.starts_with("inference_shema:"))
+        .unwrap()
+        + 1;
+    let cfg = dir.path().join("typo.yaml");
+    std::fs::write(&cfg, text).unwrap();
+    let cfg = cfg.to_str().unwrap();
+    let o = run(&["check-config", "-c", cfg, "--set", "batching.lingr=3s"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(
+        stderr(&o),
+        format!(
+            "invalid configuration (3 problems):\n\
+             \x20 - inference_schema: required (inference_shema is set: a misspelling?)\n\
+             \x20 - batching.lingr: unknown key; did you mean batching.linger? (from --set)\n\
+             \x20 - inference_shema: unknown key ignored; did you mean inference_schema? (at {cfg}:{line})\n"
+        )
+    );
+}
+
+/// A file the configuration or the environment names that is not there is a problem for
+/// `check-config` and for `run` (before it connects anywhere), naming the setting or variable,
+/// the path and where the setting was made; check-config also says where dead letters go.
+#[test]
+fn a_named_file_that_is_not_there_exits_2_naming_setting_and_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("ca.pem");
+    let key = dir.path().join("key.json");
+    let text = std::fs::read_to_string(repo_config("merlin-binary.yaml"))
+        .unwrap()
+        .replace(
+            "      auto.offset.reset: latest\n",
+            &format!(
+                "      auto.offset.reset: latest\n      ssl.ca.location: {}\n",
+                ca.display()
+            ),
+        );
+    let line = text
+        .lines()
+        .position(|l| l.contains("ssl.ca.location"))
+        .unwrap()
+        + 1;
+    let cfg = dir.path().join("c.yaml");
+    std::fs::write(&cfg, text).unwrap();
+    let cfg = cfg.to_str().unwrap();
+    let expected = format!(
+        "invalid configuration (2 problems):\n\
+         \x20 - observation_source.config.additional_consumer_config.ssl.ca.location: {ca:?} does not exist (at {cfg}:{line})\n\
+         \x20 - GOOGLE_APPLICATION_CREDENTIALS: {key:?} does not exist; point it at the service-account key file, or unset it to use the metadata server\n"
+    );
+    for cmd in ["check-config", "run"] {
         let o = crate::common::bin()
-            .args(["check-config", "-c", cfg])
-            .env(var, PLANTED)
+            .args([cmd, "-c", cfg])
+            .env("GOOGLE_APPLICATION_CREDENTIALS", &key)
             .output()
             .unwrap();
-        let err = stderr(&o);
-        assert_eq!(o.status.code(), Some(2), "{var}: {err}");
-        assert!(err.contains(expect), "{var}: {err}");
-        assert!(!err.contains(PLANTED), "{var}'s value was printed: {err}");
+        assert_eq!(o.status.code(), Some(2), "{cmd}: {}", stderr(&o));
+        assert_eq!(stderr(&o), expected, "{cmd}");
     }
+    std::fs::write(&ca, "not checked beyond being readable").unwrap();
+    std::fs::write(&key, "{}").unwrap();
+    let o = crate::common::bin()
+        .args(["check-config", "-c", cfg])
+        .env("GOOGLE_APPLICATION_CREDENTIALS", &key)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_yaml_ng::Value =
+        serde_yaml_ng::from_slice(&o.stdout).expect("check-config prints YAML");
+    assert_eq!(
+        v["dead-letter topic"].as_str(),
+        Some("caraml-sample-credit-model-3-prediction-log-dlq")
+    );
+    let letters = dir.path().join("letters/dlq.bin");
+    let o = run(&[
+        "check-config",
+        "-c",
+        cfg,
+        "--set",
+        "dead_letter.target=file",
+        "--set",
+        &format!("dead_letter.path={}", letters.display()),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_yaml_ng::Value = serde_yaml_ng::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["dead-letter file"].as_str(), letters.to_str());
 }
 
 /// An argument that is not UTF-8 is a usage error (exit 2), also on the path that hides

@@ -107,15 +107,15 @@ fn a_hung_arize_and_a_held_maxcompute_move_delay_only_their_own_acknowledgements
         "ready\n{}",
         s.log_tail()
     );
-    // The next SQL instance (the first move's INSERT) answers Running to its first 30 polls
-    // (about 30 s at the client's 1 s poll interval: ample for the other sinks to fill the
-    // budget meanwhile, even on a busy machine).
+    // The first move's INSERT answers Running to its first 30 polls (about 30 s at the
+    // client's 1 s poll interval: ample for the other sinks to fill the budget meanwhile, even
+    // on a busy machine).
     let (status, _) = http(
         maxcompute.port,
         "POST",
-        "/__fake/faults",
+        "/__fake/instance_faults",
         &[],
-        br#"{"running_polls": 30}"#,
+        br#"{"match": "^insert", "running_polls": 30}"#,
     );
     assert_eq!(status, 200);
     let n = 6000;

@@ -24,3 +24,4 @@ mod parquet_readers;
 mod probes;
 mod runtime;
 mod secrets;
+mod unix_tools;

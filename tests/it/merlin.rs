@@ -268,7 +268,7 @@ fn merlins_config_as_written_passes_check_config_and_run_names_its_access_url() 
     assert_eq!(v["project"].as_str(), Some("project-1"));
 }
 
-/// An override may carry a secret: no argument error prints its value, only the key path and
+/// An override may carry a secret: no argument error prints a secret, only the key path and
 /// what is wrong with it. Each path of the Python entry point that reports an override is tried
 /// with a planted value (the publisher's own `--set` and variables: `tests/it/cli.rs`).
 #[test]
@@ -294,10 +294,13 @@ fn no_argument_error_prints_an_overrides_value() {
         ),
         (vec![planted("~environment.x")], "deleting keys"),
         (vec![planted("--api_key")], "flags are not supported"),
-        // An invalid value ("invalid duration" would quote it).
+        // An invalid value is quoted, unless it is a secret's value too.
         (
-            vec![planted("environment.batching.linger")],
-            "batching.linger: invalid duration",
+            vec![
+                planted("environment.batching.linger"),
+                planted("environment.observation_source.config.additional_consumer_config.sasl.password"),
+            ],
+            "batching.linger: invalid duration \"<redacted>\"",
         ),
         // A list indexed by a name.
         (

@@ -47,6 +47,35 @@ fn fail(what: &str, f: Failure) -> CallError {
     CallError { class, error }
 }
 
+/// Where a Tunnel session writes: a table and, for a partitioned one, its partition as the
+/// Tunnel names it (`k=v`, e.g. [`super::table::tunnel_partition`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Tunnel<'a> {
+    /// The table (in the client's dataset).
+    pub table: &'a str,
+    /// The partition, for a partitioned table.
+    pub partition: Option<&'a str>,
+}
+
+impl<'a> Tunnel<'a> {
+    /// A table without partitions.
+    pub fn table(table: &'a str) -> Self {
+        Tunnel {
+            table,
+            partition: None,
+        }
+    }
+}
+
+impl std::fmt::Display for Tunnel<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.partition {
+            Some(p) => write!(f, "{} partition {p}", self.table),
+            None => f.write_str(self.table),
+        }
+    }
+}
+
 /// One poll of an SQL instance ([`Client::poll_sql`]).
 #[derive(Debug)]
 pub enum Polled {
@@ -296,6 +325,44 @@ impl Client {
         }
     }
 
+    /// The names of the tables in the dataset that begin with `prefix` (every page).
+    pub async fn list_tables(&self, prefix: &str) -> Result<Vec<String>, CallError> {
+        let what = format!(
+            "listing the tables of {} named {prefix}*",
+            self.opts.dataset
+        );
+        let mut names = Vec::new();
+        let mut marker: Option<String> = None;
+        loop {
+            let mut target = format!(
+                "{}/tables?expectmarker=true&name={}&curr_project={}&curr_schema={}",
+                self.project_path(),
+                Self::seg(prefix),
+                Self::seg(&self.opts.project),
+                Self::seg(&self.opts.dataset)
+            );
+            if let Some(m) = &marker {
+                target.push_str(&format!("&marker={}", Self::seg(m)));
+            }
+            let (_, _, body) = self
+                .call(
+                    Plane::Control,
+                    reqwest::Method::GET,
+                    &target,
+                    &[],
+                    Bytes::new(),
+                )
+                .await
+                .map_err(|f| fail(&what, f))?;
+            let (page, next) = wire::table_names(&String::from_utf8_lossy(&body));
+            names.extend(page.into_iter().filter(|n| n.starts_with(prefix)));
+            match next {
+                Some(m) if marker.as_ref() != Some(&m) => marker = Some(m),
+                _ => return Ok(names),
+            }
+        }
+    }
+
     /// Runs one SQL statement (with `settings`, e.g. [`super::ddl::SQL_SETTINGS`]) and waits for
     /// it: create the instance, poll until `Terminated`, then every task must be `Success`; a
     /// failed task's `?result` is in the error.
@@ -450,12 +517,16 @@ impl Client {
         )
     }
 
-    /// A Tunnel target on `table`: `query` (`k=v&…`, ending before `curr_project`) then
-    /// `curr_project`, as pyodps adds it.
-    fn tunnel_target(&self, table: &str, query: &str) -> String {
+    /// A Tunnel target on `table`: `query` (`k=v&…`), its partition when it has one, then
+    /// `curr_project`, as pyodps adds them (`get_common_params`).
+    fn tunnel_target(&self, table: &Tunnel<'_>, query: &str) -> String {
+        let partition = table
+            .partition
+            .map(|p| format!("&partition={}", Self::seg(p)))
+            .unwrap_or_default();
         format!(
-            "{}?{query}&curr_project={}",
-            self.table_resource(table),
+            "{}?{query}{partition}&curr_project={}",
+            self.table_resource(table.table),
             Self::seg(&self.opts.project)
         )
     }
@@ -488,12 +559,12 @@ impl Client {
     }
 
     /// Creates an upload session on `dataset.table` (its schema gives the records' tags).
-    pub async fn create_upload(&self, table: &str) -> Result<UploadSession, CallError> {
+    pub async fn create_upload(&self, table: Tunnel<'_>) -> Result<UploadSession, CallError> {
         let what = format!(
             "creating an upload session on {}.{table}",
             self.opts.dataset
         );
-        let target = self.tunnel_target(table, "uploads=1");
+        let target = self.tunnel_target(&table, "uploads=1");
         let body = self
             .tunnel_call(&what, reqwest::Method::POST, target, &[], Bytes::new())
             .await?;
@@ -504,14 +575,14 @@ impl Client {
     /// replaces it.
     pub async fn put_block(
         &self,
-        table: &str,
+        table: Tunnel<'_>,
         upload_id: &str,
         block_id: u64,
         data: Bytes,
     ) -> Result<(), CallError> {
         let what = format!("writing block {block_id} of upload {upload_id}");
         let target = self.tunnel_target(
-            table,
+            &table,
             &format!("uploadid={}&blockid={block_id}", Self::seg(upload_id)),
         );
         self.call_body(
@@ -529,11 +600,11 @@ impl Client {
     /// The session as the service holds it (status, uploaded blocks).
     pub async fn upload_status(
         &self,
-        table: &str,
+        table: Tunnel<'_>,
         upload_id: &str,
     ) -> Result<UploadSession, CallError> {
         let what = format!("reading upload session {upload_id}");
-        let target = self.tunnel_target(table, &format!("uploadid={}", Self::seg(upload_id)));
+        let target = self.tunnel_target(&table, &format!("uploadid={}", Self::seg(upload_id)));
         let body = self
             .tunnel_call(&what, reqwest::Method::GET, target, &[], Bytes::new())
             .await?;
@@ -544,7 +615,7 @@ impl Client {
     /// read first and must equal `blocks` (a missing block is retryable: write it again).
     pub async fn commit_upload(
         &self,
-        table: &str,
+        table: Tunnel<'_>,
         upload_id: &str,
         blocks: &[u64],
     ) -> Result<UploadSession, CallError> {
@@ -562,7 +633,7 @@ impl Client {
                 )),
             ));
         }
-        let target = self.tunnel_target(table, &format!("uploadid={}", Self::seg(upload_id)));
+        let target = self.tunnel_target(&table, &format!("uploadid={}", Self::seg(upload_id)));
         let body = self
             .tunnel_call(&what, reqwest::Method::POST, target, &[], Bytes::new())
             .await?;

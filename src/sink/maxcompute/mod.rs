@@ -1,10 +1,12 @@
 //! The MAXCOMPUTE sink: Merlin's MaxCompute table, written through the Tunnel into a staging
-//! table of this instance, moved into the target with one `INSERT … SELECT` per `interval`
+//! table of this process (a partition per move epoch), moved into the target with one
+//! `INSERT … SELECT` per `interval`
 //! (docs/maxcompute.md gives the choice, its cost and its crash semantics).
 //!
 //! - Start ([`MaxComputeSink::start`]): the target is created with Merlin's DDL when missing or
 //!   given the columns it lacks (a changed type: configuration error, exit 2); the staging
-//!   table a crash may have left is dropped and created empty ([`table`]).
+//!   tables earlier starts of this pod left are dropped and this process's is created
+//!   ([`table`]).
 //! - [`Sink::submit`](crate::sink::Sink::submit): waits for one of [`MAX_UPLOADS`] upload slots; the acknowledgement
 //!   uploads the batch's rows (the values every sink writes: the batch's Arrow columns, as the
 //!   BigQuery sink writes them) into an upload session of its own and commits it
@@ -17,7 +19,8 @@
 //!   staged until the revoke's deadline, so its rows are committed by the revoke. The pipeline
 //!   calls the same hook with a deadline already reached when staged rows' bookkeeping fills
 //!   half the in-flight budget: the mover moves at once (an early move).
-//! - [`Sink::close`](crate::sink::Sink::close): stops the mover and drops the staging table.
+//! - [`Sink::close`](crate::sink::Sink::close): ends the mover after its running move and drops
+//!   the staging table; a move still running after a bounded wait keeps the table.
 //!
 //! The protocol pieces, pure and verified against pyodps (tests/it/maxcompute; docs/maxcompute.md
 //! records the wire facts):

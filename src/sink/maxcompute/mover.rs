@@ -1,13 +1,15 @@
 //! The interval mover: every `interval` (at once, and then every [`DRAIN_POLL`], once the
-//! process is stopping or, until the revoke's deadline, once partitions are revoked) it moves what the staging table holds into the target with one
-//! `INSERT … SELECT`, empties the staging table with `TRUNCATE`, and publishes the epoch moved,
-//! which resolves the staged acknowledgements waiting on it.
+//! process is stopping or, until the revoke's deadline, once partitions are revoked) it moves
+//! the current epoch: adds the next epoch's partition to the staging table (uploads go there
+//! from then on), copies the epoch's partition into the target with one `INSERT … SELECT …
+//! WHERE _epoch = 'e'`, drops that partition, and publishes the epoch moved, which resolves
+//! the staged acknowledgements waiting on it.
 //!
 //! The staged rows cannot be uploaded again (no sink holds their batch any more), so every step
 //! is retried until it succeeds, with capped backoff and the sink unready meanwhile; a failed
-//! `INSERT` task inserted nothing and is run again; a wait on a running `INSERT` that fails is
-//! repeated on the same instance, never by a second `INSERT`. The move holds [`Epochs`], so no
-//! upload session commits between the `INSERT` and the `TRUNCATE`.
+//! task did nothing and is run again; a wait on a running statement that fails is repeated on
+//! the same instance, never by a second one. The move holds [`Epochs`], so no upload session
+//! commits during it; a session of the moved epoch commits into the next one instead.
 //!
 //! A move that runs longer than `move_timeout` is reported, not abandoned: abandoning a running
 //! `INSERT` for a new one could insert its rows twice, and it may still finish. From the timeout
@@ -46,8 +48,8 @@ pub fn stuck_report(step: &str, age: Duration, move_timeout: Duration) -> String
     )
 }
 
-/// Which epoch staged rows belong to (pure). An upload committed into the staging table joins
-/// the current epoch; a move takes the current epoch (when anything joined it) and opens the
+/// Which epoch staged rows belong to (pure). Uploads go into the current epoch's partition of
+/// the staging table; a move takes the current epoch (when anything joined it) and opens the
 /// next. A batch's rows are in the target once its epoch is moved.
 #[derive(Debug, Default)]
 pub struct Epochs {
@@ -56,10 +58,20 @@ pub struct Epochs {
 }
 
 impl Epochs {
-    /// An upload was committed into the staging table: its epoch.
-    pub fn committed(&mut self) -> u64 {
-        self.dirty = true;
+    /// The epoch an upload session opened now writes into (its partition exists).
+    pub fn current(&self) -> u64 {
         self.current
+    }
+
+    /// An upload session of `epoch` is about to commit: `Some(epoch)` when it is still the
+    /// current epoch (the upload joins it), `None` when a move has taken it since (its partition
+    /// is moved or dropped: the rows must go into a session of the current epoch instead).
+    pub fn committed(&mut self, epoch: u64) -> Option<u64> {
+        if epoch != self.current {
+            return None;
+        }
+        self.dirty = true;
+        Some(self.current)
     }
 
     /// A move starts: the epoch it moves, or `None` when nothing was staged since the last.
@@ -106,10 +118,13 @@ pub struct Mover {
     /// Partitions are being revoked: move at once, then keep moving what arrives every
     /// [`DRAIN_POLL`] until this instant.
     pub urgent: watch::Receiver<Option<tokio::time::Instant>>,
+    /// The sink is closing: end after the running move, start no other.
+    pub closing: CancellationToken,
 }
 
 impl Mover {
-    /// Runs until the task is aborted.
+    /// Runs until `closing` is cancelled, between moves: a move once started runs to its end
+    /// (its statements are never abandoned; the sink's close waits for it or leaves it).
     pub async fn run(mut self) {
         let mut urgent_open = true;
         loop {
@@ -122,34 +137,44 @@ impl Mover {
                 self.interval
             };
             tokio::select! {
+                () = self.closing.cancelled() => return,
                 () = tokio::time::sleep(wait) => {}
                 () = self.stopping.cancelled(), if !self.stopping.is_cancelled() => {}
                 r = self.urgent.changed(), if urgent_open => urgent_open = r.is_ok(),
+            }
+            if self.closing.is_cancelled() {
+                return;
             }
             self.move_once().await;
         }
     }
 
-    /// One move, when anything is staged.
+    /// One move, when anything is staged: the next epoch's partition is added (uploads go
+    /// there from now on), the moved epoch's rows are copied into the target and its partition
+    /// dropped. Each statement runs to its end on its own instance ([`Mover::run_once`]).
     pub async fn move_once(&self) {
         let mut epochs = self.epochs.lock().await;
         let Some(epoch) = epochs.start_move() else {
             return;
         };
         let started = tokio::time::Instant::now();
+        let staging = format!("{}.{}", self.dataset, self.staging);
         let work = async {
-            let insert =
-                table::insert_sql(&self.dataset, &self.target, &self.staging, &self.columns);
-            self.insert(&insert).await;
-            self.set_step(format!(
-                "TRUNCATE of the staging table {}.{}",
-                self.dataset, self.staging
-            ));
-            let truncate = table::truncate_sql(&self.dataset, &self.staging);
-            self.until_done("emptying the staging table", || {
-                self.client.run_sql(&truncate, SQL_SETTINGS)
-            })
-            .await;
+            let add = table::add_partition_sql(&self.dataset, &self.staging, epoch + 1);
+            let next = format!("adding the partition of epoch {} to {staging}", epoch + 1);
+            self.run_once(&next, &add).await;
+            let insert = table::insert_sql(
+                &self.dataset,
+                &self.target,
+                &self.staging,
+                &self.columns,
+                epoch,
+            );
+            let into = format!("INSERT … SELECT into {}.{}", self.dataset, self.target);
+            self.run_once(&into, &insert).await;
+            let drop = table::drop_partition_sql(&self.dataset, &self.staging, epoch);
+            let emptying = format!("dropping the moved partition of epoch {epoch} of {staging}");
+            self.run_once(&emptying, &drop).await;
         };
         tokio::select! {
             () = work => {}
@@ -169,25 +194,24 @@ impl Mover {
         self.moved.send_replace(epoch + 1);
     }
 
-    /// Runs the `INSERT` once. Once an instance exists only that instance is polled, every
-    /// poll error retried with backoff on it, until it terminates; a new `INSERT` starts only
-    /// after a task of it says `FAILED` or `CANCELLED` (it inserted nothing).
-    async fn insert(&self, sql: &str) {
+    /// Runs one statement of a move to its end, never twice at once: once its instance exists
+    /// only that instance is polled, every poll error retried with backoff on it, until it
+    /// terminates. A new instance starts only after a task of it says `FAILED` or `CANCELLED`
+    /// (it did nothing), or when the submit's answer was unclear (an error: no instance id came
+    /// back, so none can be polled; a copy the service did create may run later, which each
+    /// statement of a move tolerates: adding a partition is idempotent, a late `INSERT` of an
+    /// epoch copies its rows or, once the partition is dropped, nothing, and a late drop removes
+    /// only its own epoch's partition).
+    async fn run_once(&self, what: &str, sql: &str) {
         let mut attempt = 0u32;
         loop {
-            self.set_step(format!(
-                "starting the INSERT … SELECT into {}.{} (no instance yet)",
-                self.dataset, self.target
-            ));
+            self.set_step(format!("{what} (no instance yet)"));
             let id = self
-                .until_done("starting the move (INSERT … SELECT)", || {
+                .until_done(&format!("starting: {what}"), || {
                     self.client.start_sql(sql, SQL_SETTINGS)
                 })
                 .await;
-            self.set_step(format!(
-                "INSERT … SELECT into {}.{}, instance {id}",
-                self.dataset, self.target
-            ));
+            self.set_step(format!("{what}, instance {id}"));
             let mut pauses = self.client.poll_pauses();
             loop {
                 match self.client.poll_sql(&id, sql).await {
@@ -200,22 +224,14 @@ impl Mover {
                         tokio::time::sleep(wait).await;
                     }
                     Ok(Polled::Failed(e)) => {
-                        self.failed(
-                            "the move (INSERT … SELECT) failed; running it again",
-                            attempt,
-                            &e,
-                        )
-                        .await;
+                        self.failed(&format!("{what} failed; running it again"), attempt, &e)
+                            .await;
                         attempt = attempt.saturating_add(1);
                         break;
                     }
                     Err(e) => {
-                        self.failed(
-                            "polling the move (INSERT … SELECT); polling the same instance again",
-                            attempt,
-                            &e,
-                        )
-                        .await;
+                        let again = format!("polling: {what}; polling the same instance again");
+                        self.failed(&again, attempt, &e).await;
                         attempt = attempt.saturating_add(1);
                     }
                 }
@@ -307,16 +323,63 @@ mod tests {
     fn epochs_move_only_what_was_committed() {
         let mut e = Epochs::default();
         assert_eq!(e.start_move(), None, "nothing staged, nothing to move");
-        assert_eq!(e.committed(), 0);
-        assert_eq!(e.committed(), 0);
+        assert_eq!(e.committed(0), Some(0));
+        assert_eq!(e.committed(0), Some(0));
         assert_eq!(e.start_move(), Some(0));
         assert_eq!(e.start_move(), None);
+        assert_eq!(e.committed(0), None, "epoch 0 was taken by a move");
+        assert_eq!(e.current(), 1);
         assert_eq!(
-            e.committed(),
-            1,
+            e.committed(1),
+            Some(1),
             "after a move, commits join the next epoch"
         );
         assert_eq!(e.start_move(), Some(1));
+    }
+
+    proptest::proptest! {
+        /// Against a model of the staging table's partitions: a commit lands only in the
+        /// current epoch, a move takes exactly the epochs that received commits, in order, each
+        /// once; so every committed upload is moved by exactly one move, and no upload joins an
+        /// epoch after its move started (its partition may be dropped by then).
+        #[test]
+        fn every_commit_is_moved_once_and_none_joins_a_moved_epoch(
+            steps in proptest::collection::vec((0u8..3, 0u64..3), 0..200)
+        ) {
+            let mut e = Epochs::default();
+            let mut moved: Vec<u64> = Vec::new();
+            let mut joined: std::collections::BTreeMap<u64, usize> = Default::default();
+            let mut opened: Vec<u64> = Vec::new();
+            for (op, lag) in steps {
+                match op {
+                    0 => opened.push(e.current()),
+                    1 => {
+                        // A session opened `lag` openings ago commits.
+                        let Some(at) = opened.len().checked_sub(1 + lag as usize) else { continue };
+                        let epoch = opened.remove(at);
+                        match e.committed(epoch) {
+                            Some(j) => {
+                                proptest::prop_assert_eq!(j, epoch);
+                                proptest::prop_assert!(!moved.contains(&j), "joined moved {j}");
+                                *joined.entry(j).or_default() += 1;
+                            }
+                            None => proptest::prop_assert!(epoch < e.current()),
+                        }
+                    }
+                    _ => {
+                        if let Some(m) = e.start_move() {
+                            proptest::prop_assert!(moved.last().is_none_or(|l| *l < m));
+                            moved.push(m);
+                        }
+                    }
+                }
+            }
+            if let Some(m) = e.start_move() {
+                moved.push(m);
+            }
+            let with_rows: Vec<u64> = joined.keys().copied().collect();
+            proptest::prop_assert_eq!(moved, with_rows, "moves take exactly the epochs with commits");
+        }
     }
 
     #[test]

@@ -24,6 +24,11 @@ pub const MAX_UPLOADS: usize = 4;
 /// How long a clean stop tries to drop the staging table.
 const DROP_BUDGET: Duration = Duration::from_secs(10);
 
+/// How long the sink's close waits for a running move before leaving it (and the staging
+/// table) behind. The pipeline's drain has already waited `consumer.drain_timeout` for the moves
+/// its rows needed; this covers a move that started just before the drain ended.
+const MOVE_WAIT: Duration = Duration::from_secs(10);
+
 /// Writes batches into Merlin's MaxCompute table.
 pub struct MaxComputeSink {
     client: Arc<Client>,
@@ -37,6 +42,8 @@ pub struct MaxComputeSink {
     mover: Option<tokio::task::JoinHandle<()>>,
     /// Tells the mover a revoke's deadline.
     urgent: Arc<watch::Sender<Option<tokio::time::Instant>>>,
+    /// Tells the mover to end after its running move.
+    closing: CancellationToken,
 }
 
 /// Checks `access_url` where the sink starts ([`crate::config::check_access_url`]).
@@ -78,13 +85,18 @@ impl MaxComputeSink {
         let target = ddl::table_name(&cfg.project, &cfg.model_id);
         let dataset = sink.dataset.clone();
         let report = table::ensure_target(&client, &dataset, &target, &columns).await?;
-        let staging = table::staging_table_name(&target, instance);
-        let left = table::reset_staging(&client, &dataset, &staging, &columns).await?;
+        let prefix = table::staging_prefix(&target, instance);
+        let since_epoch = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        let stamp = table::start_stamp(since_epoch.as_secs(), fastrand::u32(..));
+        let staging = table::staging_table_name(&target, instance, &stamp);
+        let left = table::prepare_staging(&client, &dataset, &prefix, &staging, &columns).await?;
         tracing::info!(
             table = %format!("{dataset}.{target}"),
             target = report,
             staging = %staging,
-            dropped_left_by_crash = left,
+            dropped_left_by_earlier_start = left,
             "MaxCompute tables ready"
         );
         let epochs = Arc::new(Mutex::new(Epochs::default()));
@@ -93,6 +105,7 @@ impl MaxComputeSink {
         let (stuck_tx, stuck) = watch::channel(None);
         crate::metrics::startup::maxcompute_moves(sink.move_timeout);
         let (urgent, urgent_rx) = watch::channel(None);
+        let closing = CancellationToken::new();
         let mover = Mover {
             client: Arc::clone(&client),
             dataset: dataset.clone(),
@@ -109,6 +122,7 @@ impl MaxComputeSink {
             step: Default::default(),
             stopping,
             urgent: urgent_rx,
+            closing: closing.clone(),
         };
         Ok(MaxComputeSink {
             client,
@@ -121,6 +135,7 @@ impl MaxComputeSink {
             stuck,
             mover: Some(tokio::spawn(mover.run())),
             urgent: Arc::new(urgent),
+            closing,
         })
     }
 
@@ -203,11 +218,25 @@ impl Sink for MaxComputeSink {
         }))
     }
 
+    /// Ends the mover after its running move (waiting at most [`MOVE_WAIT`]) and drops the
+    /// staging table once no move reads from it. A move still running is left to finish on its
+    /// own, with the table: never cancelled, never emptied under it (its rows' offsets are not
+    /// committed, so Kafka delivers them again; the next start of this pod drops the table).
     fn close(&mut self) -> CloseFuture<'_> {
         Box::pin(async move {
+            self.closing.cancel();
             if let Some(m) = self.mover.take() {
-                m.abort();
-                let _ = m.await;
+                let mut m = m;
+                if tokio::time::timeout(MOVE_WAIT, &mut m).await.is_err() {
+                    tracing::warn!(
+                        staging = %self.staging,
+                        waited_s = MOVE_WAIT.as_secs(),
+                        "MaxCompute: a move is still running at close; it is left to finish and \
+                         the staging table is kept for it (its rows' offsets are uncommitted and \
+                         will be read again; the next start of this pod drops the table)"
+                    );
+                    return;
+                }
             }
             let sql = table::drop_sql(&self.dataset, &self.staging);
             let dropped = tokio::time::timeout(DROP_BUDGET, async {
@@ -234,7 +263,7 @@ impl Sink for MaxComputeSink {
                 }
                 Err(_) => tracing::warn!(
                     staging = %self.staging,
-                    "MaxCompute: the staging table could not be dropped; the next start drops it, its lifecycle removes it otherwise"
+                    "MaxCompute: the staging table could not be dropped; the next start of this pod drops it"
                 ),
             }
         })

@@ -1,6 +1,6 @@
 //! The MAXCOMPUTE sink's tables: the target (Merlin's, created or migrated at start) and this
 //! process's staging table (its name, and the statements that fill, move and drop it). The
-//! names and statements are pure; [`ensure_target`] and [`reset_staging`] are the thin I/O.
+//! names and statements are pure; [`ensure_target`] and [`prepare_staging`] are the thin I/O.
 
 use crate::sink::maxcompute::client::{CallError, Client};
 use crate::sink::maxcompute::ddl::{self, qualified, quote_ident, SQL_SETTINGS};
@@ -11,8 +11,9 @@ use crate::sink::StartError;
 /// MaxCompute's longest table name.
 pub const MAX_TABLE_NAME: usize = 128;
 
-/// Days a staging table lives after its last change when nobody drops it (a crashed pod that
-/// never comes back): the backstop behind the drop at a clean stop and at the next start.
+/// Days a staging partition lives after its last change when nobody drops it (a crashed pod
+/// that never comes back): the backstop behind the drop at a clean stop and at the next start
+/// of the same pod. MaxCompute reclaims a partitioned table's partitions, not the empty table.
 pub const STAGING_LIFECYCLE_DAYS: u32 = 1;
 
 /// The instance's name in staging table names: `POD_NAME` when set, else `HOSTNAME` (in
@@ -38,13 +39,18 @@ fn fnv(s: &str) -> u64 {
     })
 }
 
-/// This instance's staging table: `<target>_stg_<instance>`, the instance lower-cased with
-/// every character outside `[a-z0-9_]` as `_`. Each pod of a consumer group has its own (pod
-/// names differ); a restarted container keeps its pod's name, so it finds the table a crash
-/// left. When the name would pass [`MAX_TABLE_NAME`], the parts are cut and a hash of the
-/// whole added, so distinct instances keep distinct names.
-pub fn staging_table_name(target: &str, instance: &str) -> String {
-    let inst: String = instance
+/// The staging table's partition column: the move epoch its rows were uploaded in. A move
+/// copies one epoch's partition and then drops it, so a statement that runs late (an answer
+/// lost, a process gone) can only touch the epoch it was written for, never rows staged later.
+pub const EPOCH_COLUMN: &str = "_epoch";
+
+/// Characters of the start stamp that ends every staging table's name: `_` + UTC
+/// `YYYYMMDDhhmmss` + `_` + 6 hex digits of randomness.
+pub const START_STAMP_LEN: usize = 22;
+
+/// `instance` lower-cased with every character outside `[a-z0-9_]` as `_`.
+fn sanitized(instance: &str) -> String {
+    instance
         .chars()
         .map(|c| {
             let c = c.to_ascii_lowercase();
@@ -54,21 +60,79 @@ pub fn staging_table_name(target: &str, instance: &str) -> String {
                 '_'
             }
         })
-        .collect();
+        .collect()
+}
+
+/// What every staging table of this instance starts with: `<target>_stg_<instance>`. When a
+/// name would pass [`MAX_TABLE_NAME`] the parts are cut and a hash of the whole added, so
+/// distinct instances keep distinct prefixes. Each pod of a consumer group has its own (pod
+/// names differ); a container restarted after a crash keeps its pod's name, so its start finds
+/// the tables its earlier starts left ([`left_by_earlier_start`]).
+pub fn staging_prefix(target: &str, instance: &str) -> String {
+    let inst = sanitized(instance);
     let full = format!("{target}_stg_{inst}");
-    if full.len() <= MAX_TABLE_NAME {
+    if full.len() + START_STAMP_LEN <= MAX_TABLE_NAME {
         return full;
     }
     let tag = format!("_{:016x}", fnv(&full));
     let inst_cut: String = inst.chars().take(40).collect();
     let suffix = format!("_stg_{inst_cut}{tag}");
-    let keep = MAX_TABLE_NAME - suffix.len();
+    let keep = MAX_TABLE_NAME - START_STAMP_LEN - suffix.len();
     let prefix: String = target.chars().take(keep).collect();
     format!("{prefix}{suffix}")
 }
 
-/// The staging table: our columns (TIMESTAMP keeps microseconds), no partition, a lifecycle as
-/// the backstop.
+/// The start stamp of a process (pure): `_` + `unix_secs` as UTC `YYYYMMDDhhmmss` + `_` +
+/// `random`'s low 24 bits as 6 hex digits.
+pub fn start_stamp(unix_secs: u64, random: u32) -> String {
+    let days = (unix_secs / 86_400) as i64;
+    let secs = unix_secs % 86_400;
+    // Days since 1970-01-01 to a civil date (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "_{y:04}{m:02}{d:02}{:02}{:02}{:02}_{:06x}",
+        secs / 3600,
+        secs / 60 % 60,
+        secs % 60,
+        random & 0xff_ffff
+    )
+}
+
+/// This process's staging table: [`staging_prefix`] + [`start_stamp`]. A name per process start,
+/// so a statement an earlier process left running (or a crashed one's leftovers) never shares a
+/// table with this one.
+pub fn staging_table_name(target: &str, instance: &str, stamp: &str) -> String {
+    format!("{}{stamp}", staging_prefix(target, instance))
+}
+
+/// Whether `name` is a staging table of an earlier start of the instance whose tables begin
+/// with `prefix` ([`staging_prefix`]): the prefix followed by exactly a start stamp. Another
+/// instance whose name merely begins like this one's (`pod-a` and `pod-a-2`) never matches.
+pub fn left_by_earlier_start(name: &str, prefix: &str) -> bool {
+    let Some(stamp) = name.strip_prefix(prefix) else {
+        return false;
+    };
+    let b = stamp.as_bytes();
+    b.len() == START_STAMP_LEN
+        && b[0] == b'_'
+        && b[1..15].iter().all(u8::is_ascii_digit)
+        && b[15] == b'_'
+        && b[16..]
+            .iter()
+            .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(c))
+}
+
+/// The staging table: our columns (TIMESTAMP keeps microseconds), partitioned by
+/// [`EPOCH_COLUMN`], with a lifecycle as the backstop for the rows of a process that never
+/// drops it.
 pub fn create_staging_sql(dataset: &str, staging: &str, columns: &[TableColumn]) -> String {
     let cols = columns
         .iter()
@@ -76,32 +140,64 @@ pub fn create_staging_sql(dataset: &str, staging: &str, columns: &[TableColumn])
         .collect::<Vec<_>>()
         .join(",");
     format!(
-        "create table {} ( {cols} ) lifecycle {STAGING_LIFECYCLE_DAYS}",
+        "create table {} ( {cols} ) partitioned by ( {EPOCH_COLUMN} STRING ) lifecycle {STAGING_LIFECYCLE_DAYS}",
         qualified(dataset, staging)
     )
 }
 
-/// Moves every staged row into the target, our columns by name (the target may have more,
-/// left NULL; its auto partition is computed by the service from `request_timestamp`).
-pub fn insert_sql(dataset: &str, target: &str, staging: &str, columns: &[TableColumn]) -> String {
+/// The partition of epoch `epoch`, as SQL names it.
+fn partition(epoch: u64) -> String {
+    format!("partition ( {EPOCH_COLUMN}='{epoch}' )")
+}
+
+/// The partition of epoch `epoch`, as the Tunnel names it (pyodps sends the spec without
+/// quotes: `TableUploadSession.normalize_partition_spec`).
+pub fn tunnel_partition(epoch: u64) -> String {
+    format!("{EPOCH_COLUMN}={epoch}")
+}
+
+/// Makes the partition uploads of `epoch` go into (idempotent: a copy run twice adds nothing).
+pub fn add_partition_sql(dataset: &str, staging: &str, epoch: u64) -> String {
+    format!(
+        "alter table {} add if not exists {}",
+        qualified(dataset, staging),
+        partition(epoch)
+    )
+}
+
+/// Moves epoch `epoch`'s staged rows into the target, our columns by name (the target may
+/// have more, left NULL; its auto partition is computed by the service from
+/// `request_timestamp`).
+pub fn insert_sql(
+    dataset: &str,
+    target: &str,
+    staging: &str,
+    columns: &[TableColumn],
+    epoch: u64,
+) -> String {
     let cols = columns
         .iter()
         .map(|c| quote_ident(&c.name))
         .collect::<Vec<_>>()
         .join(",");
     format!(
-        "insert into {} ( {cols} ) select {cols} from {}",
+        "insert into {} ( {cols} ) select {cols} from {} where {EPOCH_COLUMN} = '{epoch}'",
         qualified(dataset, target),
         qualified(dataset, staging)
     )
 }
 
-/// Empties the staging table after a move.
-pub fn truncate_sql(dataset: &str, staging: &str) -> String {
-    format!("truncate table {}", qualified(dataset, staging))
+/// Empties epoch `epoch` after its move: only that partition, so a copy of this statement
+/// running late removes nothing staged since.
+pub fn drop_partition_sql(dataset: &str, staging: &str, epoch: u64) -> String {
+    format!(
+        "alter table {} drop if exists {}",
+        qualified(dataset, staging),
+        partition(epoch)
+    )
 }
 
-/// Drops the staging table (a clean stop, or what a crash left at start).
+/// Drops a staging table (a clean stop, or what an earlier start of this instance left).
 pub fn drop_sql(dataset: &str, staging: &str) -> String {
     format!("drop table if exists {}", qualified(dataset, staging))
 }
@@ -169,54 +265,120 @@ pub async fn ensure_target(
     }
 }
 
-/// Drops the staging table a crash may have left (its rows are either in the target already
-/// or not committed in Kafka, see docs/maxcompute.md) and creates it empty. Returns whether
-/// one was there.
-pub async fn reset_staging(
+/// Prepares this process's staging table `staging` (its name begins with `prefix`, this
+/// instance's [`staging_prefix`]): drops every table an earlier start of this instance left
+/// (a container restarted after a crash keeps its pod's name; its earlier process is gone, and
+/// every row it staged is either in the target already or uncommitted in Kafka, which delivers
+/// it again: see docs/maxcompute.md), then creates ours with epoch 0's partition. Returns how
+/// many tables were dropped. A refused column name ([`EPOCH_COLUMN`]) is a configuration error.
+pub async fn prepare_staging(
     client: &Client,
     dataset: &str,
+    prefix: &str,
     staging: &str,
     columns: &[TableColumn],
-) -> Result<bool, StartError> {
-    let left = client.table(staging).await.map_err(start_error)?.is_some();
-    if left {
+) -> Result<usize, StartError> {
+    if let Some(c) = columns
+        .iter()
+        .find(|c| c.name.eq_ignore_ascii_case(EPOCH_COLUMN))
+    {
+        return Err(StartError::Config(format!(
+            "MAXCOMPUTE sink: the model has a column named {:?}, the name of the staging \
+             table's partition column; rename that feature or prediction column",
+            c.name
+        )));
+    }
+    let mut dropped = 0;
+    for name in client.list_tables(prefix).await.map_err(start_error)? {
+        if left_by_earlier_start(&name, prefix) && name != staging {
+            client
+                .run_sql(&drop_sql(dataset, &name), SQL_SETTINGS)
+                .await
+                .map_err(start_error)?;
+            dropped += 1;
+        }
+    }
+    for sql in [
+        create_staging_sql(dataset, staging, columns),
+        add_partition_sql(dataset, staging, 0),
+    ] {
         client
-            .run_sql(&drop_sql(dataset, staging), SQL_SETTINGS)
+            .run_sql(&sql, SQL_SETTINGS)
             .await
             .map_err(start_error)?;
     }
-    client
-        .run_sql(&create_staging_sql(dataset, staging, columns), SQL_SETTINGS)
-        .await
-        .map_err(start_error)?;
-    Ok(left)
+    Ok(dropped)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::sink::maxcompute::schema::OdpsType;
+    use proptest::prelude::*;
 
     #[test]
-    fn staging_names_are_per_instance_bounded_and_distinct() {
+    fn staging_names_are_per_start_bounded_and_found_by_their_instance() {
         let t = "prediction_log_p_m";
+        let stamp = start_stamp(1_796_530_855, 0xa3f9c1);
+        assert_eq!(stamp, "_20261206042055_a3f9c1");
+        assert_eq!(stamp.len(), START_STAMP_LEN);
+        let name = staging_table_name(t, "model-1-publisher-7d9f-abcde", &stamp);
         assert_eq!(
-            staging_table_name(t, "model-1-publisher-7d9f-abcde"),
-            "prediction_log_p_m_stg_model_1_publisher_7d9f_abcde"
+            name,
+            "prediction_log_p_m_stg_model_1_publisher_7d9f_abcde_20261206042055_a3f9c1"
         );
-        assert_ne!(
-            staging_table_name(t, "pod-a"),
-            staging_table_name(t, "pod-b")
+        let prefix = staging_prefix(t, "model-1-publisher-7d9f-abcde");
+        assert!(left_by_earlier_start(&name, &prefix));
+        assert!(!left_by_earlier_start(&prefix, &prefix), "no stamp");
+        assert!(!left_by_earlier_start(&format!("{name}x"), &prefix));
+        let longer = staging_table_name(t, "model-1-publisher-7d9f-abcde-2", &stamp);
+        assert!(!left_by_earlier_start(&longer, &prefix), "another pod's");
+        assert_eq!(start_stamp(0, 0), "_19700101000000_000000");
+        assert_eq!(
+            start_stamp(951_827_696, 0xfff_ffff),
+            "_20000229123456_ffffff"
         );
-        let long_t = "prediction_log_".to_string() + &"x".repeat(120);
-        let a = staging_table_name(&long_t, &("pod-".to_string() + &"a".repeat(60) + "1"));
-        let b = staging_table_name(&long_t, &("pod-".to_string() + &"a".repeat(60) + "2"));
-        assert!(
-            a.len() <= MAX_TABLE_NAME && b.len() <= MAX_TABLE_NAME,
-            "{a}"
-        );
-        assert_ne!(a, b, "cut names keep the instances apart");
-        assert!(a.starts_with("prediction_log_x"), "{a}");
+    }
+
+    /// Distinct, non-empty instance names made of pod-name characters (long ones included),
+    /// the second often the first with more after it (`pod-a`, `pod-a-2`).
+    fn instances() -> impl Strategy<Value = (String, String)> {
+        let one = "[a-zA-Z0-9._-]{1,90}";
+        (one, one, any::<bool>())
+            .prop_map(|(a, b, extend)| {
+                let b = if extend { format!("{a}-{b}") } else { b };
+                (a, b)
+            })
+            .prop_filter("distinct after sanitizing", |(a, b)| {
+                sanitized(a) != sanitized(b)
+            })
+    }
+
+    proptest! {
+        /// Every name fits MaxCompute's limit, is found as its own instance's earlier start,
+        /// and never as another instance's (so a start drops only its own pod's leftovers).
+        #[test]
+        fn staging_names_fit_and_never_match_another_instance(
+            target_len in 1usize..128,
+            (a, b) in instances(),
+            secs in 0u64..4_102_444_800,
+            random in any::<u32>(),
+        ) {
+            let target = format!("prediction_log_{}", "x".repeat(target_len));
+            let stamp = start_stamp(secs, random);
+            prop_assert_eq!(stamp.len(), START_STAMP_LEN);
+            let (pa, pb) = (staging_prefix(&target, &a), staging_prefix(&target, &b));
+            let (na, nb) = (
+                staging_table_name(&target, &a, &stamp),
+                staging_table_name(&target, &b, &stamp),
+            );
+            prop_assert!(na.len() <= MAX_TABLE_NAME && nb.len() <= MAX_TABLE_NAME, "{}", na);
+            prop_assert!(na.starts_with(&target[..target.len().min(40)]), "{}", na);
+            prop_assert!(left_by_earlier_start(&na, &pa));
+            prop_assert!(left_by_earlier_start(&nb, &pb));
+            prop_assert!(!left_by_earlier_start(&nb, &pa), "{} found as {}'s", nb, pa);
+            prop_assert!(!left_by_earlier_start(&na, &pb), "{} found as {}'s", na, pb);
+        }
     }
 
     #[test]
@@ -259,13 +421,21 @@ mod tests {
         ];
         assert_eq!(
             create_staging_sql("ds", "t_stg_a", &cols),
-            "create table ds.t_stg_a ( session_id STRING,request_timestamp TIMESTAMP,`has space` DOUBLE ) lifecycle 1"
+            "create table ds.t_stg_a ( session_id STRING,request_timestamp TIMESTAMP,`has space` DOUBLE ) partitioned by ( _epoch STRING ) lifecycle 1"
         );
         assert_eq!(
-            insert_sql("ds", "t", "t_stg_a", &cols),
-            "insert into ds.t ( session_id,request_timestamp,`has space` ) select session_id,request_timestamp,`has space` from ds.t_stg_a"
+            insert_sql("ds", "t", "t_stg_a", &cols, 7),
+            "insert into ds.t ( session_id,request_timestamp,`has space` ) select session_id,request_timestamp,`has space` from ds.t_stg_a where _epoch = '7'"
         );
-        assert_eq!(truncate_sql("ds", "s"), "truncate table ds.s");
+        assert_eq!(
+            add_partition_sql("ds", "s", 8),
+            "alter table ds.s add if not exists partition ( _epoch='8' )"
+        );
+        assert_eq!(
+            drop_partition_sql("ds", "s", 7),
+            "alter table ds.s drop if exists partition ( _epoch='7' )"
+        );
+        assert_eq!(tunnel_partition(7), "_epoch=7");
         assert_eq!(drop_sql("ds", "s"), "drop table if exists ds.s");
     }
 }

@@ -8,7 +8,8 @@
 //! again whole.
 
 use super::mover::Epochs;
-use crate::sink::maxcompute::client::{CallError, Client};
+use super::table;
+use crate::sink::maxcompute::client::{CallError, Client, Tunnel};
 use crate::sink::maxcompute::encode::RecordEncoder;
 use crate::sink::maxcompute::error::Class;
 use crate::sink::maxcompute::record::BlockWriter;
@@ -161,24 +162,47 @@ pub struct Staged {
 /// ([`Class::NewSession`]) before the error goes to the runtime (which submits the batch again).
 const RENEWALS: usize = 3;
 
-/// One batch's upload session: its id, the block ids written, the next id.
+/// One batch's upload session: its epoch (the staging partition it writes), its id, the block
+/// ids written, the next id.
 struct Session {
+    epoch: u64,
+    partition: String,
     id: String,
     blocks: Vec<u64>,
     next_id: u64,
 }
 
-/// Opens a session and writes the rows `accepted` so far (refused nothing before) as its first
-/// block: a stale session's rows are written again in a new one, the batch staying atomic.
+impl Session {
+    fn at<'a>(&'a self, staging: &'a str) -> Tunnel<'a> {
+        Tunnel {
+            table: staging,
+            partition: Some(&self.partition),
+        }
+    }
+}
+
+/// Opens a session on epoch `epoch`'s partition and writes the rows `accepted` so far (refused
+/// nothing before) as its first block: a stale session's rows are written again in a new one,
+/// the batch staying atomic.
 async fn open(
     client: &Client,
     staging: &str,
+    epoch: u64,
     encoder: &RecordEncoder,
     records: &RecordBatch,
     accepted: &[Range<usize>],
 ) -> Result<Session, CallError> {
-    let id = client.create_upload(staging).await?.id;
+    let partition = table::tunnel_partition(epoch);
+    let id = client
+        .create_upload(Tunnel {
+            table: staging,
+            partition: Some(&partition),
+        })
+        .await?
+        .id;
     let mut s = Session {
+        epoch,
+        partition,
         id,
         blocks: Vec::new(),
         next_id: 0,
@@ -189,7 +213,7 @@ async fn open(
             encoder.write(records, r.clone(), &mut block);
         }
         client
-            .put_block(staging, &s.id, 0, block.finish().into())
+            .put_block(s.at(staging), &s.id, 0, block.finish().into())
             .await?;
         s.blocks.push(0);
         s.next_id = 1;
@@ -197,17 +221,27 @@ async fn open(
     Ok(s)
 }
 
-/// Uploads `records` into `staging` and commits the session, holding `epochs` for the commit
-/// (a move's `INSERT … SELECT` and `TRUNCATE` never run between a commit and its epoch). A
-/// session made stale by a move's `TRUNCATE` (`TableModified` at commit) or by replication
-/// (`DataVersionConflict`) is replaced at once by a new one holding the rows accepted so far.
+/// Uploads `records` into the current epoch's partition of `staging` and commits the session,
+/// holding `epochs` for the commit (no move runs between a commit and the epoch it joins). A
+/// session whose epoch a move took meanwhile is replaced, under that hold, by one of the
+/// current epoch holding the rows accepted so far (its partition is moved, or dropped, or
+/// about to be). A session made stale by a change of its table (`TableModified`) or by
+/// replication (`DataVersionConflict`) is replaced at once by a new one holding those rows.
 pub async fn stage(
     client: &Client,
     staging: &str,
     records: &RecordBatch,
     epochs: &tokio::sync::Mutex<Epochs>,
 ) -> Result<Staged, SinkError> {
-    let first = client.create_upload(staging).await.map_err(|e| e.error)?;
+    let epoch = epochs.lock().await.current();
+    let partition = table::tunnel_partition(epoch);
+    let first = client
+        .create_upload(Tunnel {
+            table: staging,
+            partition: Some(&partition),
+        })
+        .await
+        .map_err(|e| e.error)?;
     let encoder = RecordEncoder::new(&first.columns, records.schema()).map_err(|e| {
         SinkError::new(
             SinkErrorKind::Encode,
@@ -216,6 +250,8 @@ pub async fn stage(
         )
     })?;
     let mut session = Session {
+        epoch,
+        partition,
         id: first.id,
         blocks: Vec::new(),
         next_id: 0,
@@ -229,7 +265,7 @@ pub async fn stage(
         let id = session.next_id;
         session.next_id += 1;
         match client
-            .put_block(staging, &session.id, id, block.finish().into())
+            .put_block(session.at(staging), &session.id, id, block.finish().into())
             .await
         {
             Ok(()) => {
@@ -244,7 +280,8 @@ pub async fn stage(
                 renewals += 1;
                 tracing::info!(error = %e, "MaxCompute: upload session stale; writing its rows in a new one");
                 plan.again(range);
-                session = open(client, staging, &encoder, records, &accepted)
+                let now = epochs.lock().await.current();
+                session = open(client, staging, now, &encoder, records, &accepted)
                     .await
                     .map_err(|e| e.error)?;
             }
@@ -267,28 +304,55 @@ pub async fn stage(
         });
     }
     let mut held = epochs.lock().await;
+    if session.epoch != held.current() {
+        // A move took the session's epoch: its partition is moved (and dropped, or about to
+        // be). With the hold, the current epoch's partition exists and no move starts before
+        // this commit.
+        tracing::debug!(
+            from = session.epoch,
+            to = held.current(),
+            "MaxCompute: a move took the upload's epoch; writing its rows into the current one"
+        );
+        session = open(
+            client,
+            staging,
+            held.current(),
+            &encoder,
+            records,
+            &accepted,
+        )
+        .await
+        .map_err(|e| e.error)?;
+    }
     loop {
         let Err(e) = client
-            .commit_upload(staging, &session.id, &session.blocks)
+            .commit_upload(session.at(staging), &session.id, &session.blocks)
             .await
         else {
             break;
         };
         if e.class == Class::NewSession && renewals < RENEWALS {
-            // A move's TRUNCATE ran since the session opened: the epoch lock held now, no other
+            // The table changed since the session opened: the epoch lock held now, no move
             // runs before the new session commits.
             renewals += 1;
             tracing::info!(error = %e, "MaxCompute: upload session stale at commit; writing its rows in a new one");
-            session = open(client, staging, &encoder, records, &accepted)
-                .await
-                .map_err(|e| e.error)?;
+            session = open(
+                client,
+                staging,
+                held.current(),
+                &encoder,
+                records,
+                &accepted,
+            )
+            .await
+            .map_err(|e| e.error)?;
             continue;
         }
         // The answer may be lost after the service applied the commit: a session it reports
         // closed is committed (pyodps's `Closed`); anything else is not, and the runtime
         // submits the batch again into a new session.
         let closed = client
-            .upload_status(staging, &session.id)
+            .upload_status(session.at(staging), &session.id)
             .await
             .is_ok_and(|s| s.status.eq_ignore_ascii_case("closed"));
         if !closed {
@@ -296,8 +360,9 @@ pub async fn stage(
         }
         break;
     }
+    let joined = held.committed(session.epoch);
     Ok(Staged {
-        epoch: Some(held.committed()),
+        epoch: joined,
         rejected,
     })
 }

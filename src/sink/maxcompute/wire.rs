@@ -87,6 +87,24 @@ pub fn task_statuses(xml: &str) -> Vec<(String, String)> {
     out
 }
 
+/// A page of a table listing (`GET /projects/{p}/tables`, pyodps `Tables.iterate`): the names
+/// of its `<Table>` entries and the `<Marker>` of the next page (empty or absent: the last).
+pub fn table_names(xml: &str) -> (Vec<String>, Option<String>) {
+    let mut names = Vec::new();
+    let mut rest = xml;
+    while let Some(at) = rest.find("<Table>").or_else(|| rest.find("<Table ")) {
+        let Some(end) = rest[at..].find("</Table>") else {
+            break;
+        };
+        if let Some(n) = tag_text(&rest[at..at + end], "Name") {
+            names.push(n);
+        }
+        rest = &rest[at + end + "</Table>".len()..];
+    }
+    let marker = tag_text(xml, "Marker").filter(|m| !m.is_empty());
+    (names, marker)
+}
+
 /// The error text of a `?result` answer: every task's `<Result>`, joined.
 pub fn result_text(xml: &str) -> String {
     let mut out = Vec::new();
@@ -229,6 +247,22 @@ mod tests {
             Some("2026abc")
         );
         assert_eq!(instance_id(""), None);
+    }
+
+    #[test]
+    fn a_table_listing_page_gives_names_and_the_next_marker() {
+        let page = "<?xml version=\"1.0\"?><Tables><Marker>m2</Marker><MaxItems>2</MaxItems>\
+            <Table><Name>t_stg_a_1</Name><Owner>o</Owner></Table>\
+            <Table><Name>t_stg_b_2</Name></Table></Tables>";
+        assert_eq!(
+            table_names(page),
+            (
+                vec!["t_stg_a_1".into(), "t_stg_b_2".into()],
+                Some("m2".into())
+            )
+        );
+        let last = "<Tables><Marker></Marker><MaxItems>0</MaxItems></Tables>";
+        assert_eq!(table_names(last), (vec![], None));
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! once it finishes; every log lands once and commits.
 
 use super::fake::{Fake, DATASET};
-use super::sink::{key, sink_yaml, start, table_names, table_rows, target, LIMIT};
+use super::sink::{key, sink_yaml, staging_of, start, table_rows, target, LIMIT};
 use crate::runtime::{committed_total, create_topic, logs, produce, unique, wait_for, Setup};
 use serde_json::json;
 
@@ -29,15 +29,15 @@ fn staged_rows_bookkeeping_holds_intake_and_moves_early() {
     );
     std::fs::write(&s.config, config).unwrap();
     let child = start(&s, "pod-budget");
-    let staging = key(DATASET, &format!("{}_stg_pod_budget", target()));
     assert!(
-        wait_for(LIMIT, || table_names(&fake).contains(&staging)),
+        wait_for(LIMIT, || staging_of(&fake, "pod-budget").is_some()),
         "{}",
         s.log_tail()
     );
+    let staging = staging_of(&fake, "pod-budget").unwrap();
     // The first move's INSERT stays Running until released: only an early move can start it
     // (the interval is an hour), and while it runs the bookkeeping fills the budget.
-    fake.arm(json!({"hold_instances": 1}));
+    fake.arm_instance(json!({"match": "^insert", "defer": true}));
     let all = logs(3000, 55, 0.0);
     produce(&topic, &all);
     let held = wait_for(LIMIT, || fake.instances().iter().any(|i| i["held"] == true));

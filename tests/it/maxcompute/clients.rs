@@ -6,7 +6,7 @@
 use super::encode::{batch, binary, rows};
 use super::fake::{as_maps, columns, Fake, ACCESS_ID, DATASET, PROJECT, SECRET};
 use bytes::Bytes;
-use observation_publisher::sink::maxcompute::client::{CallError, Client, ClientOptions};
+use observation_publisher::sink::maxcompute::client::{CallError, Client, ClientOptions, Tunnel};
 use observation_publisher::sink::maxcompute::ddl::{create_table_sql, SQL_SETTINGS};
 use observation_publisher::sink::maxcompute::encode::RecordEncoder;
 use observation_publisher::sink::maxcompute::error::Class;
@@ -138,7 +138,7 @@ fn clients_run_sql_and_upload_through_the_fake_and_classify_its_faults() {
         );
         fake.arm(json!({"throttle": 1}));
         let m = expect(
-            c.create_upload(table).await,
+            c.create_upload(Tunnel::table(table)).await,
             Class::Retry,
             SinkErrorKind::Unavailable,
         );
@@ -148,7 +148,7 @@ fn clients_run_sql_and_upload_through_the_fake_and_classify_its_faults() {
         // the block is re-sent under the same id, block 1 twice (the second replaces the first).
         let rows = rows();
         let half = rows.len() / 2;
-        let session = c.create_upload(table).await.unwrap();
+        let session = c.create_upload(Tunnel::table(table)).await.unwrap();
         assert_eq!(session.status, "normal");
         let enc = RecordEncoder::new(&session.columns, Arc::clone(&layout.arrow)).unwrap();
         let b = batch(&layout, &rows);
@@ -160,49 +160,67 @@ fn clients_run_sql_and_upload_through_the_fake_and_classify_its_faults() {
         let (first, second) = (block(0..half), block(half..rows.len()));
         fake.arm(json!({"drop_block_put": 1}));
         expect(
-            c.put_block(table, &session.id, 0, first.clone()).await,
+            c.put_block(Tunnel::table(table), &session.id, 0, first.clone())
+                .await,
             Class::Retry,
             SinkErrorKind::Io,
         );
         assert_eq!(
-            c.upload_status(table, &session.id).await.unwrap().blocks,
+            c.upload_status(Tunnel::table(table), &session.id)
+                .await
+                .unwrap()
+                .blocks,
             Vec::<u64>::new()
         );
         // Committing without the block: retryable, nothing committed.
         expect(
-            c.commit_upload(table, &session.id, &[0, 1]).await,
+            c.commit_upload(Tunnel::table(table), &session.id, &[0, 1])
+                .await,
             Class::Retry,
             SinkErrorKind::Unavailable,
         );
-        c.put_block(table, &session.id, 0, first.clone())
+        c.put_block(Tunnel::table(table), &session.id, 0, first.clone())
             .await
             .unwrap();
-        c.put_block(table, &session.id, 1, second.clone())
+        c.put_block(Tunnel::table(table), &session.id, 1, second.clone())
             .await
             .unwrap();
-        c.put_block(table, &session.id, 1, second.clone())
+        c.put_block(Tunnel::table(table), &session.id, 1, second.clone())
             .await
             .unwrap();
-        let done = c.commit_upload(table, &session.id, &[0, 1]).await.unwrap();
+        let done = c
+            .commit_upload(Tunnel::table(table), &session.id, &[0, 1])
+            .await
+            .unwrap();
         assert_eq!(done.status, "closed");
         let key = format!("{PROJECT}.{DATASET}.{table}");
         let expected = json!(as_maps(&layout, &rows));
         assert_eq!(fake.dump("tables")[&key]["rows"], expected);
 
         // A failed commit: retryable; a new session with the same blocks commits them once.
-        let s1 = c.create_upload(table).await.unwrap();
-        c.put_block(table, &s1.id, 0, first.clone()).await.unwrap();
-        c.put_block(table, &s1.id, 1, second.clone()).await.unwrap();
+        let s1 = c.create_upload(Tunnel::table(table)).await.unwrap();
+        c.put_block(Tunnel::table(table), &s1.id, 0, first.clone())
+            .await
+            .unwrap();
+        c.put_block(Tunnel::table(table), &s1.id, 1, second.clone())
+            .await
+            .unwrap();
         fake.arm(json!({"fail_commit": 1}));
         expect(
-            c.commit_upload(table, &s1.id, &[0, 1]).await,
+            c.commit_upload(Tunnel::table(table), &s1.id, &[0, 1]).await,
             Class::Retry,
             SinkErrorKind::Unavailable,
         );
-        let s2 = c.create_upload(table).await.unwrap();
-        c.put_block(table, &s2.id, 0, first).await.unwrap();
-        c.put_block(table, &s2.id, 1, second).await.unwrap();
-        c.commit_upload(table, &s2.id, &[0, 1]).await.unwrap();
+        let s2 = c.create_upload(Tunnel::table(table)).await.unwrap();
+        c.put_block(Tunnel::table(table), &s2.id, 0, first)
+            .await
+            .unwrap();
+        c.put_block(Tunnel::table(table), &s2.id, 1, second)
+            .await
+            .unwrap();
+        c.commit_upload(Tunnel::table(table), &s2.id, &[0, 1])
+            .await
+            .unwrap();
         let twice: Vec<Json> = [
             expected.as_array().unwrap().clone(),
             expected.as_array().unwrap().clone(),
@@ -211,11 +229,12 @@ fn clients_run_sql_and_upload_through_the_fake_and_classify_its_faults() {
         assert_eq!(fake.dump("tables")[&key]["rows"], json!(twice));
 
         // A block the Tunnel cannot read: a row-level refusal, nothing kept.
-        let s3 = c.create_upload(table).await.unwrap();
+        let s3 = c.create_upload(Tunnel::table(table)).await.unwrap();
         let mut garbage = block(0..1).to_vec();
         garbage.truncate(garbage.len() - 3);
         expect(
-            c.put_block(table, &s3.id, 0, Bytes::from(garbage)).await,
+            c.put_block(Tunnel::table(table), &s3.id, 0, Bytes::from(garbage))
+                .await,
             Class::RowsRefused,
             SinkErrorKind::Rejected,
         );
@@ -227,7 +246,7 @@ fn clients_run_sql_and_upload_through_the_fake_and_classify_its_faults() {
             Some(format!("http://127.0.0.1:{}", fake.port)),
         );
         let before = service_asks(&fake);
-        direct.create_upload(table).await.unwrap();
+        direct.create_upload(Tunnel::table(table)).await.unwrap();
         assert_eq!(service_asks(&fake), before);
     });
     // Block PUTs are chunked, as pyodps sends them, and every request was signed.

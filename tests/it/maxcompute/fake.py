@@ -7,8 +7,10 @@ as received): a mismatch gets 403 SignatureNotMatch. Control plane under /api:
   GET  /api/projects/{p}[/schemas/{s}]/tables/{t}   table XML, or 404 NoSuchObject
   GET  /api/projects/{p}/tunnel?service             the tunnel host (this server)
   POST /api/projects/{p}/instances                  runs the SQL it understands: create table
-       (incl. Merlin's auto partition), alter table add columns, insert into .. select, drop
-       table; 201 + Location. GET .../instances/{id}[?taskstatus|?result] polls it.
+       (incl. Merlin's auto partition, and a table partitioned by one STRING column), alter
+       table add columns, alter table add/drop partition, insert into .. select .. [where
+       c = 'v'], drop table; 201 + Location. GET .../instances/{id}[?taskstatus|?result] polls
+       it. GET /api/projects/{p}/tables?name=prefix lists tables (one page).
 Tunnel (no /api prefix), pyodps TableTunnel's protocol:
   POST table?uploads=1, PUT table?uploadid&blockid (body decoded with pyodps's
   TunnelRecordReader; chunked and deflate bodies), GET table?uploadid (blocks), POST
@@ -17,7 +19,11 @@ Tunnel (no /api prefix), pyodps TableTunnel's protocol:
 Faults: POST /__fake/faults {"fail_instances": N, "refuse_signatures": N, "drop_block_put": N,
 "unavailable": N, "throttle": N, "fail_commit": N, "running_polls": N, "skewed_polls": N,
 "upper_status": N, "table_modified": N, "hide_tables": N, "hold_instances": N} arms the next N
-occurrences of each (see FAULTS); POST /__fake/release lets every held instance terminate; a
+occurrences of each (see FAULTS); POST /__fake/instance_faults {"match": regex, "defer": true,
+"lost_answer": true, "missing_polls": N, "running_polls": N} arms the next instance whose
+statement matches (see
+INSTANCE_FAULTS); POST /__fake/release lets every held instance terminate and runs every
+deferred one, in creation order; a
 block the reader cannot decode is refused with 400 MalformedDataStream; POST /__fake/refuse_rows {"column": c, "values": [...]} refuses (400 InvalidRecord) every block holding
 such a row.
 Test-only: GET /__fake/tables dumps every table as JSON (timestamps {"us": n}, doubles
@@ -89,6 +95,22 @@ FAULTS = {
 REFUSE_ROWS = {"column": None, "values": set()}
 
 
+# Faults of one SQL instance (POST /__fake/instance_faults {"match": regex, ...}): the first
+# instance created whose statement matches takes the entry. "defer": the statement runs only at
+# POST /__fake/release (until then the instance answers Running), as a queued instance does;
+# "lost_answer": the instance is created, but the connection is closed without an answer (the
+# client cannot know its id); "missing_polls": N: its next N status polls answer 404;
+# "running_polls": N: it answers Running to its first N status polls.
+INSTANCE_FAULTS = []
+
+
+def take_instance_fault(sql):
+    for i, f in enumerate(INSTANCE_FAULTS):
+        if re.search(f["match"], sql, re.I | re.S):
+            return INSTANCE_FAULTS.pop(i)
+    return {}
+
+
 def take(fault):
     """Uses one count of a fault; whether it fires."""
     with LOCK:
@@ -100,6 +122,17 @@ def take(fault):
 
 class SqlError(Exception):
     pass
+
+
+def run_instance(sql, project):
+    """Runs an instance's statement: (result, ok)."""
+    try:
+        if FAULTS["fail_instances"] > 0:
+            FAULTS["fail_instances"] -= 1
+            raise SqlError("ODPS-0010000:System internal error - fault injected by the test")
+        return run_sql(sql, project), True
+    except SqlError as e:
+        return str(e), False
 
 
 def split_name(name, project):
@@ -161,6 +194,28 @@ def with_partition(table, row):
 
 def run_sql(sql, project):
     s = sql.strip().rstrip(";").strip()
+    # A table partitioned by one STRING column (the staging table): its partitions are the
+    # values in "parts"; rows carry their partition's value under the column's name. (Before
+    # the other create: its column list would swallow the clause.)
+    m = re.match(
+        r"(?is)create\s+table\s+(\S+)\s*\((.*?)\)\s*partitioned\s+by\s*\(\s*(\w+)\s+string\s*\)"
+        r"\s*(?:lifecycle\s+(\d+))?\s*$",
+        s,
+    )
+    if m:
+        key = split_name(m.group(1), project)
+        if key in TABLES:
+            raise SqlError("ODPS-0130071: Table or view already exists - %s" % ".".join(key))
+        TABLES[key] = {
+            "columns": parse_columns(m.group(2)),
+            "partitions": [[m.group(3).lower(), "STRING"]],
+            "parts": set(),
+            "auto": None,
+            "lifecycle": int(m.group(4)) if m.group(4) else None,
+            "ddl": s,
+            "rows": [],
+        }
+        return "OK"
     m = re.match(
         r"(?is)create\s+table\s+(if\s+not\s+exists\s+)?(\S+)\s*\((.*?)\)\s*"
         r"(?:auto\s+partitioned\s+by\s*\(\s*trunc_time\s*\(\s*(\w+)\s*,\s*'day'\s*\)\s+as\s+(\w+)\s*\))?"
@@ -182,6 +237,26 @@ def run_sql(sql, project):
             "ddl": s,
             "rows": [],
         }
+        return "OK"
+    m = re.match(
+        r"(?is)alter\s+table\s+(\S+)\s+(add|drop)\s+(if\s+(?:not\s+)?exists\s+)?"
+        r"partition\s*\(\s*(\w+)\s*=\s*'([^']*)'\s*\)\s*$",
+        s,
+    )
+    if m:
+        table = table_of(split_name(m.group(1), project))
+        col, value = m.group(4).lower(), m.group(5)
+        if [col, "STRING"] not in table["partitions"] or "parts" not in table:
+            raise SqlError("ODPS-0130071: %s is not a partition column" % col)
+        if m.group(2).lower() == "add":
+            if value in table["parts"] and not m.group(3):
+                raise SqlError("ODPS-0130071: Partition already exists")
+            table["parts"].add(value)
+        else:
+            if value not in table["parts"] and not m.group(3):
+                raise SqlError("ODPS-0130131: Partition not found")
+            table["parts"].discard(value)
+            table["rows"] = [r for r in table["rows"] if r.get(col) != value]
         return "OK"
     m = re.match(r"(?is)alter\s+table\s+(\S+)\s+add\s+columns\s*\((.*)\)\s*$", s)
     if m:
@@ -206,17 +281,22 @@ def run_sql(sql, project):
         TABLES.pop(key, None)
         return "OK"
     m = re.match(
-        r"(?is)insert\s+into\s+(?:table\s+)?(\S+)\s*\((.*?)\)\s*select\s+(.*?)\s+from\s+(\S+)\s*$", s
+        r"(?is)insert\s+into\s+(?:table\s+)?(\S+)\s*\((.*?)\)\s*select\s+(.*?)\s+from\s+(\S+)"
+        r"(?:\s+where\s+(\w+)\s*=\s*'([^']*)')?\s*$",
+        s,
     )
     if m:
         target = table_of(split_name(m.group(1), project))
         source = table_of(split_name(m.group(4), project))
+        where = (m.group(5).lower(), m.group(6)) if m.group(5) else None
         cols = [c.strip().strip("`").lower() for c in m.group(2).split(",")]
         exprs = split_top(m.group(3))
         if len(cols) != len(exprs):
             raise SqlError("ODPS-0130161: column count mismatch")
         types = {c[0].lower(): c[1] for c in target["columns"]}
         for row in source["rows"]:
+            if where and row.get(where[0]) != where[1]:
+                continue
             new = {c[0].lower(): None for c in target["columns"]}
             for col, expr in zip(cols, exprs):
                 if col not in types:
@@ -361,6 +441,9 @@ class Handler(BaseHTTPRequestHandler):
                     schema = m.group(2) or params.get("curr_schema") or "default"
                     key = (project, schema.lower(), m.group(3).lower())
                     return (self.table_api if api else self.tunnel)(key, params, body)
+                m = re.match(r"^/projects/([^/]+)/tables$", path)
+                if api and m and self.command == "GET":
+                    return self.list_tables(m.group(1), params)
                 m = re.match(r"^/projects/([^/]+)/tunnel$", path)
                 if api and m and "service" in params:
                     host = "127.0.0.1:%d" % self.server.server_address[1]
@@ -396,8 +479,15 @@ class Handler(BaseHTTPRequestHandler):
                 return self.reply(200, json.dumps(FAULTS), "application/json")
         if self.command == "POST" and path == "/__fake/release":
             with LOCK:
-                for inst in INSTANCES.values():
+                for inst in sorted(INSTANCES.values(), key=lambda i: i["created"]):
+                    if inst.get("deferred") and inst["held"]:
+                        inst["result"], inst["ok"] = run_instance(inst["sql"], inst["project"])
                     inst["held"] = False
+            return self.reply(200, "{}", "application/json")
+        if self.command == "POST" and path == "/__fake/instance_faults":
+            spec = json.loads(self.body() or b"{}")
+            with LOCK:
+                INSTANCE_FAULTS.append(spec)
             return self.reply(200, "{}", "application/json")
         if self.command == "POST" and path == "/__fake/refuse_rows":
             spec = json.loads(self.body() or b"{}")
@@ -423,6 +513,18 @@ class Handler(BaseHTTPRequestHandler):
             if path == "/__fake/log":
                 return self.reply(200, json.dumps(LOG), "application/json")
         self.reply(404, "")
+
+    def list_tables(self, project, params):
+        """pyodps Tables.iterate: one page, every table of the schema named with the prefix."""
+        schema = (params.get("curr_schema") or "default").lower()
+        prefix = params.get("name", "").lower()
+        names = sorted(k[2] for k in TABLES if k[:2] == (project, schema) and k[2].startswith(prefix))
+        self.reply(
+            200,
+            '<?xml version="1.0" encoding="UTF-8"?><Tables><Marker></Marker><MaxItems>%d</MaxItems>%s'
+            "</Tables>" % (len(names), "".join(
+                "<Table><Name>%s</Name><Owner>fake</Owner></Table>" % n for n in names)),
+        )
 
     def table_api(self, key, params, body):
         if self.command != "GET":
@@ -453,21 +555,28 @@ class Handler(BaseHTTPRequestHandler):
                 settings = json.loads(prop.group(1).replace("&quot;", '"'))
             new_id = time.strftime("%Y%m%d%H%M%S") + uuid.uuid4().hex[:16]
             sql = query.group(1) if query else ""
-            try:
-                if FAULTS["fail_instances"] > 0:
-                    FAULTS["fail_instances"] -= 1
-                    raise SqlError("ODPS-0010000:System internal error - fault injected by the test")
-                result, ok = run_sql(sql, project), True
-            except SqlError as e:
-                result, ok = str(e), False
+            fault = take_instance_fault(sql)
+            if fault.get("defer"):
+                result, ok = None, None
+            else:
+                result, ok = run_instance(sql, project)
             upper = FAULTS["upper_status"] > 0
             FAULTS["upper_status"] -= 1 if upper else 0
             held = FAULTS["hold_instances"] > 0
             FAULTS["hold_instances"] -= 1 if held else 0
             INSTANCES[new_id] = {"id": new_id, "ok": ok, "result": result, "sql": sql,
-                                 "settings": settings, "running": FAULTS["running_polls"],
-                                 "upper": upper, "held": held}
+                                 "settings": settings,
+                                 "running": FAULTS["running_polls"] + int(fault.get("running_polls", 0)),
+                                 "upper": upper, "held": held or bool(fault.get("defer")),
+                                 "deferred": bool(fault.get("defer")), "project": project,
+                                 "missing": int(fault.get("missing_polls", 0)),
+                                 "created": time.time()}
             FAULTS["running_polls"] = 0
+            if fault.get("lost_answer"):
+                LOG.append({"method": "POST", "path": self.path, "fault": "lost_answer"})
+                self.close_connection = True
+                self.connection.shutdown(socket.SHUT_RDWR)
+                return
             location = "http://%s:%d/api/projects/%s/instances/%s" % (
                 self.server.server_address + (project, new_id)
             )
@@ -475,6 +584,9 @@ class Handler(BaseHTTPRequestHandler):
         inst = INSTANCES.get(instance_id)
         if inst is None:
             return self.error(404, "NoSuchObject", "instance %s" % instance_id)
+        if inst["missing"] > 0:
+            inst["missing"] -= 1
+            return self.error(404, "NoSuchObject", "instance %s not found (injected)" % instance_id)
         if FAULTS["skewed_polls"] > 0:
             # The service's answer to a request whose Date is too far off (pyodps retries it).
             FAULTS["skewed_polls"] -= 1
@@ -519,15 +631,28 @@ class Handler(BaseHTTPRequestHandler):
         if key not in TABLES:
             return self.tunnel_error(404, "NoSuchTable", "Table not found - %s" % ".".join(key))
         table = TABLES[key]
+        part = None
+        if "parts" in table:
+            # A partitioned table: every call names an existing partition (pyodps sends it
+            # as `partition=col=value`).
+            spec = params.get("partition", "")
+            col, _, value = spec.partition("=")
+            if [col.lower(), "STRING"] not in table["partitions"]:
+                return self.tunnel_error(400, "InvalidPartitionSpec", "partition %r" % spec)
+            if value not in table["parts"]:
+                return self.tunnel_error(404, "NoSuchPartition", "partition %r not found" % spec)
+            part = (col.lower(), value)
         if self.command == "POST" and ("uploads" in params or "downloads" in params):
             sid = time.strftime("%Y%m%d%H%M%S") + uuid.uuid4().hex[:16]
             SESSIONS[sid] = {"key": key, "blocks": {}, "status": "normal",
-                             "version": table.get("version", 0)}
+                             "version": table.get("version", 0), "part": part}
             return self.reply(201, self.session_json(sid), "application/json")
         sid = params.get("uploadid") or params.get("downloadid")
         if sid not in SESSIONS:
             return self.tunnel_error(404, "NoSuchUpload", "no session %s" % sid)
         s = SESSIONS[sid]
+        if s.get("part") != part:
+            return self.tunnel_error(400, "InvalidPartitionSpec", "not the session's partition")
         if self.command == "PUT" and "blockid" in params:
             if s["status"] != "normal":
                 return self.tunnel_error(400, "InvalidStatus", "session is %s" % s["status"])
@@ -576,7 +701,11 @@ class Handler(BaseHTTPRequestHandler):
                                          "table was modified since the upload session was created")
             if s["status"] == "normal":
                 for block in sorted(s["blocks"]):
-                    table["rows"].extend(with_partition(table, r) for r in s["blocks"][block])
+                    for r in s["blocks"][block]:
+                        r = dict(r)
+                        if part:
+                            r[part[0]] = part[1]
+                        table["rows"].append(with_partition(table, r))
                 s["status"] = "closed"
             return self.reply(200, self.session_json(sid), "application/json")
         self.tunnel_error(400, "InvalidRequest", "the fake has no %s %s" % (self.command, self.path))

@@ -73,9 +73,24 @@ impl Fake {
             .unwrap_or_default()
     }
 
-    /// Lets every instance held by `hold_instances` terminate (`POST /__fake/release`).
+    /// Lets every instance held by `hold_instances` terminate and runs every deferred one, in
+    /// the order they were created (`POST /__fake/release`).
     pub(crate) fn release(&self) {
         let (status, body) = http(self.port, "POST", "/__fake/release", &[], b"");
+        assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    }
+
+    /// Arms faults for the next SQL instance whose statement matches `spec["match"]` (`POST
+    /// /__fake/instance_faults`, see fake.py's INSTANCE_FAULTS: `defer`, `lost_answer`,
+    /// `missing_polls`).
+    pub(crate) fn arm_instance(&self, spec: Json) {
+        let (status, body) = http(
+            self.port,
+            "POST",
+            "/__fake/instance_faults",
+            &[],
+            spec.to_string().as_bytes(),
+        );
         assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
     }
 

@@ -12,6 +12,8 @@
 //!   revoke duplicates nothing (two pods in one group).
 //! - [`budget`]: staged rows' bookkeeping fills the in-flight budget: an early move, intake
 //!   paused while it runs and resumed after, every log once.
+//! - [`staging`]: the staging table under statements answered unclearly or run late (a drop
+//!   polled through errors, a late drop of a moved epoch, a stop during a queued `INSERT`).
 //! - [`rolling`]: a rolling restart of three publishers in one group under steady load, with
 //!   MAXCOMPUTE and BIGQUERY (at_least_once): each log once in each target, no process killed.
 //! - [`clients`]: our SQL instance and Tunnel clients through the fake, with injected faults
@@ -25,6 +27,7 @@ mod moves;
 mod rolling;
 mod sign;
 mod sink;
+mod staging;
 
 use serde_json::Value as Json;
 use std::path::{Path, PathBuf};

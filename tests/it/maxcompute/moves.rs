@@ -15,7 +15,9 @@
 //!   opened before a move's `TRUNCATE`) is answered with a new session, not a failed write.
 
 use super::fake::{Fake, DATASET};
-use super::sink::{key, sink_yaml, start, start_fresh, table_names, table_rows, target, LIMIT};
+use super::sink::{
+    key, sink_yaml, staging_of, start, start_fresh, table_names, table_rows, target, LIMIT,
+};
 use crate::runtime::{committed_total, create_topic, logs, produce, unique, wait_for, Setup};
 use serde_json::json;
 use std::time::Duration;
@@ -27,20 +29,17 @@ fn sample(metrics: &str, name: &str) -> Option<f64> {
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
 }
 
-/// The statements the fake ran that start with `prefix` (lower-case).
-fn statements(fake: &Fake, prefix: &str) -> usize {
+/// The statements the fake was given that match `pattern` (a regex, on the lower-cased text).
+pub(super) fn statements(fake: &Fake, pattern: &str) -> usize {
+    let re = regex::Regex::new(pattern).unwrap();
     fake.instances()
         .iter()
-        .filter(|i| {
-            i["sql"]
-                .as_str()
-                .unwrap()
-                .trim_start()
-                .to_lowercase()
-                .starts_with(prefix)
-        })
+        .filter(|i| re.is_match(&i["sql"].as_str().unwrap().to_lowercase()))
         .count()
 }
+
+/// A moved partition's drop, as the mover writes it.
+pub(super) const DROP_PARTITION: &str = r"^alter table \S+ drop if exists partition";
 
 #[test]
 fn a_move_inserts_once_through_poll_errors_and_upper_case_statuses() {
@@ -51,9 +50,8 @@ fn a_move_inserts_once_through_poll_errors_and_upper_case_statuses() {
     // Every instance answers its task status upper-case, the DDL at start included.
     fake.arm(json!({"upper_status": 1_000_000}));
     let (child, s) = start_fresh(&fake, dir.path(), "a", &topic, "pod-once");
-    let staging = key(DATASET, &format!("{}_stg_pod_once", target()));
     assert!(
-        wait_for(LIMIT, || table_names(&fake).contains(&staging)),
+        wait_for(LIMIT, || staging_of(&fake, "pod-once").is_some()),
         "{}",
         s.log_tail()
     );
@@ -85,9 +83,12 @@ fn a_move_inserts_once_through_poll_errors_and_upper_case_statuses() {
     );
     let (rows, count) = table_rows(&fake, &key(DATASET, &target()));
     assert_eq!((rows.len(), count), (120, 120), "every row exactly once");
-    let (inserts, truncates) = (statements(&fake, "insert"), statements(&fake, "truncate"));
+    let (inserts, drops) = (
+        statements(&fake, "^insert"),
+        statements(&fake, DROP_PARTITION),
+    );
     assert!(inserts >= 2, "at least one move per produce: {inserts}");
-    assert_eq!(inserts, truncates, "one INSERT per move");
+    assert_eq!(inserts, drops, "one INSERT per move");
     assert!(
         s.log_count("clock skew") >= 2,
         "the skew is named\n{}",
@@ -108,8 +109,8 @@ fn a_revoke_duplicates_no_staged_row() {
     let a = Setup::new(dir.path(), "a", &topic, &group, &sink_yaml(&fake, "1h"));
     let pod_a = start(&a, "pod-a");
     produce(&topic, &all);
-    let staging_a = key(DATASET, &format!("{}_stg_pod_a", target()));
     let staged = wait_for(LIMIT, || {
+        let staging_a = staging_of(&fake, "pod-a").unwrap_or_default();
         fake.dump("tables")[&staging_a]["rows"]
             .as_array()
             .is_some_and(|r| r.len() == all.len())
@@ -148,9 +149,8 @@ fn a_session_stale_at_commit_is_replaced_at_once() {
     let topic = unique("mc-stale");
     create_topic(&topic, 1);
     let (child, s) = start_fresh(&fake, dir.path(), "a", &topic, "pod-stale");
-    let staging = key(DATASET, &format!("{}_stg_pod_stale", target()));
     assert!(
-        wait_for(LIMIT, || table_names(&fake).contains(&staging)),
+        wait_for(LIMIT, || staging_of(&fake, "pod-stale").is_some()),
         "{}",
         s.log_tail()
     );
@@ -197,15 +197,15 @@ fn a_move_past_move_timeout_is_unready_until_it_finishes() {
     let yaml = sink_yaml(&fake, "1s") + "    move_timeout: 10s\n";
     let s = Setup::new(dir.path(), "a", &topic, &unique("g"), &yaml);
     let child = start(&s, "pod-overdue");
-    let staging = key(DATASET, &format!("{}_stg_pod_overdue", target()));
     let ready = || s.get("/readyz").is_some_and(|(code, _)| code == 200);
     assert!(
-        wait_for(LIMIT, || table_names(&fake).contains(&staging) && ready()),
+        wait_for(LIMIT, || staging_of(&fake, "pod-overdue").is_some()
+            && ready()),
         "{}",
         s.log_tail()
     );
-    // The next instance is the first move's INSERT: it stays Running until released.
-    fake.arm(json!({"hold_instances": 1}));
+    // The first move's INSERT stays Running (and inserts nothing) until released.
+    fake.arm_instance(json!({"match": "^insert", "defer": true}));
     let all = logs(20, 54, 0.0);
     produce(&topic, &all);
     let mut held = String::new();
