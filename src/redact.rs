@@ -99,6 +99,17 @@ pub const NON_SECRET_CONSUMER_KEYS: &[&str] = &[
     "topic.metadata.refresh.sparse",
 ];
 
+/// A credential as an HTTP header value (`authorization: Bearer …`), marked sensitive: a
+/// request's `Debug` shows `Sensitive` instead, and HTTP/2 sends it never-indexed, so no HPACK
+/// table along the way keeps it.
+pub fn sensitive_header(
+    value: &str,
+) -> Result<reqwest::header::HeaderValue, reqwest::header::InvalidHeaderValue> {
+    let mut v = reqwest::header::HeaderValue::from_str(value)?;
+    v.set_sensitive(true);
+    Ok(v)
+}
+
 /// Whether an `additional_consumer_config` value may be printed.
 pub fn is_non_secret_consumer_key(key: &str) -> bool {
     NON_SECRET_CONSUMER_KEYS.contains(&key)
@@ -240,6 +251,14 @@ impl Scrubber {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_credential_header_is_sensitive() {
+        let v = sensitive_header("Bearer ya29.PLANTED-TOKEN").unwrap();
+        assert!(v.is_sensitive());
+        assert!(!format!("{v:?}").contains("PLANTED"));
+        assert!(sensitive_header("a\nb").is_err());
+    }
 
     #[test]
     fn userinfo_is_cut_from_urls_and_server_lists() {

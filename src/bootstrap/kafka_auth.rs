@@ -21,6 +21,18 @@ pub struct KafkaAuth {
     /// Secret values by KEDA authentication parameter (`username`, `password`, `ca`, `cert`,
     /// `key`, `keyPassword`).
     pub params: BTreeMap<&'static str, String>,
+    /// Parameters whose value the spec reads from an existing Secret (`secretKeyRef`): the
+    /// TriggerAuthentication points KEDA at that Secret's key, and the value is copied nowhere.
+    pub refs: BTreeMap<&'static str, SecretRef>,
+}
+
+/// A key of an existing Secret in the version's namespace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SecretRef {
+    /// The Secret's name.
+    pub name: String,
+    /// The key in its data.
+    pub key: String,
 }
 
 impl std::fmt::Debug for KafkaAuth {
@@ -31,6 +43,7 @@ impl std::fmt::Debug for KafkaAuth {
             .field("tls", &self.tls)
             .field("unsafe_ssl", &self.unsafe_ssl)
             .field("params", &self.params.keys().collect::<Vec<_>>())
+            .field("refs", &self.refs)
             .finish()
     }
 }
@@ -39,6 +52,24 @@ impl KafkaAuth {
     /// The config Secret's key holding `param`.
     pub fn secret_key(param: &str) -> String {
         format!("{SECRET_KEY_PREFIX}{param}")
+    }
+
+    /// Whether the scaler gets any credential (and so a TriggerAuthentication).
+    pub fn has_credentials(&self) -> bool {
+        !self.params.is_empty() || !self.refs.is_empty()
+    }
+
+    /// Moves the parameters whose value is `placeholder` to [`KafkaAuth::refs`], read from
+    /// `secret` (a credential the spec reads from an existing Secret).
+    pub fn take_ref(&mut self, placeholder: &str, secret: &SecretRef) {
+        let params: Vec<&'static str> = (self.params.iter())
+            .filter(|(_, v)| v.as_str() == placeholder)
+            .map(|(p, _)| *p)
+            .collect();
+        for p in params {
+            self.params.remove(p);
+            self.refs.insert(p, secret.clone());
+        }
     }
 
     /// The Secret items to add: `keda-<param>` → value.
@@ -174,6 +205,7 @@ pub fn kafka_auth(consumer_config: &[(String, String)]) -> Derived {
             tls,
             unsafe_ssl,
             params,
+            refs: BTreeMap::new(),
         });
     }
     out

@@ -3,7 +3,8 @@
 //! credentials ([`super::kafka_auth`]). Pure builders.
 //!
 //! The credentials go into the version's config Secret under `keda-<parameter>` keys and the
-//! `TriggerAuthentication` points at them (`secretTargetRef`); the `ScaledObject` carries only
+//! `TriggerAuthentication` points at them (`secretTargetRef`), or at the existing Secret's key
+//! for a credential the spec reads from one (`secretKeyRef`); the `ScaledObject` carries only
 //! the non-secret `sasl` and `tls` modes, which KEDA accepts in trigger metadata.
 
 use super::kafka_auth::KafkaAuth;
@@ -57,7 +58,7 @@ pub fn scaled_object(spec: &Spec) -> Option<DynamicObject> {
         if auth.unsafe_ssl {
             put("unsafeSsl", "true".into());
         }
-        if !auth.params.is_empty() {
+        if auth.has_credentials() {
             trigger["authenticationRef"] =
                 json!({"name": spec.names.workload, "kind": "TriggerAuthentication"});
         }
@@ -79,10 +80,10 @@ pub fn scaled_object(spec: &Spec) -> Option<DynamicObject> {
 /// autoscaling is on and the cluster needs credentials.
 pub fn trigger_authentication(spec: &Spec) -> Option<DynamicObject> {
     let auth = spec.autoscaling.as_ref()?.kafka_auth.as_ref()?;
-    if auth.params.is_empty() {
+    if !auth.has_credentials() {
         return None;
     }
-    let refs: Vec<Value> = auth
+    let mut refs: Vec<Value> = auth
         .params
         .keys()
         .map(|p| {
@@ -93,6 +94,13 @@ pub fn trigger_authentication(spec: &Spec) -> Option<DynamicObject> {
             })
         })
         .collect();
+    // Credentials the spec reads from an existing Secret: KEDA reads the same key.
+    refs.extend(
+        auth.refs
+            .iter()
+            .map(|(p, r)| json!({"parameter": p, "name": r.name, "key": r.key})),
+    );
+    refs.sort_by(|a, b| a["parameter"].as_str().cmp(&b["parameter"].as_str()));
     let mut obj = DynamicObject::new(&spec.names.workload, &trigger_authentication_resource())
         .data(json!({"spec": {"secretTargetRef": refs}}));
     obj.metadata = meta(spec, &spec.names.workload, &[]);

@@ -16,10 +16,10 @@ use k8s_openapi::api::apps::v1::{
     Deployment, DeploymentSpec, DeploymentStrategy, RollingUpdateDeployment,
 };
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, HTTPGetAction, KeyToPath,
-    PersistentVolumeClaimVolumeSource, PodSecurityContext, PodSpec, PodTemplateSpec, Probe,
-    ResourceRequirements, SeccompProfile, Secret, SecretVolumeSource, SecurityContext,
-    ServiceAccount, Volume, VolumeMount,
+    Capabilities, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource,
+    HTTPGetAction, KeyToPath, PersistentVolumeClaimVolumeSource, PodSecurityContext, PodSpec,
+    PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile, Secret, SecretKeySelector,
+    SecretVolumeSource, SecurityContext, ServiceAccount, Volume, VolumeMount,
 };
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -33,6 +33,13 @@ use std::collections::BTreeMap;
 pub const ANNOTATION_CONFIG_CHECKSUM: &str = "observation-publisher.caraml.dev/config-checksum";
 /// Workload-identity annotation on the ServiceAccount.
 pub const ANNOTATION_GCP_SA: &str = "iam.gke.io/gcp-service-account";
+/// The ServiceAccount annotation naming the RAM role ACK's `ack-pod-identity-webhook` gives the
+/// pods (RRSA); the webhook acts only in a namespace labelled
+/// [`LABEL_ALIBABA_INJECTION`]`: "on"`.
+pub const ANNOTATION_ALIBABA_ROLE: &str = "pod-identity.alibabacloud.com/role-name";
+/// The namespace label that turns ACK's pod-identity webhook on (bootstrap does not own
+/// namespaces: docs/bootstrap.md says to set it).
+pub const LABEL_ALIBABA_INJECTION: &str = "pod-identity.alibabacloud.com/injection";
 /// Item of the config Secret.
 pub const CONFIG_ITEM: &str = "config.yaml";
 /// Pod user and group: a fixed non-root id (the Dockerfile creates it).
@@ -73,13 +80,17 @@ pub fn build(spec: &Spec, key: &ChecksumKey) -> Manifests {
     }
 }
 
-/// The ServiceAccount (workload-identity annotation when an email is given; no token mounted).
+/// The ServiceAccount (workload-identity annotations when a Google service account or a RAM
+/// role is named; no token mounted).
 pub fn service_account(spec: &Spec) -> ServiceAccount {
-    let extra: Vec<(&str, String)> = spec
-        .identity
-        .gcp_service_account
-        .iter()
+    let id = &spec.identity;
+    let extra: Vec<(&str, String)> = (id.gcp_service_account.iter())
         .map(|e| (ANNOTATION_GCP_SA, e.clone()))
+        .chain(
+            id.alibaba_ram_role
+                .iter()
+                .map(|r| (ANNOTATION_ALIBABA_ROLE, r.clone())),
+        )
         .collect();
     ServiceAccount {
         metadata: meta(spec, &spec.names.workload, &extra),
@@ -215,6 +226,20 @@ pub fn deployment(spec: &Spec, key: &ChecksumKey) -> Deployment {
             ..EnvVar::default()
         });
     }
+    // Credentials read from existing Secrets: the configuration's environment layering puts
+    // each back at its place in config.yaml.
+    env.extend(spec.secret_envs.iter().map(|e| EnvVar {
+        name: e.env.clone(),
+        value_from: Some(EnvVarSource {
+            secret_key_ref: Some(SecretKeySelector {
+                name: e.secret.name.clone(),
+                key: e.secret.key.clone(),
+                optional: None,
+            }),
+            ..EnvVarSource::default()
+        }),
+        ..EnvVar::default()
+    }));
     let container = Container {
         name: "publisher".into(),
         image: Some(spec.image.clone()),
@@ -402,6 +427,28 @@ mod tests {
             env[0].value.as_deref(),
             Some("/var/run/secrets/gcp/service-account.json")
         );
+    }
+
+    #[test]
+    fn the_service_account_asks_for_what_identity_names() {
+        let annotations = |extra: &str| {
+            service_account(&spec(extra))
+                .metadata
+                .annotations
+                .unwrap_or_default()
+        };
+        let none = annotations("");
+        assert!(
+            !none.contains_key(ANNOTATION_GCP_SA) && !none.contains_key(ANNOTATION_ALIBABA_ROLE)
+        );
+        let both = annotations(
+            "identity: {gcp_service_account: p@g.iam.gserviceaccount.com, alibaba_ram_role: mlobs-publisher}",
+        );
+        assert_eq!(both[ANNOTATION_GCP_SA], "p@g.iam.gserviceaccount.com");
+        assert_eq!(both[ANNOTATION_ALIBABA_ROLE], "mlobs-publisher");
+        // Direct Workload Identity: the ServiceAccount itself holds the roles, nothing to annotate.
+        let direct = annotations("identity: {gcp_workload_identity: direct}");
+        assert!(!direct.contains_key(ANNOTATION_GCP_SA));
     }
 
     #[test]

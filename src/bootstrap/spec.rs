@@ -11,13 +11,14 @@
 //! resources: {requests: {cpu: 100m, memory: 96Mi}, limits: {memory: 121Mi}}   # the defaults; memory limit: from the config
 //! labels: {team: risk}
 //! identity:
-//!   gcp_service_account: publisher@gcp-project.iam.gserviceaccount.com
+//!   gcp_service_account: publisher@gcp-project.iam.gserviceaccount.com  # or gcp_workload_identity: direct
 //!   key_secret: publisher-key            # or {name: publisher-key, key: service-account.json}
+//!   alibaba_ram_role: publisher-role     # ACK RRSA (pod-identity.alibabacloud.com/role-name)
 //! autoscaling: {min_replicas: 1, max_replicas: 4, lag_threshold: 100000}   # optional (KEDA)
 //! monitoring: {pod_monitor: true, interval: 30s, labels: {release: prom}}  # optional
 //! config:                                # the run config, Merlin's shape
 //!   inference_schema: {...}
-//!   observation_sinks: [...]
+//!   observation_sinks: [...]               # a credential may be {secretKeyRef: {name, key}}
 //!   observation_source: {type: KAFKA, config: {bootstrap_servers: "kafka:9092"}}
 //! ```
 //!
@@ -29,9 +30,7 @@
 //! once.
 
 use super::kafka_auth::{kafka_auth, KafkaAuth};
-use super::names::{
-    is_dns_label, is_dns_subdomain, is_label_key, is_label_value, is_quantity, Names,
-};
+use super::names::{is_dns_label, is_label_key, is_label_value, is_quantity, Names};
 use super::storage::Storage;
 pub use super::storage::{DATA_DIR, TMP_DIR};
 use crate::config::{key_text, scalar_text, Config, Needs, Obj, Problems};
@@ -45,8 +44,9 @@ pub const DEFAULT_KEY_ITEM: &str = "service-account.json";
 pub const RESERVED_LABEL_PREFIXES: &[&str] =
     &["app.kubernetes.io/", "observation-publisher.caraml.dev/"];
 
-/// A validated publisher spec, with the completed run config.
-#[derive(Debug, Clone)]
+/// A validated publisher spec, with the completed run config. `Debug` shows the run config
+/// with its secrets redacted.
+#[derive(Clone)]
 pub struct Spec {
     /// Merlin project.
     pub project: String,
@@ -76,12 +76,42 @@ pub struct Spec {
     pub monitoring: Monitoring,
     /// emptyDir size limit and the optional persistent volume for local files.
     pub storage: Storage,
-    /// The run config as written into the Secret (completed with defaults).
+    /// The run config as written into the Secret (completed with defaults; credentials read
+    /// from existing Secrets left out).
     pub run_config: Value,
+    /// Credentials of the run config read from existing Secrets, passed as environment
+    /// variables.
+    pub secret_envs: Vec<SecretEnv>,
     /// The run config, validated.
     pub config: Config,
     /// Object names of this version.
     pub names: Names,
+}
+
+impl std::fmt::Debug for Spec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut run_config = self.run_config.clone();
+        crate::config::redact(&mut run_config);
+        f.debug_struct("Spec")
+            .field("project", &self.project)
+            .field("model", &self.model)
+            .field("version", &self.version)
+            .field("revision", &self.revision)
+            .field("namespace", &self.namespace)
+            .field("image", &self.image)
+            .field("replicas", &self.replicas)
+            .field("resources", &self.resources)
+            .field("labels", &self.labels)
+            .field("identity", &self.identity)
+            .field("autoscaling", &self.autoscaling)
+            .field("monitoring", &self.monitoring)
+            .field("storage", &self.storage)
+            .field("run_config", &run_config)
+            .field("secret_envs", &self.secret_envs)
+            .field("config", &self.config)
+            .field("names", &self.names)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Container resources.
@@ -91,24 +121,6 @@ pub struct Resources {
     pub requests: BTreeMap<String, String>,
     /// Limits, by resource name.
     pub limits: BTreeMap<String, String>,
-}
-
-/// The identity of the publisher's pods.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Identity {
-    /// GCP service-account email for workload identity (`iam.gke.io/gcp-service-account`).
-    pub gcp_service_account: Option<String>,
-    /// An existing Secret holding a GCP JSON key, mounted only when named.
-    pub key_secret: Option<KeySecret>,
-}
-
-/// An existing Secret holding a GCP service-account key.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KeySecret {
-    /// Secret name (in the target namespace).
-    pub name: String,
-    /// Item holding the JSON key (default `service-account.json`).
-    pub key: String,
 }
 
 /// Default `autoscaling.lag_threshold`: KEDA reads lag from committed offsets, which trail a
@@ -214,15 +226,7 @@ impl Spec {
             read_resources(r.closed_obj("resources", &["requests", "limits"], p), p);
         cpu_defaults(&mut resources, &mut warnings);
         let labels = read_labels(r.get("labels"), p);
-        let identity = read_identity(
-            r.closed_obj("identity", &["gcp_service_account", "key_secret"], p),
-            p,
-        );
-        if identity.gcp_service_account.is_none() && identity.key_secret.is_none() {
-            warnings.push(
-                "identity: neither gcp_service_account nor key_secret is set; the publisher will use the node's default credentials".into(),
-            );
-        }
+        let identity = read_identity(r.closed_obj("identity", IDENTITY_KEYS, p), p);
         let mut autoscaling = read_autoscaling(
             r.closed_obj(
                 "autoscaling",
@@ -250,13 +254,26 @@ impl Spec {
             &mut warnings,
         );
 
-        // Validate the completed run config exactly as `run` will.
-        let config = match &run_config {
+        let mut run_config = run_config;
+        let (secret_envs, checked) = match run_config.as_mut() {
+            Some(rc) => {
+                let (refs, checked) = take_secret_refs(rc, &mut problems);
+                (refs, Some(checked))
+            }
+            None => (Vec::new(), None),
+        };
+
+        // Validate the completed run config exactly as `run` will (a credential read from a
+        // Secret by its placeholder).
+        let config = match &checked {
             Some(rc) if !project.is_empty() && !model.is_empty() && !version.is_empty() => {
                 match Config::from_value(rc, Needs::RUN) {
                     Ok((c, w)) => {
                         warnings.extend(w.into_iter().map(|w| format!("config: {w}")));
                         memory_defaults(&mut resources, &c, &mut warnings);
+                        if !identity.names_google() && uses_metadata_server(&c) {
+                            warnings.push(metadata_server_warning(&namespace, &names.workload));
+                        }
                         check_runtime_fit(&c, &mut problems);
                         storage.check_paths(&c, replicas, &mut problems, &mut warnings);
                         if let (Some(a), Some(src)) =
@@ -271,6 +288,11 @@ impl Spec {
                                 problems.push(at, format_args!("{msg} (autoscaling is on)"));
                             }
                             a.kafka_auth = d.auth;
+                            if let Some(auth) = a.kafka_auth.as_mut() {
+                                for e in &secret_envs {
+                                    auth.take_ref(&e.placeholder(), &e.secret);
+                                }
+                            }
                         }
                         Some(c)
                     }
@@ -302,6 +324,7 @@ impl Spec {
                     monitoring,
                     storage,
                     run_config,
+                    secret_envs,
                     config,
                     names,
                 },
@@ -467,6 +490,14 @@ fn complete_config(
             .or_insert_with(|| Value::String("own".into()));
     }
     Some(Value::Mapping(cfg))
+}
+
+/// Whether a sink authenticates with Google's Application Default Credentials, which in a pod
+/// with no key come from GKE's metadata server.
+fn uses_metadata_server(c: &Config) -> bool {
+    c.observation_sinks.iter().any(|s| {
+        matches!(s, crate::config::SinkConfig::BigQuery(b) if b.auth == crate::config::BigQueryAuth::Adc)
+    })
 }
 
 /// Problems that only show in a pod: a listener the probes cannot reach. (Local files:
@@ -635,70 +666,6 @@ fn read_labels_at(at: &str, v: Option<&Value>, p: &mut Problems) -> BTreeMap<Str
     out
 }
 
-/// `identity`: a workload-identity service account and/or a key Secret.
-fn read_identity(mut m: Obj<'_>, p: &mut Problems) -> Identity {
-    if m.is_absent() {
-        return Identity::default();
-    }
-    let gcp_service_account = m.text("gcp_service_account", p);
-    if let Some(e) = &gcp_service_account {
-        let ok = e
-            .split_once('@')
-            .is_some_and(|(a, d)| !a.is_empty() && d.contains('.'))
-            && !e.contains(char::is_whitespace);
-        if !ok {
-            p.push(
-                "identity.gcp_service_account",
-                format_args!("{e:?} is not a service-account email"),
-            );
-        }
-    }
-    let key_secret = match m.get("key_secret") {
-        None | Some(Value::Null) => None,
-        v @ Some(Value::Mapping(_)) => {
-            let mut km = Obj::closed(v, "identity.key_secret", &["name", "key"], p);
-            let name = km.req_text("name", p);
-            let key = km.text("key", p).unwrap_or_else(|| DEFAULT_KEY_ITEM.into());
-            Some(KeySecret { name, key })
-        }
-        Some(v) => match scalar_text(v) {
-            Some(name) => Some(KeySecret {
-                name,
-                key: DEFAULT_KEY_ITEM.into(),
-            }),
-            None => {
-                p.push(
-                    "identity.key_secret",
-                    "must be a Secret name or {name, key}",
-                );
-                None
-            }
-        },
-    };
-    if let Some(k) = &key_secret {
-        if !is_dns_subdomain(&k.name) {
-            p.push(
-                "identity.key_secret.name",
-                format_args!("{:?} is not a valid Secret name", k.name),
-            );
-        }
-        let ok = !k.key.is_empty()
-            && k.key
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
-        if !ok {
-            p.push(
-                "identity.key_secret.key",
-                format_args!("{:?} is not a valid Secret item name", k.key),
-            );
-        }
-    }
-    Identity {
-        gcp_service_account,
-        key_secret,
-    }
-}
-
 /// `autoscaling` (absent: none); `min_replicas` defaults to `replicas`.
 fn read_autoscaling(mut m: Obj<'_>, replicas: i32, p: &mut Problems) -> Option<Autoscaling> {
     if m.is_absent() {
@@ -732,7 +699,15 @@ fn read_autoscaling(mut m: Obj<'_>, replicas: i32, p: &mut Problems) -> Option<A
     })
 }
 
+mod identity;
 mod monitoring;
+mod secret_refs;
+
+use secret_refs::take_secret_refs;
+pub use secret_refs::{SecretEnv, SECRET_KEY_REF};
+
+use identity::{metadata_server_warning, read_identity, IDENTITY_KEYS};
+pub use identity::{Identity, KeySecret};
 
 use monitoring::read_monitoring;
 pub use monitoring::{is_prometheus_duration, Monitoring, DEFAULT_SCRAPE_INTERVAL};

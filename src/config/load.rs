@@ -185,7 +185,12 @@ fn env_over(
             );
             continue;
         }
-        match set_path(root, &path, scalar(&v)) {
+        // A secret, and any librdkafka value, is text: a password `007` or `1e3` read as a
+        // YAML number would reach the service as `7` or `1000`.
+        let text = path.last().is_some_and(|key| is_secret_key(key))
+            || path.iter().rev().nth(1).map(String::as_str) == Some("additional_consumer_config");
+        let value = if text { Value::String(v) } else { scalar(&v) };
+        match set_path(root, &path, value) {
             Ok(()) => origins.overridden(&path, k),
             Err(e) => problems.push("", format_args!("environment variable {k}: {e}")),
         }

@@ -7,8 +7,9 @@ use super::value::{kind, Obj, Problems};
 use serde::Serialize;
 use serde_yaml_ng::Value;
 
-/// `observation_source` with `type: KAFKA`.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// `observation_source` with `type: KAFKA`. `Debug` shows the librdkafka values that hold no
+/// secret and redacts the others, as `check-config` does.
+#[derive(Clone, PartialEq, Serialize)]
 pub struct KafkaSource {
     /// The topic holding this model version's prediction logs.
     pub topic: String,
@@ -27,6 +28,38 @@ pub struct KafkaSource {
     pub buffer_capacity: u64,
     /// Merlin's flush interval in seconds (superseded by `batching.linger`).
     pub buffer_max_duration_seconds: u64,
+}
+
+impl std::fmt::Debug for KafkaSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use crate::redact::{is_non_secret_consumer_key, strip_userinfo, REDACTED};
+        let consumer: Vec<(&str, &str)> = (self.additional_consumer_config.iter())
+            .map(|(k, v)| {
+                let shown = if is_non_secret_consumer_key(k) {
+                    v.as_str()
+                } else {
+                    REDACTED
+                };
+                (k.as_str(), shown)
+            })
+            .collect();
+        f.debug_struct("KafkaSource")
+            .field("topic", &self.topic)
+            .field(
+                "bootstrap_servers",
+                &strip_userinfo(&self.bootstrap_servers),
+            )
+            .field("group_id", &self.group_id)
+            .field("batch_size", &self.batch_size)
+            .field("poll_timeout_seconds", &self.poll_timeout_seconds)
+            .field("additional_consumer_config", &consumer)
+            .field("buffer_capacity", &self.buffer_capacity)
+            .field(
+                "buffer_max_duration_seconds",
+                &self.buffer_max_duration_seconds,
+            )
+            .finish()
+    }
 }
 
 /// librdkafka keys that would break the publisher's delivery guarantees if overridden.
@@ -108,8 +141,8 @@ pub struct RetryConfig {
     pub retry_interval_seconds: u64,
 }
 
-/// A BIGQUERY sink.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// A BIGQUERY sink. `Debug` cuts credentials out of its URLs.
+#[derive(Clone, PartialEq, Serialize)]
 pub struct BigQuerySink {
     /// GCP project holding the dataset.
     pub project: String,
@@ -147,6 +180,27 @@ pub struct BigQuerySink {
     pub connections: u32,
 }
 
+impl std::fmt::Debug for BigQuerySink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use crate::redact::strip_userinfo;
+        f.debug_struct("BigQuerySink")
+            .field("project", &self.project)
+            .field("dataset", &self.dataset)
+            .field("ttl_days", &self.ttl_days)
+            .field("retry", &self.retry)
+            .field("storage_endpoint", &strip_userinfo(&self.storage_endpoint))
+            .field("rest_base_url", &strip_userinfo(&self.rest_base_url))
+            .field("auth", &self.auth)
+            .field("max_request_bytes", &self.max_request_bytes)
+            .field("max_inflight_bytes", &self.max_inflight_bytes)
+            .field("clustering", &self.clustering)
+            .field("emulator_compat", &self.emulator_compat)
+            .field("kafka_columns", &self.kafka_columns)
+            .field("connections", &self.connections)
+            .finish()
+    }
+}
+
 /// Default `connections`, the most a backlog opens (chosen by measurement: docs/performance.md,
 /// "Appends pipelined").
 pub const DEFAULT_CONNECTIONS: u32 = 4;
@@ -180,8 +234,12 @@ pub enum BigQueryAuth {
 pub struct ArizeSink {
     /// Arize API key (secret; sent as the `authorization` header).
     pub api_key: String,
-    /// Arize space key (secret; sent as the `space` header).
+    /// Arize space key (secret; sent as the `space` header). Empty when not set: Arize's
+    /// current SDK deprecates it for [`ArizeSink::space_id`]; one of the two is required.
     pub space_key: String,
+    /// Arize space ID (`space_id`; sent as the `arize-space-id` and `space_id` headers, as
+    /// Arize's current SDK sends it). Empty when not set.
+    pub space_id: String,
     /// Ours: the API base URI (`uri`); requests go to `{uri}/pandas_arrow`.
     pub uri: String,
     /// Ours: timeout of one request, sending and answer included (`request_timeout`).
@@ -200,7 +258,8 @@ impl std::fmt::Debug for ArizeSink {
         f.debug_struct("ArizeSink")
             .field("api_key", &crate::redact::REDACTED)
             .field("space_key", &crate::redact::REDACTED)
-            .field("uri", &self.uri)
+            .field("space_id", &self.space_id)
+            .field("uri", &crate::redact::strip_userinfo(&self.uri))
             .field("request_timeout", &self.request_timeout)
             .field("connect_timeout", &self.connect_timeout)
             .field("max_request_bytes", &self.max_request_bytes)
@@ -275,8 +334,17 @@ impl std::fmt::Debug for MaxComputeSink {
                 &crate::redact::strip_userinfo(&self.access_url),
             )
             .field("retry", &self.retry)
-            .field("tunnel_endpoint", &self.tunnel_endpoint)
-            .field("sts_endpoint", &self.sts_endpoint)
+            .field(
+                "tunnel_endpoint",
+                &self
+                    .tunnel_endpoint
+                    .as_deref()
+                    .map(crate::redact::strip_userinfo),
+            )
+            .field(
+                "sts_endpoint",
+                &self.sts_endpoint.as_deref().map(crate::redact::strip_userinfo),
+            )
             .field("interval", &self.interval)
             .field("move_timeout", &self.move_timeout)
             .field("request_timeout", &self.request_timeout)
@@ -515,7 +583,15 @@ fn read_maxcompute(
 
 fn read_arize(c: &mut Obj<'_>, problems: &mut Problems) -> ArizeSink {
     let api_key = c.req_string("api_key", problems);
-    let space_key = c.req_string("space_key", problems);
+    let space_key = c.string("space_key", problems).unwrap_or_default();
+    let space_id = c.string("space_id", problems).unwrap_or_default();
+    if space_key.is_empty() && space_id.is_empty() && !c.is_absent() {
+        problems.push(
+            &c.path_of("space_id"),
+            "required: the Arize space's ID (from the space's settings page; the deprecated \
+             space_key is accepted instead)",
+        );
+    }
     let uri = url_option(c, "uri", DEFAULT_ARIZE_URI, problems);
     use super::bounds::{ARIZE_REQUEST_BYTES, ARIZE_TIMEOUT};
     let request_timeout = c.duration_in(
@@ -539,6 +615,7 @@ fn read_arize(c: &mut Obj<'_>, problems: &mut Problems) -> ArizeSink {
     ArizeSink {
         api_key,
         space_key,
+        space_id,
         uri,
         request_timeout,
         connect_timeout,

@@ -216,6 +216,26 @@ fn arize_sinks_are_accepted_with_production_defaults() {
     ] {
         assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
     }
+    // The space by its ID (Arize's current SDK), or by neither: a problem naming space_id.
+    let arize = |keys: &str| {
+        MERLIN.replace(
+            "observation_source:",
+            &format!("- type: ARIZE\n  config: {{api_key: k{keys}}}\nobservation_source:"),
+        )
+    };
+    let (c, _) = parse(&arize(", space_id: U3BhY2U6MTIz"), Needs::RUN).unwrap();
+    let SinkConfig::Arize(a) = &c.observation_sinks[1] else {
+        unreachable!()
+    };
+    assert_eq!(
+        (a.space_id.as_str(), a.space_key.as_str()),
+        ("U3BhY2U6MTIz", "")
+    );
+    let text = parse(&arize(""), Needs::RUN).unwrap_err().to_string();
+    assert!(
+        text.contains("observation_sinks[1].config.space_id: required: the Arize space's ID"),
+        "{text}"
+    );
 }
 
 #[test]

@@ -5,8 +5,11 @@
 //!
 //! A panic hook is the one place that sees every panic, whoever catches it afterwards (tokio
 //! turns a task's panic into a `JoinError` that nobody might look at), so it is process-global
-//! by necessity; it is installed once, by `run`, and chains to the previous hook (which prints
-//! the message and the backtrace).
+//! by necessity; it is installed once, by `run`, and replaces the default hook: a panic
+//! message may quote a value of the configuration (a secret inside a formatted error), and the
+//! default hook prints it raw. This one prints the message scrubbed as log lines are
+//! ([`crate::telemetry::scrub`]), then the backtrace when `RUST_BACKTRACE` asks for it, and
+//! `/healthz` serves the same scrubbed text.
 
 use crate::server::Health;
 use std::sync::Arc;
@@ -20,15 +23,32 @@ pub(crate) const EXIT_UNFINISHED: u8 = 1;
 
 /// Installs the hook: every later panic is recorded in `health` and cancels `shutdown`.
 pub(crate) fn install(health: Arc<Health>, shutdown: CancellationToken) {
-    let previous = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
-        previous(info);
         let thread = std::thread::current();
         let what = describe(thread.name().unwrap_or("unnamed"), info);
+        let what = crate::telemetry::scrub(&what).into_owned();
+        print_to_stderr(&what);
         tracing::error!(crash = %what, "panic: stopping, the process will exit non-zero");
         health.crash(what);
         shutdown.cancel();
     }));
+}
+
+/// What the default hook prints, from the scrubbed description: the message, then the
+/// backtrace (`RUST_BACKTRACE`) or the note on how to get one.
+fn print_to_stderr(what: &str) {
+    use std::backtrace::{Backtrace, BacktraceStatus};
+    use std::io::Write;
+    let backtrace = Backtrace::capture();
+    let tail = match backtrace.status() {
+        BacktraceStatus::Captured => format!("stack backtrace:\n{backtrace}"),
+        _ => "note: run with `RUST_BACKTRACE=1` environment variable to display a backtrace\n"
+            .to_string(),
+    };
+    // One write, so that the lines of two panics do not interleave.
+    let _ = std::io::stderr()
+        .lock()
+        .write_all(format!("{what}\n{tail}").as_bytes());
 }
 
 /// "thread 'pipeline' panicked at src/x.rs:1:2: message".
@@ -84,6 +104,15 @@ impl Outcome {
 /// integration tests use it to prove a crashed sink task ends the process non-zero.
 pub(crate) fn injected(point: &str) -> bool {
     cfg!(debug_assertions) && std::env::var("OBS_PUBLISHER_FAULT").is_ok_and(|v| v == point)
+}
+
+/// Test-only: `OBS_PUBLISHER_FAULT_MESSAGE`, appended to an injected panic's message (debug
+/// builds only), so that a test can make a panic quote a secret of the configuration.
+pub(crate) fn injected_message() -> String {
+    match std::env::var("OBS_PUBLISHER_FAULT_MESSAGE") {
+        Ok(m) if cfg!(debug_assertions) => format!(": {m}"),
+        _ => String::new(),
+    }
 }
 
 #[cfg(test)]

@@ -230,7 +230,10 @@ impl Task {
     /// A new batch: queued for every sink.
     fn take(&mut self, job: SinkJob) {
         if super::crash::injected("panic_in_sink_task") {
-            panic!("injected fault: panic_in_sink_task");
+            panic!(
+                "injected fault: panic_in_sink_task{}",
+                super::crash::injected_message()
+            );
         }
         if self.queues.is_empty() {
             // No sinks: the ledger counted the batch as written when it was dispatched.

@@ -123,6 +123,42 @@ fn a_panic_in_the_sink_task_exits_non_zero() {
     );
 }
 
+/// A panic whose message quotes a secret of the configuration (injected) prints it nowhere:
+/// the message on stderr and the crash line are scrubbed, as log lines are.
+#[test]
+fn a_panic_message_is_scrubbed_before_it_is_printed() {
+    const SECRET: &str = "PLANTED-PANIC-SECRET";
+    let dir = tempfile::tempdir().unwrap();
+    let input = replay_file(dir.path(), 3);
+    // An ARIZE sink (never reached: the sink task panics on its first batch) whose key the
+    // panic quotes.
+    let cfg = dir.path().join("config.yaml");
+    let text = std::fs::read_to_string(repo_config("local.yaml")).unwrap();
+    std::fs::write(
+        &cfg,
+        format!("{text}\nobservation_sinks:\n- type: ARIZE\n  config: {{api_key: {SECRET}, space_key: space-key, uri: 'http://127.0.0.1:9/v1'}}\n"),
+    )
+    .unwrap();
+    let dl = format!("dead_letter.path={}", dir.path().join("dead.bin").display());
+    let rows = format!("local_sink.path={}", dir.path().join("rows").display());
+    let o = replay_with_one_second_drain(&cfg, &input, &dl, &rows)
+        .env("OBS_PUBLISHER_FAULT", "panic_in_sink_task")
+        .env(
+            "OBS_PUBLISHER_FAULT_MESSAGE",
+            format!("token {SECRET} in an error"),
+        )
+        .output()
+        .unwrap();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(101), "{err}");
+    assert!(
+        err.contains("panicked at")
+            && err.contains("injected fault: panic_in_sink_task: token <redacted> in an error"),
+        "{err}"
+    );
+    assert!(!err.contains(SECRET), "{err}");
+}
+
 /// Asked to stop while its only sink cannot write (a file where the Parquet partition
 /// directory must go), the run waits `consumer.drain_timeout` and exits 1: rows it read were
 /// never acknowledged (not 0).

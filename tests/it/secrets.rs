@@ -267,3 +267,56 @@ fn bootstrap_dry_run_prints_no_secret() {
         &out,
     );
 }
+
+/// `{:?}` of the configuration, its parts and a bootstrap spec prints no planted secret: a
+/// `Debug` reaches logs through `?value` fields and panic messages.
+#[test]
+fn debug_formatting_prints_no_secret() {
+    use observation_publisher::bootstrap::Spec;
+    use observation_publisher::config::{load_value, Config, Needs};
+    let dir = tempfile::tempdir().unwrap();
+    let sinks = format!(
+        "{BIGQUERY}\n- type: ARIZE\n  config: {{api_key: PLANTED-ARIZE-API-KEY, space_key: PLANTED-ARIZE-SPACE-KEY, uri: 'http://u:PLANTED-URI-PASSWORD@127.0.0.1:9/v1'}}\n- type: MAXCOMPUTE\n  config: {{project: p, dataset: d, access_key_id: PLANTED-AK-ID, access_key_secret: PLANTED-AK-SECRET, access_url: 'http://u:PLANTED-MC-PASSWORD@odps.example/api', tunnel_endpoint: 'http://u:PLANTED-TUNNEL-PASSWORD@dt.example'}}"
+    );
+    let oauth_rest: Vec<&str> = (OAUTH.lines())
+        .filter(|l| {
+            !l.contains("security.protocol")
+                && !l.contains("sasl.mechanisms")
+                && !l.contains("kinit")
+        })
+        .collect();
+    let consumer = format!(
+        "{PLAIN}\n      ssl.key.pem: PLANTED-KEY-PEM\n{}",
+        oauth_rest.join("\n")
+    );
+    let path = config(
+        dir.path(),
+        "debug.yaml",
+        &consumer,
+        "127.0.0.1:9092",
+        &sinks,
+    );
+    let v = load_value(Some(Path::new(&path)), [], &[]).unwrap();
+    let (c, _) = Config::from_value(&v, Needs::RUN).unwrap_or_else(|p| panic!("{p}"));
+    let source = c.observation_source.as_ref().unwrap();
+    assert_eq!(c.observation_sinks.len(), 3);
+    for (what, text) in [
+        ("Config", format!("{c:?}")),
+        ("KafkaSource", format!("{source:?}")),
+        ("sinks", format!("{:?}", c.observation_sinks)),
+    ] {
+        assert_clean(what, &text);
+    }
+    // What may be shown still is.
+    let text = format!("{source:?}");
+    assert!(
+        text.contains("\"security.protocol\", \"SASL_PLAINTEXT\"")
+            && text.contains("\"sasl.password\", \"<redacted>\""),
+        "{text}"
+    );
+
+    let spec_path = spec(dir.path(), "spec.yaml", "kafka.example:9092");
+    let (s, _) = Spec::load(Path::new(&spec_path)).unwrap_or_else(|p| panic!("{p}"));
+    assert_clean("Spec", &format!("{s:?}"));
+    assert_clean("Spec (pretty)", &format!("{s:#?}"));
+}

@@ -158,6 +158,82 @@ fn key_secret_forms() {
 }
 
 #[test]
+fn identity_says_which_credentials_the_bigquery_sink_gets() {
+    let warned = |identity: &str| {
+        let text = MINIMAL.replace("namespace: mlobs", &format!("namespace: mlobs\n{identity}"));
+        let (s, warnings) = Spec::parse(&text).unwrap_or_else(|p| panic!("{p}"));
+        let w: Vec<_> = warnings
+            .into_iter()
+            .filter(|w| w.starts_with("identity"))
+            .collect();
+        (s, w)
+    };
+    // Nothing named: the warning says what is true under either kind of node pool.
+    let (s, w) = warned("");
+    assert_eq!(w.len(), 1, "{w:?}");
+    let want = format!(
+        "Kubernetes ServiceAccount mlobs/{} itself",
+        s.names.workload
+    );
+    assert!(w[0].contains(&want), "{w:?}");
+    assert!(
+        w[0].contains("gcp_workload_identity: direct") && w[0].contains("node's service account")
+    );
+    assert!(!w[0].contains("default credentials"), "{w:?}");
+    // Direct Workload Identity, a Google service account or a key: nothing to warn about.
+    for named in [
+        "identity: {gcp_workload_identity: direct}",
+        "identity: {gcp_service_account: p@g.iam.gserviceaccount.com}",
+        "identity: {key_secret: gcp-key}",
+    ] {
+        let (s, w) = warned(named);
+        assert!(w.is_empty(), "{named}: {w:?}");
+        assert_eq!(s.identity.gcp_direct, named.contains("direct"));
+    }
+    // No sink that needs Google credentials: nothing to warn about either.
+    let arize = MINIMAL.replace(
+        "- type: BIGQUERY\n    config: {project: gcp-project, dataset: mlobs, ttl_days: 14}",
+        "- type: ARIZE\n    config: {api_key: a-key, space_key: s-key}",
+    );
+    let (_, warnings) = Spec::parse(&arize).unwrap_or_else(|p| panic!("{p}"));
+    assert!(
+        !warnings.iter().any(|w| w.starts_with("identity")),
+        "{warnings:?}"
+    );
+    // An Alibaba RAM role.
+    let (s, _) = warned("identity: {alibaba_ram_role: mlobs-publisher.v1}");
+    assert_eq!(
+        s.identity.alibaba_ram_role.as_deref(),
+        Some("mlobs-publisher.v1")
+    );
+}
+
+#[test]
+fn identity_problems() {
+    let text = MINIMAL.replace(
+        "namespace: mlobs",
+        "namespace: mlobs\nidentity: {gcp_workload_identity: direct, gcp_service_account: p@g.iam.gserviceaccount.com, alibaba_ram_role: 'acs:ram::1:role/x'}",
+    );
+    let got = Spec::parse(&text).unwrap_err().0;
+    assert_eq!(
+        got,
+        [
+            "identity.gcp_workload_identity: direct means no Google service account: leave out gcp_service_account, or this",
+            "identity.alibaba_ram_role: \"acs:ram::1:role/x\" is not a RAM role name (1 to 64 letters, digits, '.' and '-'; the name, not the ARN)",
+        ]
+    );
+    let text = MINIMAL.replace(
+        "namespace: mlobs",
+        "namespace: mlobs\nidentity: {gcp_workload_identity: yes-please}",
+    );
+    let got = Spec::parse(&text).unwrap_err().0;
+    assert!(
+        got[0].starts_with("identity.gcp_workload_identity: \"yes-please\": expected direct"),
+        "{got:?}"
+    );
+}
+
+#[test]
 fn autoscaling_bounds() {
     let s = MINIMAL.replace(
         "namespace: mlobs",
@@ -193,7 +269,7 @@ fn spec_problems_keep_their_wording() {
         "resources.limits: must be a mapping",
         "labels.ok: not a valid label value (at most 63 of A-Z a-z 0-9 . _ -, alphanumeric at both ends)",
         "labels.app.kubernetes.io/name: reserved: bootstrap sets the labels under this prefix itself",
-        "identity.who: unknown key; expected one of gcp_service_account, key_secret",
+        "identity.who: unknown key; expected one of gcp_service_account, gcp_workload_identity, key_secret, alibaba_ram_role",
         "identity.gcp_service_account: \"nobody\" is not a service-account email",
         "identity.key_secret.extra: unknown key; expected one of name, key",
         "identity.key_secret.name: \"Bad_Name\" is not a valid Secret name",

@@ -98,8 +98,10 @@ pub struct ClientOptions {
     pub uri: String,
     /// API key (secret).
     pub api_key: String,
-    /// Space key (secret).
+    /// Space key (secret; empty when the sink names its space by ID).
     pub space_key: String,
+    /// Space ID (empty when the sink names its space by key).
+    pub space_id: String,
     /// Whole-request timeout.
     pub request_timeout: Duration,
     /// Connection timeout.
@@ -112,6 +114,7 @@ impl std::fmt::Debug for ClientOptions {
             .field("uri", &self.uri)
             .field("api_key", &crate::redact::REDACTED)
             .field("space_key", &crate::redact::REDACTED)
+            .field("space_id", &self.space_id)
             .field("request_timeout", &self.request_timeout)
             .field("connect_timeout", &self.connect_timeout)
             .finish()
@@ -194,7 +197,20 @@ impl Client {
             Ok::<_, ClientError>(h)
         };
         headers.insert("authorization", secret("api_key", &opts.api_key)?);
-        headers.insert("space", secret("space_key", &opts.space_key)?);
+        if !opts.space_key.is_empty() {
+            headers.insert("space", secret("space_key", &opts.space_key)?);
+        }
+        if !opts.space_id.is_empty() {
+            // Arize's current SDK sends the ID under both names (`space_id` is the older one,
+            // which proxies that drop underscored headers lose).
+            let id = HeaderValue::from_str(&opts.space_id).map_err(|_| {
+                ClientError(
+                    "the ARIZE sink's space_id holds characters an HTTP header cannot carry".into(),
+                )
+            })?;
+            headers.insert("arize-space-id", id.clone());
+            headers.insert("space_id", id);
+        }
         headers.insert("sdk-language", HeaderValue::from_static("rust"));
         headers.insert(
             "language-version",
@@ -384,6 +400,7 @@ mod tests {
             uri: "http://arize.test/v1".into(),
             api_key: "planted-api-KEY".into(),
             space_key: "planted-space-KEY".into(),
+            space_id: String::new(),
             request_timeout: Duration::from_secs(1),
             connect_timeout: Duration::from_secs(1),
         };
@@ -393,6 +410,41 @@ mod tests {
         let c = Client::new(&o, Some("c2NoZW1h")).unwrap();
         let d = format!("{c:?}");
         assert!(!d.contains("planted-"), "{d}");
+    }
+
+    /// The space as Arize's current SDK names it: by ID under `arize-space-id` and `space_id`,
+    /// by the deprecated key under `space`; the keys are sensitive header values.
+    #[test]
+    fn the_space_is_sent_by_id_or_by_key() {
+        let client = |space_key: &str, space_id: &str| {
+            let o = ClientOptions {
+                uri: "http://arize.test/v1".into(),
+                api_key: "api-KEY".into(),
+                space_key: space_key.into(),
+                space_id: space_id.into(),
+                request_timeout: Duration::from_secs(1),
+                connect_timeout: Duration::from_secs(1),
+            };
+            Client::new(&o, None).unwrap().headers
+        };
+        let names = |h: &HeaderMap| {
+            let mut n: Vec<String> = (h.keys().map(|k| k.as_str().to_string()))
+                .filter(|k| k.contains("space"))
+                .collect();
+            n.sort_unstable();
+            n
+        };
+        let by_id = client("", "U3BhY2U6MTIz");
+        assert_eq!(names(&by_id), ["arize-space-id", "space_id"]);
+        assert_eq!(by_id["arize-space-id"], "U3BhY2U6MTIz");
+        assert_eq!(by_id["space_id"], "U3BhY2U6MTIz");
+        let by_key = client("space-KEY", "");
+        assert_eq!(names(&by_key), ["space"]);
+        assert!(by_key["space"].is_sensitive() && by_key["authorization"].is_sensitive());
+        assert_eq!(
+            names(&client("space-KEY", "U3BhY2U6MTIz")),
+            ["arize-space-id", "space", "space_id"]
+        );
     }
 
     #[test]

@@ -55,6 +55,7 @@ impl ArizeSink {
                 uri: arize.uri.clone(),
                 api_key: arize.api_key.clone(),
                 space_key: arize.space_key.clone(),
+                space_id: arize.space_id.clone(),
                 request_timeout: arize.request_timeout,
                 connect_timeout: arize.connect_timeout,
             },

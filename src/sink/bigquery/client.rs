@@ -92,6 +92,7 @@ impl StorageClient {
             })?;
             let mut v = MetadataValue::try_from(token)
                 .map_err(|e| Status::unauthenticated(format!("token: {e}")))?;
+            // Never shown by a request's Debug, sent never-indexed by HTTP/2 (HPACK).
             v.set_sensitive(true);
             md.insert("authorization", v);
         }

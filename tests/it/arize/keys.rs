@@ -43,6 +43,7 @@ async fn debug_and_errors_show_no_key_and_a_redirect_is_not_followed() {
         uri: server.uri(),
         api_key: PLANTED_API.into(),
         space_key: PLANTED_SPACE.into(),
+        space_id: String::new(),
         request_timeout: Duration::from_secs(5),
         connect_timeout: Duration::from_secs(5),
     };

@@ -241,6 +241,7 @@ pub(crate) fn arize_cfg(uri: &str, max_request_bytes: u64) -> ArizeCfg {
     ArizeCfg {
         api_key: API_KEY.into(),
         space_key: SPACE_KEY.into(),
+        space_id: String::new(),
         uri: uri.into(),
         request_timeout: Duration::from_secs(10),
         connect_timeout: Duration::from_secs(5),
@@ -289,11 +290,27 @@ pub(crate) fn oracle_python() -> std::path::PathBuf {
 
 /// Runs the oracle (creating its venv if needed) on `spec`; returns its JSON answer.
 pub(crate) fn oracle(dir: &Path, spec: &Json) -> Json {
+    run_oracle(dir, spec, false)
+}
+
+/// [`oracle`] with Arize's current SDK (7.40.1, `scripts/arize-oracle current`) in place of
+/// Merlin's pin.
+pub(crate) fn oracle_current(dir: &Path, spec: &Json) -> Json {
+    run_oracle(dir, spec, true)
+}
+
+fn run_oracle(dir: &Path, spec: &Json, current: bool) -> Json {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let python = oracle_python();
     let spec_path = dir.join("spec.json");
     std::fs::write(&spec_path, spec.to_string()).unwrap();
-    let out = std::process::Command::new(python)
+    let mut cmd = std::process::Command::new(&python);
+    if current {
+        // Beside the venv's python: .../venv-arize/bin/python → .../arize-current.
+        let services = python.parent().unwrap().parent().unwrap().parent().unwrap();
+        cmd.env("PYTHONPATH", services.join("arize-current"));
+    }
+    let out = cmd
         .arg(root.join("tests/it/arize/oracle.py"))
         .arg(&spec_path)
         .output()

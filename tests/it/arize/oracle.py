@@ -111,7 +111,11 @@ def arize_schema(case):
 
 def send(uri, case):
     model_type, schema = arize_schema(case)
-    client = Client(api_key=case["api_key"], space_key=case["space_key"], uri=uri)
+    if "space_id" in case:
+        # Arize's current SDK only (scripts/arize-oracle current on PYTHONPATH).
+        client = Client(api_key=case["api_key"], space_id=case["space_id"], uri=uri)
+    else:
+        client = Client(api_key=case["api_key"], space_key=case["space_key"], uri=uri)
     try:
         client.log(
             dataframe=dataframe(case),

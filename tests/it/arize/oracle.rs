@@ -474,3 +474,40 @@ async fn the_sdk_refuses_a_frame_for_one_bad_row_and_the_sink_letters_only_that_
     // Only the controls reached the server.
     assert_eq!(server.take().len(), 3);
 }
+
+/// A space named by its ID, as Arize's current SDK (7.40.1) names it: the same space headers,
+/// the same values, and no `space` key header.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_space_id_is_sent_as_the_current_sdk_sends_it() {
+    const SPACE_ID: &str = "U3BhY2U6OTk5OmFiY2Q=";
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start();
+    let now = SystemTime::now();
+    let model = Model::Regression;
+    let cfg = model.config();
+    let mut arize = arize_cfg(&server.uri(), 8 << 20);
+    arize.space_key = String::new();
+    arize.space_id = SPACE_ID.into();
+    let mut s = observation_publisher::sink::arize::ArizeSink::new(&cfg, &arize).unwrap();
+    let report = s.write(batch(&cfg, &logs_for(model), now)).await.unwrap();
+    assert_eq!(report.rejected, []);
+    let ours = server.take().remove(0);
+
+    let mut c = case("space-id", model, &logs_for(model), now);
+    c.as_object_mut().unwrap().remove("space_key");
+    c["space_id"] = json!(SPACE_ID);
+    let answer = oracle_current(dir.path(), &json!({"uri": server.uri(), "cases": [c]}));
+    assert_eq!(answer["sent"][0]["refused"], json!(false), "{answer}");
+    let sdk = server.take().remove(0);
+    let space = |c: &Captured| -> BTreeMap<String, String> {
+        c.headers
+            .iter()
+            .filter(|(k, _)| k.contains("space") || k == "authorization")
+            .cloned()
+            .collect()
+    };
+    assert_eq!(space(&ours), space(&sdk));
+    assert_eq!(ours.header("arize-space-id"), Some(SPACE_ID));
+    assert_eq!(ours.header("space_id"), Some(SPACE_ID));
+    assert_eq!(ours.header("space"), None);
+}

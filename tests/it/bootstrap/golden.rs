@@ -245,3 +245,70 @@ fn a_file_dead_letter_target_on_an_empty_dir_exits_2_saying_why() {
         "{yaml}"
     );
 }
+
+/// A spec kept in git with no secret in it: the Kafka password and the Arize keys come from
+/// existing Secrets, and neither the version's Secret (shown with `--show-secrets`) nor any
+/// other object carries them; the Deployment reads them into the environment, KEDA reads the
+/// password from the same Secret.
+#[test]
+fn a_spec_with_credentials_from_existing_secrets_dry_run_matches_golden() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("spec.yaml");
+    let example = std::fs::read_to_string(root().join("deploy/example-spec.yaml")).unwrap();
+    let text = example
+        .replace("# autoscaling: {", "autoscaling: {")
+        .replace(
+            "  gcp_service_account: mlobs-publisher@gcp-project.iam.gserviceaccount.com\n",
+            "  gcp_workload_identity: direct\n",
+        )
+        .replace(
+            "        auto.offset.reset: earliest\n",
+            "        auto.offset.reset: earliest\n        security.protocol: SASL_SSL\n        sasl.mechanisms: SCRAM-SHA-512\n        sasl.username: {secretKeyRef: {name: kafka-credentials, key: username}}\n        sasl.password: {secretKeyRef: {name: kafka-credentials, key: password}}\n",
+        )
+        .replace(
+            "      ttl_days: 14\n",
+            "      ttl_days: 14\n  - type: ARIZE\n    config:\n      api_key: {secretKeyRef: {name: arize, key: api-key}}\n      space_key: {secretKeyRef: {name: arize, key: space-key}}\n",
+        );
+    let refs = |t: &str| t.matches("secretKeyRef").count();
+    assert_eq!(refs(&text), refs(&example) + 4, "the spec was changed");
+    std::fs::write(&path, &text).unwrap();
+    let out = bin()
+        .args([
+            "bootstrap",
+            "apply",
+            "--dry-run",
+            "--show-secrets",
+            "--spec",
+        ])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        !stderr.contains("identity:"),
+        "direct Workload Identity: {stderr}"
+    );
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    for absent in [
+        "keda-",
+        "sasl.password",
+        "api_key",
+        "space_key",
+        "secretKeyRef:kafka",
+        "secretKeyRef:arize",
+    ] {
+        assert!(!stdout.contains(absent), "{absent} in\n{stdout}");
+    }
+    assert!(stdout.contains(
+        "name: OBS_PUBLISHER__OBSERVATION_SOURCE__CONFIG__ADDITIONAL_CONSUMER_CONFIG__SASL.PASSWORD"
+    ));
+    for doc in stdout.split("\n---\n") {
+        let obj: serde_json::Value = serde_yaml_ng::from_str(doc).unwrap();
+        let plural = format!("{}s", obj["kind"].as_str().unwrap().to_lowercase());
+        if super::crd::is_custom(&plural) {
+            assert_eq!(super::crd::validate(&plural, &obj), Vec::<String>::new());
+        }
+    }
+    check_golden("secret-refs.dry-run.yaml", &stdout);
+}
