@@ -509,9 +509,20 @@ pub fn produce(a: ProduceArgs) -> ExitCode {
         BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer,
     };
     use std::sync::atomic::{AtomicU64, Ordering};
-    /// Counts failed deliveries.
-    struct Counting(AtomicU64);
-    impl rdkafka::ClientContext for Counting {}
+    /// Counts failed deliveries; supplies OAUTHBEARER tokens when the settings ask for them.
+    struct Counting(
+        AtomicU64,
+        Option<std::sync::Arc<crate::auth::kafka::Tokens>>,
+    );
+    impl rdkafka::ClientContext for Counting {
+        const ENABLE_REFRESH_OAUTH_TOKEN: bool = true;
+        fn generate_oauth_token(
+            &self,
+            _: Option<&str>,
+        ) -> Result<rdkafka::client::OAuthToken, Box<dyn std::error::Error>> {
+            crate::auth::kafka::refresh(self.1.as_ref())
+        }
+    }
     impl ProducerContext for Counting {
         type DeliveryOpaque = ();
         fn delivery(&self, r: &DeliveryResult<'_>, _: ()) {
@@ -526,16 +537,29 @@ pub fn produce(a: ProduceArgs) -> ExitCode {
         .set("batch.num.messages", "10000")
         .set("queue.buffering.max.messages", "1000000")
         .set("queue.buffering.max.kbytes", "1048576");
+    let mut pairs = Vec::new();
     for kv in &a.producer_config {
         match kv.split_once('=') {
-            Some((k, v)) => {
-                cfg.set(k, v);
-            }
+            Some((k, v)) => pairs.push((k.to_string(), v.to_string())),
             None => {
                 eprintln!("produce: --producer-config {kv:?}: expected key=value");
                 return ExitCode::from(EXIT_USAGE);
             }
         }
+    }
+    let tokens = match crate::auth::kafka::Tokens::from_settings(&pairs) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!(
+                "produce: --producer-config {}",
+                e.replace("additional_consumer_config.", "")
+            );
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    let method = crate::auth::kafka::method(&pairs).ok().flatten();
+    for (k, v) in crate::auth::kafka::librdkafka_pairs(&pairs, method.as_ref()) {
+        cfg.set(k, v);
     }
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -547,12 +571,16 @@ pub fn produce(a: ProduceArgs) -> ExitCode {
             return ExitCode::from(EXIT_FAILURE);
         }
     };
-    if let Ok(admin) = cfg.create::<AdminClient<rdkafka::client::DefaultClientContext>>() {
+    if tokens.is_some() {
+        // rdkafka's admin client never asks for a token: the topic must exist (or the broker
+        // create it on first produce).
+        eprintln!("produce: under sasl.oauthbearer.method the topic is not created first");
+    } else if let Ok(admin) = cfg.create::<AdminClient<rdkafka::client::DefaultClientContext>>() {
         let t = NewTopic::new(&a.topic, a.partitions, TopicReplication::Fixed(1));
         let _ = rt.block_on(admin.create_topics([&t], &AdminOptions::new()));
     }
     let producer: ThreadedProducer<Counting> =
-        match cfg.create_with_context(Counting(AtomicU64::new(0))) {
+        match cfg.create_with_context(Counting(AtomicU64::new(0), tokens)) {
             Ok(p) => p,
             Err(e) => {
                 eprintln!("produce: {e}");

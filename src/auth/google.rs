@@ -43,6 +43,18 @@ impl Credentials {
         Ok(format!("Bearer {}", token.as_str()))
     }
 
+    /// An access token for `scopes` and when it expires (the Kafka OAUTHBEARER token carries
+    /// both), refreshed before expiry like [`Credentials::authorization`]'s.
+    pub async fn access_token(
+        &self,
+        scopes: &[&str],
+    ) -> Result<(String, std::time::SystemTime), AuthError> {
+        let token = self.provider.token(scopes).await?;
+        let secs = token.expires_at().timestamp().max(0) as u64;
+        let expires = std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs);
+        Ok((token.as_str().to_string(), expires))
+    }
+
     /// The project the credentials belong to (for the live test).
     pub async fn project_id(&self) -> Result<String, AuthError> {
         Ok(self.provider.project_id().await?.to_string())

@@ -3,3 +3,4 @@
 //! Imports nothing of the pipeline, so any stage may use it.
 
 pub mod google;
+pub mod kafka;

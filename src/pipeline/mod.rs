@@ -300,9 +300,11 @@ impl Publisher {
             }
             Intake::Kafka(consumer, src, commit_events) => {
                 let start = cfg.start_from();
+                let tokens = crate::source::tokens(&src).ok().flatten();
                 let other_group = start_from::other_group_reader(
                     start.as_ref(),
                     &crate::source::connection_config(&src),
+                    tokens.as_ref(),
                 )
                 .map(Arc::new);
                 consumer.context().set_listener(Arc::new(kafka::Listener {

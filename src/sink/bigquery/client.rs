@@ -6,12 +6,12 @@
 //! routing; the value is URL-encoded (as Google's client libraries do), so table names with
 //! spaces or non-ASCII letters fit in a header.
 
-use crate::auth::google::Credentials;
 use super::proto::{
     big_query_write_client::BigQueryWriteClient, AppendRowsRequest, AppendRowsResponse,
     CreateWriteStreamRequest, FinalizeWriteStreamRequest, FinalizeWriteStreamResponse,
     GetWriteStreamRequest, WriteStream,
 };
+use crate::auth::google::Credentials;
 use std::time::Duration;
 use tonic::codec::Streaming;
 use tonic::metadata::MetadataValue;

@@ -19,9 +19,9 @@
 //! Errors are matched on HTTP status and `reason`, never on message text. A `jobs.query` answered
 //! with HTTP 200 and an `errors` list (the emulator's way) is a failure.
 
-use crate::auth::google::{AuthError, Credentials};
 use super::metrics as m;
 use super::TableRef;
+use crate::auth::google::{AuthError, Credentials};
 use serde_json::{json, Value};
 use std::time::Duration;
 use tracing::{info, warn};
