@@ -14,6 +14,7 @@ mod docs_defaults;
 mod hostile;
 mod http_capture;
 mod image;
+mod kafka_oauth;
 mod lanes;
 mod layering;
 mod mapped_input;
