@@ -80,6 +80,14 @@ pub fn check_config(a: ConfigOnlyArgs) -> ExitCode {
             for w in warnings {
                 eprintln!("warning: {w}");
             }
+            let extra = c
+                .observation_source
+                .as_ref()
+                .map(|s| &s.additional_consumer_config);
+            if let Some(Err(e)) = extra.map(|x| crate::auth::kafka::method(x)) {
+                eprintln!("observation_source.config.{e}");
+                return ExitCode::from(2);
+            }
             let notes = crate::config::as_comments(&crate::config::merlin_keys(&value, &c));
             let memory: String = crate::footprint::Footprint::of(&c, true)
                 .describe()
@@ -108,8 +116,15 @@ fn run_plan(c: &Config) -> String {
     };
     // Quoted only where YAML needs it.
     let name = serde_yaml_ng::to_string(&group).unwrap_or_else(|_| format!("{group:?}\n"));
+    let tokens = c
+        .observation_source
+        .as_ref()
+        .and_then(|s| crate::auth::kafka::method(&s.additional_consumer_config).ok())
+        .flatten()
+        .map(|m| format!("# Kafka OAUTHBEARER tokens from the publisher: {m:?}\n"))
+        .unwrap_or_default();
     format!(
-        "consumer group: {name}# where it starts: {}\n",
+        "consumer group: {name}# where it starts: {}\n{tokens}",
         c.start_text()
     )
 }

@@ -362,3 +362,30 @@ fn googles_application_default_credentials_in_managed_kafkas_form_get_the_publis
         "{seen:?}"
     );
 }
+
+#[test]
+fn a_token_setting_the_publisher_refuses_stops_check_config_and_run_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut consumer = oauth("oidc");
+    consumer.push(("sasl.oauthbearer.client.id", CLIENT.into()));
+    consumer.push(("sasl.oauthbearer.client.secret", "do-not-print-me".into()));
+    let s = setup(dir.path(), &brokers(), &unique("oauth-bad"), &consumer);
+    for command in ["check-config", "run"] {
+        let out = bin()
+            .args([command, "-c", s.config.to_str().unwrap()])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{command}: {err}");
+        assert!(
+            err.contains("sasl.oauthbearer.token.endpoint.url: required"),
+            "{command}: {err}"
+        );
+        assert!(!err.contains("do-not-print-me"), "{command}: {err}");
+    }
+    let ok = bin()
+        .args(["check-config", "-c", s.config.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(!String::from_utf8_lossy(&ok.stdout).contains("do-not-print-me"));
+}
