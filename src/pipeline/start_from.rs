@@ -249,9 +249,16 @@ pub(crate) fn other_group_reader(
     };
     let mut cfg = connection.clone();
     cfg.set("group.id", g).set("enable.auto.commit", "false");
-    let tokens = tokens.cloned();
-    match cfg.create_with_context(HelperContext("start_from group reader", tokens)) {
-        Ok(c) => Some(c),
+    let oauth = tokens.is_some();
+    match cfg.create_with_context(HelperContext("start_from group reader", tokens.cloned())) {
+        Ok(c) => {
+            if oauth {
+                // The first token is asked for at creation; a poll serves that request before
+                // the first read of the group's offsets (which does not poll) needs it.
+                serve_events(&c);
+            }
+            Some(c)
+        }
         Err(e) => {
             tracing::warn!(error = %e, group = %g, "cannot read start_from's group; new partitions start per auto.offset.reset");
             None
