@@ -79,6 +79,14 @@ pub fn check_config(a: ConfigOnlyArgs) -> ExitCode {
         Ok(Loaded {
             value, config: c, ..
         }) => {
+            let extra = c
+                .observation_source
+                .as_ref()
+                .map(|s| &s.additional_consumer_config);
+            if let Some(Err(e)) = extra.map(|x| crate::auth::kafka::method(x)) {
+                eprintln!("observation_source.config.{e}");
+                return ExitCode::from(2);
+            }
             let keys = maxcompute_credentials(&c, &|k| std::env::var(k).ok());
             let notes = crate::config::as_comments(&crate::config::merlin_keys(&value, &c));
             let memory: String = crate::footprint::Footprint::of(&c, true)
@@ -112,6 +120,16 @@ fn run_plan(c: &Config) -> String {
             "consumer group: {}# where it starts: {}\n",
             yaml(&group),
             c.start_text()
+        ));
+    }
+    if let Some(m) = c
+        .observation_source
+        .as_ref()
+        .and_then(|s| crate::auth::kafka::method(&s.additional_consumer_config).ok())
+        .flatten()
+    {
+        out.push_str(&format!(
+            "# Kafka OAUTHBEARER tokens from the publisher: {m:?}\n"
         ));
     }
     let source_topic = c.observation_source.as_ref().map(|s| s.topic.as_str());

@@ -178,10 +178,22 @@ pub fn log(client: &str, level: RDKafkaLogLevel, fac: &str, line: &str) {
 
 /// The context of the clients besides the consumer and the producer (admin clients, the
 /// reader of another group's offsets): rdkafka's default, but with errors and log lines said
-/// once per kind, naming the client.
-pub struct HelperContext(pub &'static str);
+/// once per kind, naming the client, and OAUTHBEARER tokens from the process's source.
+pub struct HelperContext(
+    pub &'static str,
+    pub Option<std::sync::Arc<crate::auth::kafka::Tokens>>,
+);
 
 impl ClientContext for HelperContext {
+    const ENABLE_REFRESH_OAUTH_TOKEN: bool = true;
+
+    fn generate_oauth_token(
+        &self,
+        _: Option<&str>,
+    ) -> Result<rdkafka::client::OAuthToken, Box<dyn std::error::Error>> {
+        crate::auth::kafka::refresh(self.1.as_ref())
+    }
+
     fn log(&self, level: RDKafkaLogLevel, fac: &str, line: &str) {
         log(self.0, level, fac, line);
     }

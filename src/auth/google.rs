@@ -208,11 +208,36 @@ impl Credentials {
 
     /// The access token itself, refreshed before expiry.
     pub async fn token(&self) -> Result<String, AuthError> {
+        Ok(self.cached().await?.token)
+    }
+
+    /// An access token for `scopes` and when it expires (a Kafka OAUTHBEARER token carries
+    /// both), refreshed before expiry like [`Credentials::token`]'s.
+    pub async fn access_token(
+        &self,
+        scopes: &[&str],
+    ) -> Result<(String, std::time::SystemTime), AuthError> {
+        let same = self
+            .inner
+            .scopes
+            .iter()
+            .map(String::as_str)
+            .eq(scopes.iter().copied());
+        let c = if same {
+            self.cached().await?
+        } else {
+            self.with_scopes(scopes).cached().await?
+        };
+        let left = c.expires_at.saturating_duration_since(Instant::now());
+        Ok((c.token, std::time::SystemTime::now() + left))
+    }
+
+    async fn cached(&self) -> Result<Cached, AuthError> {
         // One fetch at a time: callers arriving during a refresh wait for its token.
         let mut cache = self.inner.cache.lock().await;
         let now = Instant::now();
         if let Some(c) = cache.as_ref().filter(|c| now < c.refresh_at) {
-            return Ok(c.token.clone());
+            return Ok(c.clone());
         }
         let f = flows::Flow {
             http: &self.inner.http,
@@ -222,12 +247,12 @@ impl Credentials {
             Ok(t) => {
                 let c = Cached::new(t.token, Instant::now(), t.lifetime);
                 *cache = Some(c.clone());
-                Ok(c.token)
+                Ok(c)
             }
             Err(e) => match cache.as_ref().filter(|c| c.usable(Instant::now())) {
                 Some(c) => {
                     tracing::warn!(error = %e, "could not refresh the Google access token; using the current one until it is within a minute of expiry");
-                    Ok(c.token.clone())
+                    Ok(c.clone())
                 }
                 None => Err(e),
             },

@@ -5,3 +5,4 @@
 
 pub mod alibaba;
 pub mod google;
+pub mod kafka;

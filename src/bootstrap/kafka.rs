@@ -51,37 +51,47 @@ pub fn partition_lag(low: i64, high: i64, committed: Option<i64>) -> i64 {
     }
 }
 
-fn consumer(source: &KafkaSource) -> Result<BaseConsumer, BootstrapError> {
+/// A consumer that never joins, for look-ups; it supplies OAUTHBEARER tokens when the source's
+/// settings ask the publisher for them.
+type LookUp = BaseConsumer<crate::kafka_log::HelperContext>;
+
+fn consumer(source: &KafkaSource) -> Result<LookUp, BootstrapError> {
+    let tokens = crate::source::tokens(source).map_err(BootstrapError::Kafka)?;
+    let oauth = tokens.is_some();
     let mut cfg = ClientConfig::new();
-    for (k, v) in &source.additional_consumer_config {
+    for (k, v) in &crate::source::librdkafka_settings(source) {
         cfg.set(k, v);
     }
     cfg.set("bootstrap.servers", &source.bootstrap_servers)
         .set("group.id", &source.group_id)
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false");
-    cfg.create().map_err(|e| {
-        // librdkafka's configuration errors quote the offending value.
-        let scrub = crate::redact::Scrubber::for_kafka(
-            &source.bootstrap_servers,
-            &source.additional_consumer_config,
-        );
-        BootstrapError::Kafka(
-            scrub
-                .scrub(&format!(
-                    "cannot create a client for {}: {e}",
-                    source.bootstrap_servers
-                ))
-                .into_owned(),
-        )
-    })
+    let c: LookUp = cfg
+        .create_with_context(crate::kafka_log::HelperContext("bootstrap look-up", tokens))
+        .map_err(|e| {
+            // librdkafka's configuration errors quote the offending value.
+            let scrub = crate::redact::Scrubber::for_kafka(
+                &source.bootstrap_servers,
+                &source.additional_consumer_config,
+            );
+            BootstrapError::Kafka(
+                scrub
+                    .scrub(&format!(
+                        "cannot create a client for {}: {e}",
+                        source.bootstrap_servers
+                    ))
+                    .into_owned(),
+            )
+        })?;
+    // The first token is asked for at creation; a poll serves that request before the
+    // look-ups (which do not poll) need the connection.
+    if oauth {
+        let _ = c.poll(Duration::from_millis(100));
+    }
+    Ok(c)
 }
 
-fn partition_ids(
-    c: &BaseConsumer,
-    topic: &str,
-    timeout: Duration,
-) -> Result<Vec<i32>, BootstrapError> {
+fn partition_ids(c: &LookUp, topic: &str, timeout: Duration) -> Result<Vec<i32>, BootstrapError> {
     let md = c
         .fetch_metadata(Some(topic), timeout)
         .map_err(|e| BootstrapError::Kafka(format!("metadata of topic {topic:?}: {e}")))?;

@@ -136,18 +136,25 @@ pub fn kafka_auth(consumer_config: &[(String, String)]) -> Derived {
             .or_else(|| get("sasl.mechanism"))
             .unwrap_or("GSSAPI")
             .to_ascii_uppercase();
-        sasl = match mechanism.as_str() {
+        if mechanism == "OAUTHBEARER" {
+            sasl = oauthbearer(consumer_config, &mut params, &mut out.problems);
+        }
+        sasl = sasl.or(match mechanism.as_str() {
+            "OAUTHBEARER" => None,
             "PLAIN" => Some("plaintext"),
             "SCRAM-SHA-256" => Some("scram_sha256"),
             "SCRAM-SHA-512" => Some("scram_sha512"),
             other => {
                 out.problems.push(format!(
-                    "sasl.mechanisms {other}: bootstrap can hand KEDA's Kafka scaler PLAIN and SCRAM credentials only; set up its TriggerAuthentication yourself and leave autoscaling out of the spec"
+                    "sasl.mechanisms {other}: bootstrap can hand KEDA's Kafka scaler PLAIN, SCRAM and OAUTHBEARER (client credentials) settings only; set up its TriggerAuthentication yourself and leave autoscaling out of the spec"
                 ));
                 None
             }
-        };
+        });
         for (key, param) in [("sasl.username", "username"), ("sasl.password", "password")] {
+            if mechanism == "OAUTHBEARER" {
+                break;
+            }
             match get(key) {
                 Some(v) if !v.is_empty() => {
                     params.insert(param, v.to_string());
@@ -209,6 +216,38 @@ pub fn kafka_auth(consumer_config: &[(String, String)]) -> Derived {
         });
     }
     out
+}
+
+/// KEDA's Kafka scaler under OAUTHBEARER: it runs the client-credentials grant itself
+/// (`sasl: oauthbearer`, the client id and secret as `username` and `password`,
+/// `oauthTokenEndpointUri`, comma-separated `scopes`), so it can follow the publisher's
+/// `sasl.oauthbearer.method: oidc` when the secret itself is in the spec, and nothing else.
+fn oauthbearer(
+    consumer_config: &[(String, String)],
+    params: &mut BTreeMap<&'static str, String>,
+    problems: &mut Vec<String>,
+) -> Option<&'static str> {
+    use crate::auth::kafka::{Method, Secret};
+    let refuse =
+        "leave autoscaling out of the spec and set up KEDA's TriggerAuthentication yourself";
+    match crate::auth::kafka::method(consumer_config) {
+        Err(e) => problems.push(e),
+        Ok(None) => problems.push(format!("sasl.mechanisms OAUTHBEARER without sasl.oauthbearer.method: oidc: KEDA's Kafka scaler needs the token endpoint and client credentials; set them, or {refuse}")),
+        Ok(Some(Method::Google)) => problems.push(format!("sasl.oauthbearer.method google: KEDA's Kafka scaler cannot get Google's Managed Kafka tokens (its OAUTHBEARER runs the client-credentials grant only); {refuse} (for example KEDA's gcp-stackdriver scaler on Managed Kafka's consumer-lag metric)")),
+        Ok(Some(Method::Oidc(o))) => match o.secret {
+            Secret::File(_) => problems.push(format!("{}: the file is in the publisher's pod, which KEDA's scaler cannot read; give KEDA the secret as sasl.oauthbearer.client.secret (bootstrap keeps it in the version's Secret), or {refuse}", crate::auth::kafka::SECRET_FILE_KEY)),
+            Secret::Literal(secret) => {
+                params.insert("username", o.client_id);
+                params.insert("password", secret);
+                params.insert("oauthTokenEndpointUri", o.endpoint);
+                if let Some(scope) = o.scope {
+                    params.insert("scopes", scope.split_whitespace().collect::<Vec<_>>().join(","));
+                }
+                return Some("oauthbearer");
+            }
+        },
+    }
+    None
 }
 
 #[cfg(test)]
@@ -287,6 +326,48 @@ mod tests {
         ]));
         assert_eq!(d.problems.len(), 2, "{:?}", d.problems);
         assert!(kafka_auth(&cfg(&[("security.protocol", "tls")])).problems[0].contains("\"tls\""));
+    }
+
+    #[test]
+    fn oauthbearer_client_credentials_go_to_keda_and_what_it_cannot_do_is_refused() {
+        let oidc = [
+            ("security.protocol", "SASL_SSL"),
+            ("sasl.mechanisms", "OAUTHBEARER"),
+            ("sasl.oauthbearer.method", "oidc"),
+            ("sasl.oauthbearer.token.endpoint.url", "https://idp/token"),
+            ("sasl.oauthbearer.client.id", "cid"),
+            ("sasl.oauthbearer.scope", "kafka.read kafka.write"),
+        ];
+        let mut with_secret = cfg(&oidc);
+        with_secret.push(("sasl.oauthbearer.client.secret".into(), "s".into()));
+        let d = kafka_auth(&with_secret);
+        assert!(d.problems.is_empty(), "{:?}", d.problems);
+        let a = d.auth.unwrap();
+        assert_eq!(a.sasl, Some("oauthbearer"));
+        let p: Vec<(&str, &str)> = a.params.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        assert_eq!(
+            p,
+            [
+                ("oauthTokenEndpointUri", "https://idp/token"),
+                ("password", "s"),
+                ("scopes", "kafka.read,kafka.write"),
+                ("username", "cid"),
+            ]
+        );
+        let mut with_file = cfg(&oidc);
+        with_file.push(("sasl.oauthbearer.client.secret.file".into(), "/s".into()));
+        let d = kafka_auth(&with_file);
+        assert!(
+            d.problems[0].contains("KEDA's scaler cannot read"),
+            "{:?}",
+            d.problems
+        );
+        let d = kafka_auth(&cfg(&[
+            ("security.protocol", "SASL_SSL"),
+            ("sasl.oauthbearer.method", "google"),
+            ("sasl.mechanisms", "OAUTHBEARER"),
+        ]));
+        assert!(d.problems[0].contains("google"), "{:?}", d.problems);
     }
 
     #[test]

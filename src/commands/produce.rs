@@ -28,10 +28,20 @@ struct Heard {
 
 /// The clients' context: records what [`Heard`] holds, and prints the broker's first error
 /// once, when it happens.
+/// Also supplies OAUTHBEARER tokens when the settings ask the publisher for them.
 #[derive(Clone)]
-struct Listening(Arc<Heard>);
+struct Listening(Arc<Heard>, Option<Arc<crate::auth::kafka::Tokens>>);
 
 impl rdkafka::ClientContext for Listening {
+    const ENABLE_REFRESH_OAUTH_TOKEN: bool = true;
+
+    fn generate_oauth_token(
+        &self,
+        _: Option<&str>,
+    ) -> Result<rdkafka::client::OAuthToken, Box<dyn std::error::Error>> {
+        crate::auth::kafka::refresh(self.1.as_ref())
+    }
+
     fn error(&self, error: KafkaError, reason: &str) {
         let text = if reason.is_empty() {
             error.to_string()
@@ -86,19 +96,33 @@ pub fn produce(a: ProduceArgs) -> ExitCode {
         .set("queue.buffering.max.messages", "1000000")
         .set("queue.buffering.max.kbytes", "1048576")
         .set("message.timeout.ms", timeout.as_millis().to_string());
+    let mut pairs = Vec::new();
     for kv in &a.producer_config {
         match kv.split_once('=') {
-            Some((k, v)) => {
-                cfg.set(k, v);
-            }
+            Some((k, v)) => pairs.push((k.to_string(), v.to_string())),
             None => {
                 eprintln!("produce: --producer-config {kv:?}: expected key=value");
                 return ExitCode::from(EXIT_USAGE);
             }
         }
     }
+    let tokens = match crate::auth::kafka::Tokens::from_settings(&pairs) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!(
+                "produce: --producer-config {}",
+                e.replace("additional_consumer_config.", "")
+            );
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    let method = crate::auth::kafka::method(&pairs).ok().flatten();
+    for (k, v) in crate::auth::kafka::librdkafka_pairs(&pairs, method.as_ref()) {
+        cfg.set(k, v);
+    }
+    let oauth = tokens.is_some();
     let heard = Arc::new(Heard::default());
-    let context = Listening(Arc::clone(&heard));
+    let context = Listening(Arc::clone(&heard), tokens);
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -118,7 +142,11 @@ pub fn produce(a: ProduceArgs) -> ExitCode {
             return ExitCode::from(EXIT_FAILURE);
         }
     };
-    if let Ok(admin) = cfg.create_with_context::<_, AdminClient<Listening>>(context) {
+    if oauth {
+        // rdkafka's admin client never asks for a token: the topic must exist (or the broker
+        // create it on first produce).
+        eprintln!("produce: under sasl.oauthbearer.method the topic is not created first");
+    } else if let Ok(admin) = cfg.create_with_context::<_, AdminClient<Listening>>(context) {
         let t = NewTopic::new(&a.topic, a.partitions, TopicReplication::Fixed(1));
         let options = AdminOptions::new().request_timeout(Some(timeout));
         // The topic may exist already, or be created by the broker on first use: only a broker

@@ -343,7 +343,10 @@ impl std::fmt::Debug for MaxComputeSink {
             )
             .field(
                 "sts_endpoint",
-                &self.sts_endpoint.as_deref().map(crate::redact::strip_userinfo),
+                &self
+                    .sts_endpoint
+                    .as_deref()
+                    .map(crate::redact::strip_userinfo),
             )
             .field("interval", &self.interval)
             .field("move_timeout", &self.move_timeout)

@@ -8,6 +8,7 @@
 //! topic it creates allow [`FRAMING_ALLOWANCE`] more than the limit, for Kafka's record framing.
 
 use super::{DeadLetter, Failure, Outcome, OutcomeFn, Target};
+use crate::auth::kafka::Tokens;
 use crate::kafka_log::HelperContext;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::config::ClientConfig;
@@ -33,9 +34,19 @@ pub struct DlqContext {
     on_outcome: OutcomeFn,
     /// The target's readiness: a delivered letter proves the topic usable.
     ready: Arc<AtomicBool>,
+    tokens: Option<Arc<Tokens>>,
 }
 
 impl ClientContext for DlqContext {
+    const ENABLE_REFRESH_OAUTH_TOKEN: bool = true;
+
+    fn generate_oauth_token(
+        &self,
+        _: Option<&str>,
+    ) -> Result<rdkafka::client::OAuthToken, Box<dyn std::error::Error>> {
+        crate::auth::kafka::refresh(self.tokens.as_ref())
+    }
+
     fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, line: &str) {
         crate::kafka_log::log("dead-letter producer", level, fac, line);
     }
@@ -122,12 +133,14 @@ impl KafkaTarget {
     /// `max_message_bytes`. A topic that cannot be seen or created leaves the target not ready;
     /// sends then fail and are retried by the caller, and a thread checks the topic again every
     /// 10 s until it is usable (or a letter is delivered): a broker or topic that was not there
-    /// at start-up no longer leaves `/readyz` at 503 for good.
+    /// at start-up no longer leaves `/readyz` at 503 for good. `tokens`: the OAUTHBEARER token
+    /// source of the source's settings, if the publisher supplies them.
     pub fn new(
         base: &ClientConfig,
         topic: String,
         max_message_bytes: usize,
         on_outcome: OutcomeFn,
+        tokens: Option<Arc<Tokens>>,
     ) -> Result<Self, KafkaError> {
         let mut cfg = base.clone();
         cfg.set("enable.idempotence", "true")
@@ -143,12 +156,14 @@ impl KafkaTarget {
         let producer: ThreadedProducer<DlqContext> = cfg.create_with_context(DlqContext {
             on_outcome,
             ready: Arc::clone(&ready),
+            tokens: tokens.clone(),
         })?;
-        let usable = ensure_topic(base, &topic, max_message_bytes, true);
+        let usable = ensure_topic(base, &topic, max_message_bytes, true, &tokens);
         ready.store(usable, Ordering::Relaxed);
         let recheck = (!usable).then(|| {
             let (stop, stopped) = mpsc::channel::<()>();
             let (base, topic, ready) = (base.clone(), topic.clone(), Arc::clone(&ready));
+            let tokens = tokens.clone();
             let spawned = std::thread::Builder::new()
                 .name("dead-letter-topic".into())
                 .spawn(move || {
@@ -156,7 +171,7 @@ impl KafkaTarget {
                         stopped.recv_timeout(RECHECK_EVERY)
                     {
                         if ready.load(Ordering::Relaxed)
-                            || ensure_topic(&base, &topic, max_message_bytes, false)
+                            || ensure_topic(&base, &topic, max_message_bytes, false, &tokens)
                         {
                             ready.store(true, Ordering::Relaxed);
                             tracing::info!(topic = %topic, "the dead-letter topic is usable");
@@ -181,8 +196,16 @@ impl KafkaTarget {
 
 /// Whether `topic` exists with a partition, creating it if missing (with `max.message.bytes`
 /// large enough for `max_message_bytes`). Failures are logged as errors when `loud`, else at
-/// debug (the re-checks of a target that is not ready).
-fn ensure_topic(base: &ClientConfig, topic: &str, max_message_bytes: usize, loud: bool) -> bool {
+/// debug (the re-checks of a target that is not ready). Under publisher-supplied OAUTHBEARER
+/// tokens the topic is only looked for: rdkafka's admin client never asks for a token, so it
+/// cannot create one.
+fn ensure_topic(
+    base: &ClientConfig,
+    topic: &str,
+    max_message_bytes: usize,
+    loud: bool,
+    tokens: &Option<Arc<Tokens>>,
+) -> bool {
     let fail = |what: &str, e: &dyn std::fmt::Display| {
         if loud {
             tracing::error!(topic, error = %e, "{what}");
@@ -190,8 +213,22 @@ fn ensure_topic(base: &ClientConfig, topic: &str, max_message_bytes: usize, loud
             tracing::debug!(topic, error = %e, "{what}");
         }
     };
+    if tokens.is_some() {
+        return match topic_seen(base, topic, tokens) {
+            Ok(true) => true,
+            Ok(false) => {
+                let limit = max_message_bytes + FRAMING_ALLOWANCE;
+                fail("the dead-letter topic does not exist, and under sasl.oauthbearer.method the publisher cannot create it (the Kafka admin client takes no OAUTHBEARER token): create it, with max.message.bytes of at least this limit", &format!("max.message.bytes >= {limit}"));
+                false
+            }
+            Err(e) => {
+                fail("cannot read the dead-letter topic's metadata", &e);
+                false
+            }
+        };
+    }
     let admin: AdminClient<HelperContext> =
-        match base.create_with_context(HelperContext("dead-letter admin")) {
+        match base.create_with_context(HelperContext("dead-letter admin", None)) {
             Ok(a) => a,
             Err(e) => {
                 fail("cannot create a Kafka admin client", &e);
@@ -233,6 +270,24 @@ fn ensure_topic(base: &ClientConfig, topic: &str, max_message_bytes: usize, loud
             false
         }
     }
+}
+
+/// Whether `topic` exists with a partition, read through a consumer outside any group (which,
+/// unlike the admin client, serves the token refresh when polled).
+fn topic_seen(
+    base: &ClientConfig,
+    topic: &str,
+    tokens: &Option<Arc<Tokens>>,
+) -> Result<bool, KafkaError> {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    let c: BaseConsumer<HelperContext> =
+        base.create_with_context(HelperContext("dead-letter topic check", tokens.clone()))?;
+    // The first token is asked for at creation; this poll serves that request.
+    let _ = c.poll(Duration::from_millis(100));
+    let m = c.fetch_metadata(Some(topic), ADMIN_TIMEOUT)?;
+    Ok(m.topics()
+        .iter()
+        .any(|t| t.name() == topic && t.error().is_none() && !t.partitions().is_empty()))
 }
 
 /// Runs a future to completion on the current thread (the admin calls of [`ensure_topic`]).

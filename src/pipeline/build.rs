@@ -190,14 +190,17 @@ pub(super) fn dead_letters(
                 None,
             ) => {
                 let dlq_topic = t.clone().unwrap_or_else(|| format!("{}-dlq", src.topic));
-                deadletter::kafka::KafkaTarget::new(
-                    &source::connection_config(src),
-                    dlq_topic,
-                    *max_message_bytes,
-                    on_outcome,
-                )
-                .map(|t| Box::new(t) as Box<dyn deadletter::Target>)
-                .map_err(|e| format!("dead-letter producer: {e}"))
+                source::tokens(src).and_then(|tokens| {
+                    deadletter::kafka::KafkaTarget::new(
+                        &source::connection_config(src),
+                        dlq_topic,
+                        *max_message_bytes,
+                        on_outcome,
+                        tokens,
+                    )
+                    .map(|t| Box::new(t) as Box<dyn deadletter::Target>)
+                    .map_err(|e| format!("dead-letter producer: {e}"))
+                })
             }
             (DeadLetterCfg::Kafka { .. }, None, None) => {
                 Err("observation_source is required".into())
@@ -245,7 +248,8 @@ pub(super) fn consumer(
     let instance =
         source::instance_id(cfg, |k| std::env::var(k).ok()).map_err(NotStarted::Config)?;
     let settings = source::consumer_config(cfg, src, instance.as_deref());
-    let ctx = ctx.watching_protocol(src);
+    let tokens = source::tokens(src).map_err(NotStarted::Config)?;
+    let ctx = ctx.watching_protocol(src).with_tokens(tokens);
     BaseConsumer::from_config_and_context(&settings, ctx)
         .map_err(|e| NotStarted::Failed(format!("cannot create the Kafka consumer: {e}")))
 }

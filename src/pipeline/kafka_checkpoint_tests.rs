@@ -276,7 +276,7 @@ fn a_start_that_cannot_be_read_waits_paused_then_starts_where_start_from_says() 
     let sf = StartFrom::Group("old".into());
     let mut conn = ClientConfig::new();
     conn.set("bootstrap.servers", &bootstrap);
-    let other = other_group_reader(Some(&sf), &conn).map(Arc::new);
+    let other = other_group_reader(Some(&sf), &conn, None).map(Arc::new);
     let mut cfg = ClientConfig::new();
     cfg.set("bootstrap.servers", &bootstrap)
         .set("group.id", "new")

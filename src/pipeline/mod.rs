@@ -219,6 +219,11 @@ impl Publisher {
             topic.clone(),
         ));
 
+        if let Some(src) = cfg.observation_source.as_ref().filter(|_| replay.is_none()) {
+            // A setting the token source refuses is a configuration error (exit 2), whichever
+            // Kafka client would have met it first.
+            crate::source::tokens(src).map_err(build::NotStarted::Config)?;
+        }
         let commit_events = ev_tx.clone();
         let dlq = build::dead_letters(&cfg, replay.as_deref(), ev_tx)?;
         health
@@ -300,9 +305,11 @@ impl Publisher {
             }
             Intake::Kafka(consumer, src, commit_events) => {
                 let start = cfg.start_from();
+                let tokens = crate::source::tokens(&src).ok().flatten();
                 let other_group = start_from::other_group_reader(
                     start.as_ref(),
                     &crate::source::connection_config(&src),
+                    tokens.as_ref(),
                 )
                 .map(Arc::new);
                 consumer.context().set_listener(Arc::new(kafka::Listener {

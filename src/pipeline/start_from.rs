@@ -242,14 +242,23 @@ pub(super) fn serve_events(client: &GroupReader) {
 pub(crate) fn other_group_reader(
     start_from: Option<&StartFrom>,
     connection: &ClientConfig,
+    tokens: Option<&std::sync::Arc<crate::auth::kafka::Tokens>>,
 ) -> Option<GroupReader> {
     let Some(StartFrom::Group(g)) = start_from else {
         return None;
     };
     let mut cfg = connection.clone();
     cfg.set("group.id", g).set("enable.auto.commit", "false");
-    match cfg.create_with_context(HelperContext("start_from group reader")) {
-        Ok(c) => Some(c),
+    let oauth = tokens.is_some();
+    match cfg.create_with_context(HelperContext("start_from group reader", tokens.cloned())) {
+        Ok(c) => {
+            if oauth {
+                // The first token is asked for at creation; a poll serves that request before
+                // the first read of the group's offsets (which does not poll) needs it.
+                serve_events(&c);
+            }
+            Some(c)
+        }
         Err(e) => {
             tracing::warn!(error = %e, group = %g, "cannot read start_from's group; new partitions start per auto.offset.reset");
             None

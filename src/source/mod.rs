@@ -7,6 +7,7 @@
 
 pub mod group;
 
+use crate::auth::kafka::Tokens;
 use crate::config::{kip848, Assignment, Config, KafkaSource};
 use crate::server::{BrokerProblem, Health};
 use rdkafka::config::ClientConfig;
@@ -36,12 +37,27 @@ fn is_connection_key(k: &str) -> bool {
 pub fn connection_config(src: &KafkaSource) -> ClientConfig {
     let mut c = ClientConfig::new();
     c.set("bootstrap.servers", &src.bootstrap_servers);
-    for (k, v) in &src.additional_consumer_config {
+    for (k, v) in &librdkafka_settings(src) {
         if is_connection_key(k) {
             c.set(k, v);
         }
     }
     c
+}
+
+/// `additional_consumer_config` as librdkafka gets it: under a publisher-supplied
+/// `sasl.oauthbearer.method` without the `sasl.oauthbearer.*` keys the publisher reads itself
+/// ([`crate::auth::kafka`]).
+pub fn librdkafka_settings(src: &KafkaSource) -> Vec<(String, String)> {
+    let extra = &src.additional_consumer_config;
+    let method = crate::auth::kafka::method(extra).ok().flatten();
+    crate::auth::kafka::librdkafka_pairs(extra, method.as_ref())
+}
+
+/// The Kafka token source `additional_consumer_config` asks for (`None` when librdkafka needs
+/// none from the publisher); `Err` names the setting to fix.
+pub fn tokens(src: &KafkaSource) -> Result<Option<Arc<Tokens>>, String> {
+    Tokens::from_settings(&src.additional_consumer_config)
 }
 
 /// How long librdkafka waits before it checks again whether a fetch may be sent, once its local
@@ -133,7 +149,7 @@ pub fn consumer_config(cfg: &Config, src: &KafkaSource, instance: Option<&str>) 
     if let Some(id) = instance {
         c.set("group.instance.id", id);
     }
-    for (k, v) in &src.additional_consumer_config {
+    for (k, v) in &librdkafka_settings(src) {
         if k == "auto.offset.reset" && cfg.consumer.start_from.is_some() {
             continue;
         }
@@ -183,6 +199,7 @@ pub struct SourceContext {
     drop_debug: bool,
     listener: OnceLock<Arc<dyn RebalanceListener>>,
     on_stats: Box<dyn Fn(&Statistics) + Send + Sync>,
+    tokens: Option<Arc<Tokens>>,
 }
 
 impl SourceContext {
@@ -199,7 +216,14 @@ impl SourceContext {
             drop_debug: false,
             listener: OnceLock::new(),
             on_stats,
+            tokens: None,
         }
+    }
+
+    /// Supplies OAUTHBEARER tokens from `tokens` ([`tokens`]).
+    pub fn with_tokens(mut self, tokens: Option<Arc<Tokens>>) -> Self {
+        self.tokens = tokens;
+        self
     }
 
     /// Watches librdkafka's group debug lines for a coordinator without KIP-848, under
@@ -227,6 +251,15 @@ impl SourceContext {
 }
 
 impl ClientContext for SourceContext {
+    const ENABLE_REFRESH_OAUTH_TOKEN: bool = true;
+
+    fn generate_oauth_token(
+        &self,
+        _: Option<&str>,
+    ) -> Result<rdkafka::client::OAuthToken, Box<dyn std::error::Error>> {
+        crate::auth::kafka::refresh(self.tokens.as_ref())
+    }
+
     fn stats(&self, statistics: Statistics) {
         if statistics.brokers.values().any(|b| b.state == "UP") {
             self.health.broker_reached();
@@ -267,6 +300,9 @@ fn broker_problem(error: &KafkaError, reason: &str) -> Option<BrokerProblem> {
     let what = match code {
         C::AllBrokersDown => return Some(BrokerProblem::AllDown(reason.to_string())),
         C::BrokerTransportFailure | C::Resolve => "cannot reach a Kafka broker",
+        C::Authentication if reason.contains("OAUTHBEARER token") => {
+            "no Kafka OAUTHBEARER token (retried every 10 s)"
+        }
         C::Authentication | C::SaslAuthenticationFailed => "a Kafka broker refused the credentials",
         C::SSL => "the TLS handshake with a Kafka broker failed",
         _ => return None,

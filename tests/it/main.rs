@@ -15,6 +15,7 @@ mod google_auth;
 mod hostile;
 mod http_capture;
 mod image;
+mod kafka_oauth;
 mod lanes;
 mod layering;
 mod mapped_input;

@@ -121,7 +121,7 @@ fn a_target_whose_topic_was_missing_at_start_becomes_ready_once_it_exists() {
     let on: crate::deadletter::OutcomeFn = Arc::new(move |o| {
         let _ = tx.lock().unwrap().send(o);
     });
-    let mut t = KafkaTarget::new(&base, "src-dlq".into(), 1 << 20, on).expect("producer");
+    let mut t = KafkaTarget::new(&base, "src-dlq".into(), 1 << 20, on, None).expect("producer");
     assert!(!t.is_ready(), "the topic is missing and cannot be created");
     std::thread::sleep(Duration::from_millis(600));
     assert!(!t.is_ready(), "still missing");
