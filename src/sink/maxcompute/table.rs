@@ -85,18 +85,8 @@ pub fn staging_prefix(target: &str, instance: &str) -> String {
 /// The start stamp of a process (pure): `_` + `unix_secs` as UTC `YYYYMMDDhhmmss` + `_` +
 /// `random`'s low 24 bits as 6 hex digits.
 pub fn start_stamp(unix_secs: u64, random: u32) -> String {
-    let days = (unix_secs / 86_400) as i64;
     let secs = unix_secs % 86_400;
-    // Days since 1970-01-01 to a civil date (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
+    let (y, m, d) = crate::output::civil_from_days((unix_secs / 86_400) as i64);
     format!(
         "_{y:04}{m:02}{d:02}{:02}{:02}{:02}_{:06x}",
         secs / 3600,

@@ -173,17 +173,9 @@ pub(super) fn table_rows(fake: &Fake, key: &str) -> (BTreeMap<String, Json>, usi
     (out, n)
 }
 
-/// The UTC day of a timestamp, `YYYY-MM-DD` (civil-from-days, H. Hinnant).
+/// The UTC day of a timestamp, `YYYY-MM-DD`.
 fn utc_day(us: i64) -> String {
-    let z = us.div_euclid(86_400_000_000) + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
+    let (y, m, d) = observation_publisher::output::civil_from_days(us.div_euclid(86_400_000_000));
     format!("{y:04}-{m:02}-{d:02}")
 }
 
