@@ -33,7 +33,7 @@ fn valid_rows_land_malformed_logs_are_dead_lettered_and_offsets_committed() {
     // The progress line (every second here) tells the same story.
     let progress = format!(
         "since start: 2,000 consumed, {} acknowledged, {bad} dead-lettered",
-        grouped(logs.len() - bad)
+        indicatif::HumanCount((logs.len() - bad) as u64)
     );
     assert!(
         wait_for(LIMIT, || s.log_count(&progress) > 0
@@ -383,17 +383,4 @@ fn start_from_a_time_skips_what_was_logged_before_it() {
         want,
         "only the logs produced after the start time"
     );
-}
-
-/// `n` with thousands separators, as the progress line writes counts.
-fn grouped(n: usize) -> String {
-    let s = n.to_string();
-    let mut out = String::new();
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
