@@ -219,51 +219,47 @@ impl Setup {
         )
     }
 
-    /// How many times `needle` appears in the publisher logs of this setup, all runs together.
-    pub(crate) fn log_count(&self, needle: &str) -> usize {
+    /// Every publisher log of this setup, all runs: (file name, text).
+    fn logs(&self) -> Vec<(String, String)> {
         std::fs::read_dir(&self.dir)
             .into_iter()
             .flatten()
             .flatten()
-            .filter(|e| e.file_name().to_string_lossy().starts_with("log-"))
-            .map(|e| {
-                std::fs::read_to_string(e.path())
-                    .unwrap_or_default()
-                    .matches(needle)
-                    .count()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|name| name.starts_with("log-"))
+            .map(|name| {
+                let text = std::fs::read_to_string(self.dir.join(&name)).unwrap_or_default();
+                (name, text)
             })
+            .collect()
+    }
+
+    /// How many times `needle` appears in the publisher logs of this setup, all runs together.
+    pub(crate) fn log_count(&self, needle: &str) -> usize {
+        self.logs()
+            .iter()
+            .map(|(_, t)| t.matches(needle).count())
             .sum()
     }
 
     /// Whether any publisher log of this setup says partitions were assigned to it (an
     /// empty assignment, as a KIP-848 member gets first, does not count).
     pub(crate) fn has_partitions(&self) -> bool {
-        std::fs::read_dir(&self.dir)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter(|e| e.file_name().to_string_lossy().starts_with("log-"))
-            .any(|e| {
-                std::fs::read_to_string(e.path())
-                    .unwrap_or_default()
-                    .lines()
-                    .any(|l| l.contains("partitions assigned") && !l.contains("\"[]\""))
-            })
+        self.logs().iter().any(|(_, t)| {
+            t.lines()
+                .any(|l| l.contains("partitions assigned") && !l.contains("\"[]\""))
+        })
     }
 
     /// The last lines of every publisher log of this setup (for failure messages).
     pub(crate) fn log_tail(&self) -> String {
         let mut out = String::new();
-        for e in std::fs::read_dir(&self.dir).into_iter().flatten().flatten() {
-            let name = e.file_name().to_string_lossy().into_owned();
-            if name.starts_with("log-") {
-                let text = std::fs::read_to_string(e.path()).unwrap_or_default();
-                let lines: Vec<&str> = text.lines().collect();
-                out.push_str(&format!("--- {name}\n"));
-                for l in &lines[lines.len().saturating_sub(15)..] {
-                    out.push_str(l);
-                    out.push('\n');
-                }
+        for (name, text) in self.logs() {
+            let lines: Vec<&str> = text.lines().collect();
+            out.push_str(&format!("--- {name}\n"));
+            for l in &lines[lines.len().saturating_sub(15)..] {
+                out.push_str(l);
+                out.push('\n');
             }
         }
         out
