@@ -103,6 +103,35 @@ impl std::fmt::Debug for Handoff {
     }
 }
 
+impl Handoff {
+    /// Hands the pipeline `metadata` to commit for `partition` (in `epoch`, for the batch whose
+    /// first offset of it is `offset`; only there when `exact`) and waits for its answer. The
+    /// pipeline gone is a retryable error.
+    async fn register(
+        &self,
+        partition: Partition,
+        epoch: u64,
+        offset: i64,
+        exact: bool,
+        metadata: String,
+    ) -> Result<Registered, SinkError> {
+        let gone = || err(SinkErrorKind::Unavailable, true, "pipeline gone");
+        let (done, answer) = tokio::sync::oneshot::channel();
+        let registration = Registration {
+            partition,
+            epoch,
+            offset,
+            exact,
+            metadata,
+            done,
+        };
+        if !self.registrar.get().is_some_and(|send| send(registration)) {
+            return Err(gone());
+        }
+        answer.await.map_err(|_| gone())
+    }
+}
+
 /// The [`Handoff`], shared.
 pub type PartitionStarts = Arc<Handoff>;
 
@@ -293,35 +322,26 @@ impl ExactlyOnceSink {
         // The replay evaluates the window at the day its rows were first evaluated at.
         let day = prior.as_ref().and_then(|cp| cp.day).unwrap_or(self.today());
         // Record the new stream before writing to it (see the module docs).
-        let (done, answer) = tokio::sync::oneshot::channel();
-        let registration = Registration {
-            partition: p,
-            epoch,
-            offset: first_offset,
-            exact: false,
-            metadata: Checkpoint {
-                stream: resume.stream.clone(),
-                next_row: 0,
-                carried: resume.skip_rows,
-                day: Some(day),
-            }
-            .to_metadata(),
-            done,
-        };
-        let sent = self
-            .starts
-            .registrar
-            .get()
-            .is_some_and(|send| send(registration));
-        if !sent {
-            return Err(err(SinkErrorKind::Unavailable, true, "pipeline gone"));
+        let metadata = Checkpoint {
+            stream: resume.stream.clone(),
+            next_row: 0,
+            carried: resume.skip_rows,
+            day: Some(day),
         }
-        match answer.await {
-            Ok(Registered::Committed) => {}
-            Ok(Registered::Stale) => return Ok(false),
-            Ok(Registered::Failed(e)) => return Err(err(SinkErrorKind::Unavailable, true, e)),
-            Ok(Registered::Behind) | Err(_) => {
-                return Err(err(SinkErrorKind::Unavailable, true, "pipeline gone"))
+        .to_metadata();
+        let answer = (self.starts)
+            .register(p, epoch, first_offset, false, metadata)
+            .await?;
+        match answer {
+            Registered::Committed => {}
+            Registered::Stale => return Ok(false),
+            Registered::Failed(e) => return Err(err(SinkErrorKind::Unavailable, true, e)),
+            Registered::Behind => {
+                return Err(err(
+                    SinkErrorKind::Internal,
+                    false,
+                    "behind, not asked exact",
+                ))
             }
         }
         tracing::info!(partition = p, stream = %resume.stream, skip_rows = resume.skip_rows, finalized = ?resume.finalized,
@@ -378,27 +398,13 @@ impl ExactlyOnceSink {
         .to_metadata();
         let mut waited = 0u32;
         loop {
-            let (done, answer) = tokio::sync::oneshot::channel();
-            let registration = Registration {
-                partition: p,
-                epoch,
-                offset: first_offset,
-                exact: true,
-                metadata: metadata.clone(),
-                done,
-            };
-            if !self
-                .starts
-                .registrar
-                .get()
-                .is_some_and(|send| send(registration))
-            {
-                return Err(err(SinkErrorKind::Unavailable, true, "pipeline gone"));
-            }
-            match answer.await {
-                Ok(Registered::Committed) => break,
-                Ok(Registered::Stale) => return Ok(false),
-                Ok(Registered::Behind) => {
+            let answer = (self.starts)
+                .register(p, epoch, first_offset, true, metadata.clone())
+                .await?;
+            match answer {
+                Registered::Committed => break,
+                Registered::Stale => return Ok(false),
+                Registered::Behind => {
                     if waited == 0 {
                         tracing::info!(partition = p, offset = first_offset,
                             "exactly-once: a new day; the partition window moves once every earlier message is acknowledged by every sink (waiting)");
@@ -409,8 +415,7 @@ impl ExactlyOnceSink {
                     waited = waited.saturating_add(1);
                     tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
                 }
-                Ok(Registered::Failed(e)) => return Err(err(SinkErrorKind::Unavailable, true, e)),
-                Err(_) => return Err(err(SinkErrorKind::Unavailable, true, "pipeline gone")),
+                Registered::Failed(e) => return Err(err(SinkErrorKind::Unavailable, true, e)),
             }
         }
         if let Some(part) = self.parts.get_mut(&p) {
