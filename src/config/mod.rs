@@ -32,6 +32,7 @@ mod ours;
 pub mod preflight;
 mod quality;
 mod schema;
+mod suggest;
 mod understood;
 mod value;
 

@@ -455,7 +455,7 @@ impl<'a> Obj<'a> {
             .map(key_text)
             .filter(|k| !self.known.iter().any(|known| known == k))
             .map(|k| {
-                let hint = super::feedback::closest(&k, self.known.iter().copied())
+                let hint = super::suggest::closest(&k, self.known.iter().copied())
                     .map(|c| format!("; did you mean {}?", self.path_of(c)))
                     .unwrap_or_default();
                 (self.path_of(&k), hint)
@@ -596,7 +596,7 @@ impl<'a> Obj<'a> {
         for (k, hint) in self.unknown_keys() {
             warnings.push(
                 &k,
-                format_args!("{}{hint}", super::feedback::UNKNOWN_IGNORED),
+                format_args!("{}{hint}", super::suggest::UNKNOWN_IGNORED),
             );
         }
     }
