@@ -17,7 +17,8 @@
 //!   segments.
 //! - [`table`]: the table layout (columns, Arrow schema, BigQuery table resource).
 //! - [`framing`]: length-delimited streams of logs (files, stdin, dead letters, replay).
-//! - `mapped`: `convert`'s input file through a memory map (the crate's one `unsafe` block).
+//! - `mapped`: `convert`'s input file through a memory map (one of the crate's two `unsafe`
+//!   blocks; the other hands a Kafka admin client its OAUTHBEARER token, in `auth`).
 //! - [`output`]: writers for jsonl, Arrow IPC and Parquet.
 //! - [`stdout`]: standard output as standard tools treat it (a closed pipe ends quietly).
 //! - [`gen`]: synthetic logs for tests, benches and the demo.

@@ -6,3 +6,4 @@
 pub mod alibaba;
 pub mod google;
 pub mod kafka;
+pub mod kafka_admin;

@@ -7,7 +7,7 @@
 use super::{open_input, EXIT_FAILURE, EXIT_USAGE};
 use crate::cli::ProduceArgs;
 use crate::framing::FrameReader;
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::admin::{AdminOptions, NewTopic, TopicReplication};
 use rdkafka::config::ClientConfig;
 use rdkafka::error::KafkaError;
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
@@ -120,9 +120,8 @@ pub fn produce(a: ProduceArgs) -> ExitCode {
     for (k, v) in crate::auth::kafka::librdkafka_pairs(&pairs, method.as_ref()) {
         cfg.set(k, v);
     }
-    let oauth = tokens.is_some();
     let heard = Arc::new(Heard::default());
-    let context = Listening(Arc::clone(&heard), tokens);
+    let context = Listening(Arc::clone(&heard), tokens.clone());
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -142,36 +141,43 @@ pub fn produce(a: ProduceArgs) -> ExitCode {
             return ExitCode::from(EXIT_FAILURE);
         }
     };
-    if oauth {
-        // rdkafka's admin client never asks for a token: the topic must exist (or the broker
-        // create it on first produce).
-        eprintln!("produce: under sasl.oauthbearer.method the topic is not created first");
-    } else if let Ok(admin) = cfg.create_with_context::<_, AdminClient<Listening>>(context) {
-        let t = NewTopic::new(&a.topic, a.partitions, TopicReplication::Fixed(1));
-        let options = AdminOptions::new().request_timeout(Some(timeout));
-        // The topic may exist already, or be created by the broker on first use: only a broker
-        // that did not answer at all stops the command here.
-        let unanswered = match rt.block_on(admin.create_topics([&t], &options)) {
-            Err(e) => Some(e.to_string()),
-            Ok(results) => results.into_iter().find_map(|r| match r {
-                Err((_, code)) if unreachable(code) => Some(code.to_string()),
-                _ => None,
-            }),
-        };
-        if let Some(e) = unanswered {
-            eprintln!(
-                "{}",
-                failure(
-                    &format!(
-                        "no broker answered the creation of topic {} within {} ({e})",
-                        a.topic,
-                        humantime::format_duration(timeout)
-                    ),
-                    &heard,
-                    &a.brokers
-                )
-            );
+    let oauth = tokens.is_some();
+    match crate::auth::kafka_admin::admin_client(&cfg, context, tokens) {
+        // Under a token source this is the token service's answer, without which the producer
+        // cannot send either.
+        Err(e) if oauth => {
+            eprintln!("produce: {e}");
             return ExitCode::from(EXIT_FAILURE);
+        }
+        Err(_) => {}
+        Ok(client) => {
+            let admin = client.admin;
+            let t = NewTopic::new(&a.topic, a.partitions, TopicReplication::Fixed(1));
+            let options = AdminOptions::new().request_timeout(Some(timeout));
+            // The topic may exist already, or be created by the broker on first use: only a broker
+            // that did not answer at all stops the command here.
+            let unanswered = match rt.block_on(admin.create_topics([&t], &options)) {
+                Err(e) => Some(e.to_string()),
+                Ok(results) => results.into_iter().find_map(|r| match r {
+                    Err((_, code)) if unreachable(code) => Some(code.to_string()),
+                    _ => None,
+                }),
+            };
+            if let Some(e) = unanswered {
+                eprintln!(
+                    "{}",
+                    failure(
+                        &format!(
+                            "no broker answered the creation of topic {} within {} ({e})",
+                            a.topic,
+                            humantime::format_duration(timeout)
+                        ),
+                        &heard,
+                        &a.brokers
+                    )
+                );
+                return ExitCode::from(EXIT_FAILURE);
+            }
         }
     }
     let (input, _) = match open_input(&a.input) {

@@ -9,8 +9,9 @@
 
 use super::{DeadLetter, Failure, Outcome, OutcomeFn, Target};
 use crate::auth::kafka::Tokens;
+use crate::auth::kafka_admin::admin_client;
 use crate::kafka_log::HelperContext;
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::admin::{AdminOptions, NewTopic, TopicReplication};
 use rdkafka::config::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
@@ -197,8 +198,7 @@ impl KafkaTarget {
 /// Whether `topic` exists with a partition, creating it if missing (with `max.message.bytes`
 /// large enough for `max_message_bytes`). Failures are logged as errors when `loud`, else at
 /// debug (the re-checks of a target that is not ready). Under publisher-supplied OAUTHBEARER
-/// tokens the topic is only looked for: rdkafka's admin client never asks for a token, so it
-/// cannot create one.
+/// tokens the admin client is handed the process's token (`auth::kafka_admin`).
 fn ensure_topic(
     base: &ClientConfig,
     topic: &str,
@@ -213,28 +213,18 @@ fn ensure_topic(
             tracing::debug!(topic, error = %e, "{what}");
         }
     };
-    if tokens.is_some() {
-        return match topic_seen(base, topic, tokens) {
-            Ok(true) => true,
-            Ok(false) => {
-                let limit = max_message_bytes + FRAMING_ALLOWANCE;
-                fail("the dead-letter topic does not exist, and under sasl.oauthbearer.method the publisher cannot create it (the Kafka admin client takes no OAUTHBEARER token): create it, with max.message.bytes of at least this limit", &format!("max.message.bytes >= {limit}"));
-                false
-            }
-            Err(e) => {
-                fail("cannot read the dead-letter topic's metadata", &e);
-                false
-            }
-        };
-    }
-    let admin: AdminClient<HelperContext> =
-        match base.create_with_context(HelperContext("dead-letter admin", None)) {
-            Ok(a) => a,
-            Err(e) => {
-                fail("cannot create a Kafka admin client", &e);
-                return false;
-            }
-        };
+    let client = match admin_client(
+        base,
+        HelperContext("dead-letter admin", tokens.clone()),
+        tokens.clone(),
+    ) {
+        Ok(a) => a,
+        Err(e) => {
+            fail("cannot check the dead-letter topic", &e);
+            return false;
+        }
+    };
+    let admin = &client.admin;
     let exists = admin
         .inner()
         .fetch_metadata(Some(topic), ADMIN_TIMEOUT)
@@ -246,6 +236,10 @@ fn ensure_topic(
         .unwrap_or(false);
     if exists {
         return true;
+    }
+    if let Err(e) = client.refresh() {
+        fail("cannot create the dead-letter topic", &e);
+        return false;
     }
     let limit = (max_message_bytes + FRAMING_ALLOWANCE).to_string();
     let new_topic =
@@ -270,24 +264,6 @@ fn ensure_topic(
             false
         }
     }
-}
-
-/// Whether `topic` exists with a partition, read through a consumer outside any group (which,
-/// unlike the admin client, serves the token refresh when polled).
-fn topic_seen(
-    base: &ClientConfig,
-    topic: &str,
-    tokens: &Option<Arc<Tokens>>,
-) -> Result<bool, KafkaError> {
-    use rdkafka::consumer::{BaseConsumer, Consumer};
-    let c: BaseConsumer<HelperContext> =
-        base.create_with_context(HelperContext("dead-letter topic check", tokens.clone()))?;
-    // The first token is asked for at creation; this poll serves that request.
-    let _ = c.poll(Duration::from_millis(100));
-    let m = c.fetch_metadata(Some(topic), ADMIN_TIMEOUT)?;
-    Ok(m.topics()
-        .iter()
-        .any(|t| t.name() == topic && t.error().is_none() && !t.partitions().is_empty()))
 }
 
 /// Runs a future to completion on the current thread (the admin calls of [`ensure_topic`]).

@@ -84,7 +84,7 @@ pub(crate) struct State {
 impl State {
     /// Locks the state, shared by the poll loop and the rebalance callbacks, which librdkafka
     /// runs inside `poll` on the same thread: never contended, it exists because the consumer
-    /// context must be `Send + Sync` (`unsafe` is denied outside src/mapped.rs). It is the only
+    /// context must be `Send + Sync` (`unsafe` is denied outside two named blocks). It is the only
     /// lock on the pipeline's own state (the exactly-once `Handoff` has its own).
     pub(crate) fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
         // A panic while holding the lock is a bug; the data is still consistent enough to drain.

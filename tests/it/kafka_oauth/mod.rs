@@ -117,7 +117,7 @@ fn the_front_refuses_a_client_without_a_token() {
 }
 
 #[test]
-fn client_credentials_from_a_secret_file_get_the_consumer_and_the_dead_letter_producer_in_and_are_refreshed_before_expiry(
+fn client_credentials_from_a_secret_file_get_the_consumer_the_dead_letter_admin_and_producer_in_and_are_refreshed_before_expiry(
 ) {
     let dir = tempfile::tempdir().unwrap();
     let ttl = 6;
@@ -125,7 +125,8 @@ fn client_credentials_from_a_secret_file_get_the_consumer_and_the_dead_letter_pr
     let proxy = checking_front();
     let topic = unique("oauth-oidc");
     create_topic(&topic, 2);
-    create_topic(&format!("{topic}-dlq"), 1);
+    // The dead-letter topic is left for the publisher's admin client to create, through the
+    // checking front.
     let sent = logs(300, 7, 0.05);
     let bad = sent.iter().filter(|(_, m)| *m).count();
     produce(&topic, &sent);
@@ -153,6 +154,14 @@ fn client_credentials_from_a_secret_file_get_the_consumer_and_the_dead_letter_pr
         read_count(&format!("{topic}-dlq"), bad),
         bad,
         "every bad log dead-lettered through the checking front"
+    );
+    // Created by the admin client, not by the broker on the producer's first send (which
+    // would hide an admin client without a token behind a successful delivery).
+    assert_eq!(
+        s.log_count("dead-letter topic"),
+        0,
+        "no dead-letter topic error:\n{}",
+        s.log_tail()
     );
     {
         let seen = proxy.seen.lock().unwrap();
@@ -388,4 +397,73 @@ fn a_token_setting_the_publisher_refuses_stops_check_config_and_run_naming_it() 
         .output()
         .unwrap();
     assert!(!String::from_utf8_lossy(&ok.stdout).contains("do-not-print-me"));
+}
+
+/// The partitions of `topic` as the broker itself lists them (0 when it does not exist).
+fn partitions_of(topic: &str) -> usize {
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", brokers())
+        .create()
+        .unwrap();
+    c.fetch_metadata(Some(topic), Duration::from_secs(10))
+        .ok()
+        .and_then(|m| {
+            m.topics()
+                .iter()
+                .find(|t| t.name() == topic && t.error().is_none())
+                .map(|t| t.partitions().len())
+        })
+        .unwrap_or(0)
+}
+
+#[test]
+fn produce_creates_its_topic_through_the_checking_front_with_a_client_credentials_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let idp = idp(Arc::new(Mutex::new(SECRET.into())), 3600);
+    let proxy = checking_front();
+    let topic = unique("oauth-produce");
+    let input = crate::common::generated(dir.path(), 20, &["--seed", "5"]);
+    let secret = dir.path().join("client-secret");
+    std::fs::write(&secret, SECRET).unwrap();
+    let mut args = vec![
+        "produce".to_string(),
+        "--brokers".into(),
+        proxy.addr.clone(),
+        "--topic".into(),
+        topic.clone(),
+        "--partitions".into(),
+        "3".into(),
+        "-i".into(),
+        input.display().to_string(),
+    ];
+    for (k, v) in [
+        ("security.protocol", "SASL_PLAINTEXT".to_string()),
+        ("sasl.mechanisms", "OAUTHBEARER".into()),
+        ("sasl.oauthbearer.method", "oidc".into()),
+        ("sasl.oauthbearer.token.endpoint.url", idp.url.clone()),
+        ("sasl.oauthbearer.client.id", CLIENT.into()),
+        (
+            "sasl.oauthbearer.client.secret.file",
+            secret.display().to_string(),
+        ),
+    ] {
+        args.push("--producer-config".into());
+        args.push(format!("{k}={v}"));
+    }
+    let out = bin().args(&args).stdout(Stdio::null()).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    // Created by the admin client as asked (a broker creating it on first produce would give
+    // its default partition count instead).
+    assert_eq!(partitions_of(&topic), 3, "{err}");
+    assert_eq!(read_count(&topic, 20), 20);
+    let seen = proxy.seen.lock().unwrap();
+    assert!(
+        seen.refused.is_empty() && seen.unauthenticated.is_empty(),
+        "{seen:?}"
+    );
+    assert!(
+        seen.accepted.len() >= 2,
+        "the admin client and the producer: {seen:?}"
+    );
 }
