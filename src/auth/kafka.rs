@@ -8,7 +8,7 @@
 //! the token's lifetime; a failure goes back to librdkafka, which says it through the client's
 //! error callback (so `/readyz`) and asks again 10 s later.
 //!
-//! Two sources, chosen by `sasl.oauthbearer.method`:
+//! Two sources, chosen by `sasl.oauthbearer.method`, and a third for test set-ups:
 //! - `oidc`: the client-credentials grant, as librdkafka's own OIDC sends it (a form POST of
 //!   `grant_type=client_credentials` and `scope` to `sasl.oauthbearer.token.endpoint.url`, the
 //!   client id and secret in HTTP basic auth). The secret comes from
@@ -20,11 +20,14 @@
 //!   base64url of `{"typ":"JWT","alg":"GOOG_OAUTH2_TOKEN"}`, of the claims `exp`, `iat`,
 //!   `iss: Google`, `scope: kafka`, `sub: <service account e-mail>`, and of the access token
 //!   (scope `cloud-platform`), joined with dots.
+//! - librdkafka's unsecured JWT, when `enable.sasl.oauthbearer.unsecure.jwt` is true without a
+//!   method (see `kafka_unsecured`: librdkafka makes only the first one).
 //!
 //! A token is shared by every client of the process (consumer, dead-letter producer, helpers)
 //! until half its lifetime has passed, so short-lived helper clients do not each ask the
 //! token service.
 
+use super::kafka_unsecured::Unsecured;
 use base64::Engine;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -34,6 +37,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 pub const GOOGLE_KAFKA_SCOPE: &str = "https://www.googleapis.com/auth/cloud-platform";
 /// The key naming the token source.
 pub const METHOD_KEY: &str = "sasl.oauthbearer.method";
+/// librdkafka's switch for its unsecured JWT, which the publisher then makes.
+pub const UNSECURE_JWT_KEY: &str = "enable.sasl.oauthbearer.unsecure.jwt";
 /// The publisher's own key: a file holding the client secret.
 pub const SECRET_FILE_KEY: &str = "sasl.oauthbearer.client.secret.file";
 /// How long one token request may take.
@@ -46,6 +51,8 @@ pub enum Method {
     Google,
     /// An OAuth 2.0 client-credentials grant.
     Oidc(Oidc),
+    /// librdkafka's unsecured JWT (`enable.sasl.oauthbearer.unsecure.jwt`, test set-ups).
+    Unsecured(Unsecured),
 }
 
 /// The client-credentials settings (the secret itself is read only when a token is fetched).
@@ -85,6 +92,11 @@ impl std::fmt::Debug for Method {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Method::Google => f.write_str("google"),
+            Method::Unsecured(u) => write!(
+                f,
+                "unsecured JWT for principal {} (enable.sasl.oauthbearer.unsecure.jwt, for test set-ups; lifetime {} s)",
+                u.principal, u.life_seconds
+            ),
             Method::Oidc(o) => write!(
                 f,
                 "oidc(endpoint {}, client {}, secret {:?}, scope {:?})",
@@ -107,8 +119,20 @@ pub fn method(pairs: &[(String, String)]) -> Result<Option<Method>, String> {
             .filter(|v| !v.is_empty())
     };
     let key = |k: &str| format!("additional_consumer_config.{k}");
+    let mechanism = get("sasl.mechanisms").or(get("sasl.mechanism"));
     let method = match get(METHOD_KEY) {
-        None | Some("default") => return Ok(None),
+        None | Some("default") => {
+            // librdkafka's own unsecured token is taken over only where librdkafka would make
+            // it (OAUTHBEARER over SASL): see `kafka_unsecured`.
+            let sasl = get("security.protocol")
+                .is_some_and(|p| p.to_ascii_uppercase().starts_with("SASL_"));
+            let oauthbearer = mechanism.is_some_and(|m| m.eq_ignore_ascii_case("OAUTHBEARER"));
+            if !(sasl && oauthbearer && get(UNSECURE_JWT_KEY) == Some("true")) {
+                return Ok(None);
+            }
+            let config = get("sasl.oauthbearer.config").unwrap_or("");
+            Method::Unsecured(Unsecured::parse(config, &key("sasl.oauthbearer.config"))?)
+        }
         Some("google") => Method::Google,
         Some("oidc") => {
             let required = |k: &str| {
@@ -149,7 +173,6 @@ pub fn method(pairs: &[(String, String)]) -> Result<Option<Method>, String> {
     if get("sasl.oauthbearer.extensions").is_some() {
         return Err(format!("{}: the Kafka client cannot send SASL extensions with a token the publisher supplies; remove it (a broker that needs extensions, such as Confluent Cloud's identity pools, cannot be used with sasl.oauthbearer.method)", key("sasl.oauthbearer.extensions")));
     }
-    let mechanism = get("sasl.mechanisms").or(get("sasl.mechanism"));
     if mechanism.is_some_and(|m| !m.eq_ignore_ascii_case("OAUTHBEARER")) {
         return Err(format!(
             "{}: sasl.oauthbearer.method needs OAUTHBEARER (or leave it unset)",
@@ -175,7 +198,9 @@ pub fn librdkafka_pairs(
     }
     let mut out: Vec<(String, String)> = pairs
         .iter()
-        .filter(|(k, _)| !k.starts_with("sasl.oauthbearer.") && k != "sasl.mechanism")
+        .filter(|(k, _)| {
+            !k.starts_with("sasl.oauthbearer.") && k != "sasl.mechanism" && k != UNSECURE_JWT_KEY
+        })
         .cloned()
         .collect();
     out.retain(|(k, _)| k != "sasl.mechanisms");
@@ -316,6 +341,7 @@ impl Tokens {
         match &self.method {
             Method::Oidc(o) => self.client_credentials(o).await,
             Method::Google => self.google().await,
+            Method::Unsecured(u) => Ok(u.token(SystemTime::now())),
         }
     }
 

@@ -192,3 +192,48 @@ fn the_form_is_librdkafkas_client_credentials_form() {
         "grant_type=client_credentials&scope=kafka%20write%3Aall"
     );
 }
+
+#[test]
+fn librdkafkas_unsecured_token_is_taken_over_only_where_librdkafka_would_make_it() {
+    let unsecured = [
+        ("security.protocol", "SASL_PLAINTEXT"),
+        ("sasl.mechanisms", "OAUTHBEARER"),
+        ("enable.sasl.oauthbearer.unsecure.jwt", "true"),
+        ("sasl.oauthbearer.config", "principal=alice lifeSeconds=60"),
+    ];
+    let m = method(&pairs(&unsecured)).unwrap().unwrap();
+    let Method::Unsecured(u) = &m else {
+        panic!("{m:?}")
+    };
+    assert_eq!((u.principal.as_str(), u.life_seconds), ("alice", 60));
+    let given = librdkafka_pairs(&pairs(&unsecured), Some(&m));
+    assert!(
+        given
+            .iter()
+            .all(|(k, _)| k != "enable.sasl.oauthbearer.unsecure.jwt"
+                && !k.starts_with("sasl.oauthbearer.")),
+        "one maker of tokens: {given:?}"
+    );
+    // Not OAUTHBEARER over SASL, or not switched on: librdkafka gets the keys as they are.
+    for leave in [
+        ("security.protocol", "PLAINTEXT"),
+        ("sasl.mechanisms", "PLAIN"),
+        ("enable.sasl.oauthbearer.unsecure.jwt", "false"),
+    ] {
+        let mut p = without(&unsecured, leave.0);
+        p.push((leave.0.into(), leave.1.into()));
+        assert_eq!(
+            method(&p).map(|m| m.is_some()).ok(),
+            Some(false),
+            "{leave:?}"
+        );
+    }
+    // A config librdkafka would refuse is refused, naming the key.
+    let mut bad = without(&unsecured, "sasl.oauthbearer.config");
+    bad.push(("sasl.oauthbearer.config".into(), "scope=a".into()));
+    let e = method(&bad).unwrap_err();
+    assert!(
+        e.starts_with("additional_consumer_config.sasl.oauthbearer.config: no principal="),
+        "{e}"
+    );
+}

@@ -7,3 +7,4 @@ pub mod alibaba;
 pub mod google;
 pub mod kafka;
 pub mod kafka_admin;
+pub mod kafka_unsecured;

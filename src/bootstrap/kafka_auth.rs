@@ -234,6 +234,7 @@ fn oauthbearer(
         Err(e) => problems.push(e),
         Ok(None) => problems.push(format!("sasl.mechanisms OAUTHBEARER without sasl.oauthbearer.method: oidc: KEDA's Kafka scaler needs the token endpoint and client credentials; set them, or {refuse}")),
         Ok(Some(Method::Google)) => problems.push(format!("sasl.oauthbearer.method google: KEDA's Kafka scaler cannot get Google's Managed Kafka tokens (its OAUTHBEARER runs the client-credentials grant only); {refuse} (for example KEDA's gcp-stackdriver scaler on Managed Kafka's consumer-lag metric)")),
+        Ok(Some(Method::Unsecured(_))) => problems.push(format!("enable.sasl.oauthbearer.unsecure.jwt: KEDA's Kafka scaler cannot make librdkafka's unsecured tokens (its OAUTHBEARER runs the client-credentials grant only); {refuse}")),
         Ok(Some(Method::Oidc(o))) => match o.secret {
             Secret::File(_) => problems.push(format!("{}: the file is in the publisher's pod, which KEDA's scaler cannot read; give KEDA the secret as sasl.oauthbearer.client.secret (bootstrap keeps it in the version's Secret), or {refuse}", crate::auth::kafka::SECRET_FILE_KEY)),
             Secret::Literal(secret) => {

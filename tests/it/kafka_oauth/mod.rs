@@ -467,3 +467,99 @@ fn produce_creates_its_topic_through_the_checking_front_with_a_client_credential
         "the admin client and the producer: {seen:?}"
     );
 }
+
+/// The claims of an unsecured JWT, after checking its header and empty signature.
+fn unsecured_claims(token: &str) -> Result<serde_json::Value, String> {
+    let parts: Vec<&str> = token.split('.').collect();
+    if parts.len() != 3
+        || !parts[2].is_empty()
+        || unb64(parts[0]).as_deref() != Some(br#"{"alg":"none"}"#.as_slice())
+    {
+        return Err(format!("not an unsecured JWT: {token}"));
+    }
+    let body = unb64(parts[1]).ok_or("claims not base64url")?;
+    serde_json::from_slice(&body).map_err(|e| e.to_string())
+}
+
+#[test]
+fn librdkafkas_unsecured_jwt_is_made_as_librdkafka_makes_it_and_kept_fresh() {
+    let tokens = Arc::new(Mutex::new(Vec::<String>::new()));
+    let kept = Arc::clone(&tokens);
+    let proxy = SaslProxy::start(
+        &brokers(),
+        Arc::new(move |t| {
+            kept.lock().unwrap().push(t.to_string());
+            let c = unsecured_claims(t)?;
+            if c["exp"].as_f64().unwrap_or(0.0) < now() as f64 {
+                return Err("expired".into());
+            }
+            Ok(c["sub"].as_str().unwrap_or_default().to_string())
+        }),
+    );
+    let life = 4;
+    let config = format!("principal=alice scope=read,write lifeSeconds={life}");
+    // The oracle: librdkafka's own token, from a client with rdkafka's default context.
+    let topic = unique("oauth-unsecured");
+    create_topic(&topic, 1);
+    let oracle: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &proxy.addr)
+        .set("security.protocol", "SASL_PLAINTEXT")
+        .set("sasl.mechanisms", "OAUTHBEARER")
+        .set("enable.sasl.oauthbearer.unsecure.jwt", "true")
+        .set("sasl.oauthbearer.config", &config)
+        .create()
+        .unwrap();
+    oracle
+        .fetch_metadata(Some(&topic), Duration::from_secs(10))
+        .unwrap();
+    drop(oracle);
+    let theirs = unsecured_claims(&tokens.lock().unwrap()[0]).unwrap();
+    tokens.lock().unwrap().clear();
+
+    let dir = tempfile::tempdir().unwrap();
+    let sent = logs(40, 3, 0.0);
+    produce(&topic, &sent);
+    let mut consumer = vec![
+        ("security.protocol", "SASL_PLAINTEXT".to_string()),
+        ("sasl.mechanisms", "OAUTHBEARER".into()),
+        ("enable.sasl.oauthbearer.unsecure.jwt", "true".into()),
+        ("sasl.oauthbearer.config", config.clone()),
+    ];
+    // Short sessions, so that clients reconnect, and authenticate again, within the test.
+    consumer.push(("connections.max.idle.ms", "3000".into()));
+    let s = setup(dir.path(), &proxy.addr, &topic, &consumer);
+    let _child = s.start();
+    assert!(
+        wait_for(LIMIT, || s.rows().len() == sent.len()),
+        "rows through the checking front:\n{}",
+        s.log_tail()
+    );
+    let ours = unsecured_claims(&tokens.lock().unwrap()[0]).unwrap();
+    let keys = |c: &serde_json::Value| {
+        let mut k: Vec<String> = c.as_object().unwrap().keys().cloned().collect();
+        k.sort();
+        k
+    };
+    assert_eq!(keys(&ours), keys(&theirs), "{ours} against {theirs}");
+    for claim in ["sub", "scope"] {
+        assert_eq!(
+            ours[claim], theirs[claim],
+            "{claim}: {ours} against {theirs}"
+        );
+    }
+    let span = |c: &serde_json::Value| c["exp"].as_f64().unwrap() - c["iat"].as_f64().unwrap();
+    assert_eq!(span(&ours), span(&theirs));
+    // librdkafka asks for a new token at 80% of the first one's life: the publisher answers it
+    // without a failure, and stays ready.
+    std::thread::sleep(Duration::from_secs(3 * life));
+    assert_eq!(
+        s.log_count("OAUTHBEARER"),
+        0,
+        "no token failure:\n{}",
+        s.log_tail()
+    );
+    let (status, body) = s.get("/readyz").unwrap();
+    assert_eq!(status, 200, "{body}");
+    let seen = proxy.seen.lock().unwrap();
+    assert!(seen.refused.is_empty(), "{seen:?}");
+}
