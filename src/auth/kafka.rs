@@ -341,7 +341,14 @@ impl Tokens {
         match &self.method {
             Method::Oidc(o) => self.client_credentials(o).await,
             Method::Google => self.google().await,
-            Method::Unsecured(u) => Ok(u.token(SystemTime::now())),
+            Method::Unsecured(u) => {
+                let (value, expires) = u.token(SystemTime::now());
+                Ok(Token {
+                    value,
+                    principal: u.principal.clone(),
+                    expires,
+                })
+            }
         }
     }
 

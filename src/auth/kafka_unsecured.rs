@@ -11,7 +11,6 @@
 //! `lifeSeconds=`; space-separated). Extensions (`extension_<name>=`) cannot be sent with a
 //! token the publisher supplies and are refused, as for the other methods.
 
-use super::kafka::Token;
 use base64::Engine;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -87,8 +86,8 @@ impl Unsecured {
         })
     }
 
-    /// The token issued at `now`.
-    pub fn token(&self, now: SystemTime) -> Token {
+    /// The token issued at `now`, and when it expires (its principal is `principal`).
+    pub fn token(&self, now: SystemTime) -> (String, SystemTime) {
         let b64 = |s: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s);
         let iat = now.duration_since(UNIX_EPOCH).unwrap_or_default();
         let exp = iat + Duration::from_secs(self.life_seconds);
@@ -105,11 +104,10 @@ impl Unsecured {
             claims.push_str(&format!(",\"{}\":[{}]", self.scope_claim, list.join(",")));
         }
         claims.push('}');
-        Token {
-            value: format!("{}.{}.", b64(r#"{"alg":"none"}"#), b64(&claims)),
-            principal: self.principal.clone(),
-            expires: UNIX_EPOCH + exp,
-        }
+        (
+            format!("{}.{}.", b64(r#"{"alg":"none"}"#), b64(&claims)),
+            UNIX_EPOCH + exp,
+        )
     }
 }
 
@@ -120,8 +118,8 @@ mod tests {
 
     const KEY: &str = "additional_consumer_config.sasl.oauthbearer.config";
 
-    fn claims(t: &Token) -> serde_json::Value {
-        let mut parts = t.value.split('.');
+    fn claims(value: &str) -> serde_json::Value {
+        let mut parts = value.split('.');
         let header = parts.next().unwrap();
         assert_eq!(
             base64::engine::general_purpose::URL_SAFE_NO_PAD
@@ -148,11 +146,11 @@ mod tests {
             ),
             ("sub", "scope", 3600)
         );
-        let t = d.token(UNIX_EPOCH + Duration::from_millis(1000));
-        assert_eq!(t.expires, UNIX_EPOCH + Duration::from_secs(3601));
+        let (value, expires) = d.token(UNIX_EPOCH + Duration::from_millis(1000));
+        assert_eq!(expires, UNIX_EPOCH + Duration::from_secs(3601));
         let body = String::from_utf8(
             base64::engine::general_purpose::URL_SAFE_NO_PAD
-                .decode(t.value.split('.').nth(1).unwrap())
+                .decode(value.split('.').nth(1).unwrap())
                 .unwrap(),
         )
         .unwrap();
@@ -162,7 +160,7 @@ mod tests {
             KEY,
         )
         .unwrap();
-        let c = claims(&e.token(UNIX_EPOCH + Duration::from_millis(1500)));
+        let c = claims(&e.token(UNIX_EPOCH + Duration::from_millis(1500)).0);
         assert_eq!(
             c,
             serde_json::json!({"azp": "fubar", "iat": 1.5, "exp": 61.5, "roles": ["role1", "role2"]})
@@ -203,11 +201,10 @@ mod tests {
             let config = format!("principal={principal}{listed} lifeSeconds={life}");
             let u = Unsecured::parse(&config, KEY).unwrap();
             let now = UNIX_EPOCH + Duration::from_millis(ms);
-            let t = u.token(now);
-            let c = claims(&t);
+            let (value, expires) = u.token(now);
+            let c = claims(&value);
             prop_assert_eq!(c["sub"].as_str(), Some(principal.as_str()));
-            prop_assert_eq!(t.principal, principal);
-            prop_assert_eq!(t.expires, now + Duration::from_secs(life));
+            prop_assert_eq!(expires, now + Duration::from_secs(life));
             let exp = c["exp"].as_f64().unwrap();
             let iat = c["iat"].as_f64().unwrap();
             prop_assert!((exp - iat - life as f64).abs() < 0.01);
