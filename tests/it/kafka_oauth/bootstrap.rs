@@ -87,3 +87,34 @@ fn partition_count_and_lag_get_a_token_from_the_specs_oauthbearer_settings() {
     );
     assert!(!idp.requests().is_empty());
 }
+
+#[test]
+fn a_credential_read_from_a_secret_in_the_cluster_stops_the_look_ups_at_once_naming_it() {
+    let idp = idp(Arc::new(Mutex::new(SECRET.into())), 3600);
+    let front = checking_front();
+    let mut consumer = oidc(&idp.url, String::new());
+    consumer.pop();
+    consumer.push((
+        "sasl.oauthbearer.client.secret",
+        "{secretKeyRef: {name: kafka-client, key: secret}}".into(),
+    ));
+    let s = spec(&front.addr, &consumer);
+    create_topic(s.topic(), 1);
+    let source = s.config.observation_source.clone().unwrap();
+    let started = std::time::Instant::now();
+    let e = partition_count(&source, TIMEOUT).unwrap_err().to_string();
+    assert!(
+        e.contains("sasl.oauthbearer.client.secret")
+            && e.contains("kafka-client/secret")
+            && e.contains("does not read"),
+        "{e}"
+    );
+    assert!(lag(&source, TIMEOUT)
+        .unwrap_err()
+        .to_string()
+        .contains("kafka-client/secret"));
+    // Not the look-up's timeout: nothing was asked of the token endpoint or the broker.
+    assert!(started.elapsed() < TIMEOUT / 2, "{:?}", started.elapsed());
+    assert!(idp.requests().is_empty());
+    assert!(front.seen.lock().unwrap().accepted.is_empty());
+}
