@@ -17,6 +17,18 @@
 //! (private and regional endpoints exist). The requests are the ones Google's own library,
 //! google-auth, sends for the same file: `tests/it/google_auth` checks them against it.
 //!
+//! # Quota project
+//! Requests are billed and rate-limited against the credentials' own project unless they name
+//! a quota project in the `x-goog-user-project` header, as google-auth's `Credentials.apply`
+//! does: `GOOGLE_CLOUD_QUOTA_PROJECT` if set, else the file's `quota_project_id` for
+//! `authorized_user`, `external_account` and `impersonated_service_account` files (a
+//! `service_account` file's `quota_project_id` is ignored, as google-auth ignores it). A user's
+//! gcloud credentials need one: BigQuery refuses them without it. [`Credentials::quota_project`]
+//! gives it; the BigQuery clients send it beside the bearer token. The token requests carry it
+//! where google-auth's do: `generateAccessToken` called with an external account's federated
+//! token, and with an impersonation source's own token when that source is an `authorized_user`
+//! naming one.
+//!
 //! # Refresh and failures
 //! A token is cached and replaced once less than a quarter of its life (at most four minutes)
 //! is left; if the replacement cannot be fetched the cached token is used while it has more than
@@ -46,6 +58,12 @@ use std::time::{Duration, Instant};
 
 pub use file::CREDENTIALS_VAR;
 
+/// The variable naming the quota project, over the file's `quota_project_id`.
+pub const QUOTA_PROJECT_VAR: &str = "GOOGLE_CLOUD_QUOTA_PROJECT";
+
+/// The header naming the quota project of a request.
+pub const QUOTA_PROJECT_HEADER: &str = "x-goog-user-project";
+
 /// OAuth scope for BigQuery (Storage Write and REST).
 pub const BIGQUERY_SCOPE: &str = "https://www.googleapis.com/auth/bigquery";
 
@@ -60,6 +78,8 @@ struct Inner {
     /// Where the credentials came from, for messages.
     origin: String,
     scopes: Vec<String>,
+    /// What `x-goog-user-project` says, if anything.
+    quota_project: Option<String>,
     http: reqwest::Client,
     cache: tokio::sync::Mutex<Option<Cached>>,
 }
@@ -190,15 +210,24 @@ impl Credentials {
             .timeout(Duration::from_secs(30))
             .build()
             .unwrap_or_default();
+        let quota_project = file::quota_project(&source, std::env::var(QUOTA_PROJECT_VAR).ok());
         Credentials {
             inner: Arc::new(Inner {
                 source,
                 origin,
                 scopes: vec![BIGQUERY_SCOPE.to_string()],
+                quota_project,
                 http,
                 cache: tokio::sync::Mutex::new(None),
             }),
         }
+    }
+
+    /// The project requests are billed to when it is not the credentials' own: the value of
+    /// the [`QUOTA_PROJECT_HEADER`] every request made with these credentials carries (see the
+    /// module docs).
+    pub fn quota_project(&self) -> Option<&str> {
+        self.inner.quota_project.as_deref()
     }
 
     /// The value of an `authorization` header: `Bearer <token>`, refreshed before expiry.
@@ -242,6 +271,7 @@ impl Credentials {
         let f = flows::Flow {
             http: &self.inner.http,
             origin: &self.inner.origin,
+            quota_project: self.inner.quota_project.as_deref(),
         };
         match f.fetch(&self.inner.source, &self.inner.scopes).await {
             Ok(t) => {
@@ -271,6 +301,7 @@ impl Credentials {
         flows::Flow {
             http: &self.inner.http,
             origin: &self.inner.origin,
+            quota_project: self.inner.quota_project.as_deref(),
         }
         .project_id(&self.inner.source)
         .await

@@ -112,6 +112,22 @@ pub(super) fn application_default() -> Result<(Source, String), AuthError> {
     ))
 }
 
+/// The quota project, as google-auth settles it: `from_env` (`GOOGLE_CLOUD_QUOTA_PROJECT`) when
+/// set, else the file's `quota_project_id` for the types google-auth reads it from (not
+/// `service_account`: google-auth ignores it there). An empty value names none, as in
+/// google-auth.
+pub(super) fn quota_project(source: &Source, from_env: Option<String>) -> Option<String> {
+    from_env.filter(|p| !p.is_empty()).or_else(|| {
+        match source {
+            Source::AuthorizedUser(u) => u.quota_project_id.clone(),
+            Source::ExternalAccount(ea) => ea.quota_project_id.clone(),
+            Source::Impersonated(imp) => imp.quota_project_id.clone(),
+            Source::ServiceAccount(_) | Source::Metadata { .. } => None,
+        }
+        .filter(|p| !p.is_empty())
+    })
+}
+
 fn file_error(path: &Path, origin: &str, problem: String) -> AuthError {
     AuthError::File {
         path: path.to_path_buf(),

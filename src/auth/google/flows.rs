@@ -23,10 +23,12 @@ pub(super) struct Fetched {
     pub(super) lifetime: Duration,
 }
 
-/// The HTTP client and, for messages, where the credentials came from.
+/// The HTTP client, where the credentials came from (for messages) and their quota project.
 pub(super) struct Flow<'a> {
     pub(super) http: &'a reqwest::Client,
     pub(super) origin: &'a str,
+    /// The credentials' quota project ([`super::Credentials::quota_project`]).
+    pub(super) quota_project: Option<&'a str>,
 }
 
 /// `application/x-www-form-urlencoded`: everything but `A-Za-z0-9*-._` is escaped.
@@ -79,7 +81,7 @@ impl Flow<'_> {
         match source {
             Source::ServiceAccount(sa) => self.jwt_grant(sa, scopes).await,
             Source::AuthorizedUser(u) => self.refresh_grant(u).await,
-            Source::ExternalAccount(ea) => self.external(ea, scopes).await,
+            Source::ExternalAccount(ea) => self.external(ea, scopes, self.quota_project).await,
             Source::Impersonated(imp) => self.impersonated(imp, scopes).await,
             Source::Metadata { root } => self.metadata(root, scopes).await,
         }
@@ -271,11 +273,14 @@ impl Flow<'_> {
         Ok(token)
     }
 
-    /// The STS token exchange; with impersonation, then `generateAccessToken`.
+    /// The STS token exchange; with impersonation, then `generateAccessToken`, naming
+    /// `quota_project` (google-auth's impersonation source is a copy of the external account
+    /// itself, quota project included).
     async fn external(
         &self,
         ea: &ExternalAccount,
         scopes: &[String],
+        quota_project: Option<&str>,
     ) -> Result<Fetched, AuthError> {
         let what = format!("STS token endpoint {}", ea.token_url);
         let subject = self.subject_token(&ea.subject).await?;
@@ -318,14 +323,23 @@ impl Flow<'_> {
         match &ea.impersonation {
             None => Ok(federated),
             Some((url, lifetime)) => {
-                self.generate_access_token(url, &federated.token, None, scopes, *lifetime)
-                    .await
+                self.generate_access_token(
+                    url,
+                    &federated.token,
+                    quota_project,
+                    None,
+                    scopes,
+                    *lifetime,
+                )
+                .await
             }
         }
     }
 
     /// `impersonated_service_account`: the source's token (with the IAM scope where the source
-    /// takes scopes), then `generateAccessToken`.
+    /// takes scopes), then `generateAccessToken` with the source's own quota project, as
+    /// google-auth applies the source credentials to that request (of its source types only an
+    /// `authorized_user` reads one; the variable does not reach the source).
     async fn impersonated(
         &self,
         imp: &Impersonation,
@@ -335,15 +349,23 @@ impl Flow<'_> {
         let source = match &imp.source {
             Source::AuthorizedUser(u) => self.refresh_grant(u).await?,
             Source::ServiceAccount(sa) => self.jwt_grant(sa, &iam).await?,
-            Source::ExternalAccount(ea) => self.external(ea, &iam).await?,
+            Source::ExternalAccount(ea) => {
+                let quota = ea.quota_project_id.as_deref().filter(|p| !p.is_empty());
+                self.external(ea, &iam, quota).await?
+            }
             Source::Metadata { root } => self.metadata(root, &iam).await?,
             Source::Impersonated(_) => {
                 return Err(self.unreachable("impersonation", "nested impersonation"))
             }
         };
+        let source_quota = match &imp.source {
+            Source::AuthorizedUser(u) => u.quota_project_id.as_deref(),
+            _ => None,
+        };
         self.generate_access_token(
             &imp.url,
             &source.token,
+            source_quota.filter(|p| !p.is_empty()),
             imp.delegates.as_deref(),
             scopes,
             imp.lifetime_s,
@@ -351,11 +373,13 @@ impl Flow<'_> {
         .await
     }
 
-    /// IAM Credentials' `generateAccessToken` at `url`, authorized by `bearer`.
+    /// IAM Credentials' `generateAccessToken` at `url`, authorized by `bearer` (and billed to
+    /// `quota_project` when given).
     async fn generate_access_token(
         &self,
         url: &str,
         bearer: &str,
+        quota_project: Option<&str>,
         delegates: Option<&[String]>,
         scopes: &[String],
         lifetime_s: u64,
@@ -369,6 +393,9 @@ impl Flow<'_> {
         let mut req = self.http.post(url).json(&body);
         if let Some(h) = sensitive(format!("Bearer {bearer}")) {
             req = req.header(AUTHORIZATION, h);
+        }
+        if let Some(q) = quota_project {
+            req = req.header(super::QUOTA_PROJECT_HEADER, q);
         }
         let v = self.send(&what, req).await?;
         let token = v["accessToken"]

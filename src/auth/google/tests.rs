@@ -2,7 +2,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use super::file::{parse, Source, SubjectFrom};
+use super::file::{parse, quota_project, Source, SubjectFrom};
 use super::{AuthError, Cached, Credentials};
 
 fn problem(v: serde_json::Value) -> String {
@@ -123,4 +123,30 @@ fn debug_shows_where_the_credentials_came_from_and_no_secret() {
     let d = format!("{c:?}");
     assert!(d.contains("authorized_user"), "{d}");
     assert!(!d.contains("s3cr3t") && !d.contains("r3fr3sh"), "{d}");
+}
+
+#[test]
+fn the_quota_project_is_the_variables_else_the_files_where_google_auth_reads_it() {
+    let user = json!({"type": "authorized_user", "client_id": "c", "client_secret": "s",
+        "refresh_token": "r", "quota_project_id": "from-file"});
+    let user = parse(&user).unwrap();
+    let env = |v: &str| Some(v.to_string());
+    assert_eq!(quota_project(&user, None).as_deref(), Some("from-file"));
+    // google-auth's `with_quota_project_from_environment`: the variable wins.
+    assert_eq!(
+        quota_project(&user, env("from-env")).as_deref(),
+        Some("from-env")
+    );
+    assert_eq!(quota_project(&user, env("")).as_deref(), Some("from-file"));
+    let metadata = Source::Metadata {
+        root: "http://127.0.0.1/computeMetadata/v1".into(),
+    };
+    assert_eq!(quota_project(&metadata, None), None);
+    assert_eq!(
+        quota_project(&metadata, env("from-env")).as_deref(),
+        Some("from-env")
+    );
+    let blank = json!({"type": "authorized_user", "client_id": "c", "client_secret": "s",
+        "refresh_token": "r", "quota_project_id": ""});
+    assert_eq!(quota_project(&parse(&blank).unwrap(), None), None);
 }

@@ -1,8 +1,9 @@
 //! The Storage Write API gRPC client: one tonic channel to a configurable endpoint.
 //!
 //! `https://…` endpoints use TLS (rustls with ring, system roots) and send an OAuth bearer token
-//! when [`Credentials`] are given; `http://…` endpoints are plain HTTP/2 (the emulator). Every
-//! call carries `x-goog-request-params: write_stream=…` (or `parent=…`), which BigQuery uses for
+//! and the credentials' quota project (`x-goog-user-project`) when [`Credentials`] are given;
+//! `http://…` endpoints are plain HTTP/2 (the emulator). Every call carries
+//! `x-goog-request-params: write_stream=…` (or `parent=…`), which BigQuery uses for
 //! routing; the value is URL-encoded (as Google's client libraries do), so table names with
 //! spaces or non-ASCII letters fit in a header.
 
@@ -11,7 +12,7 @@ use super::proto::{
     CreateWriteStreamRequest, FinalizeWriteStreamRequest, FinalizeWriteStreamResponse,
     GetWriteStreamRequest, WriteStream,
 };
-use crate::auth::google::Credentials;
+use crate::auth::google::{Credentials, QUOTA_PROJECT_HEADER, QUOTA_PROJECT_VAR};
 use std::time::Duration;
 use tonic::codec::Streaming;
 use tonic::metadata::MetadataValue;
@@ -72,7 +73,7 @@ impl StorageClient {
     }
 
     /// Wraps `msg` with the routing header `key=value` and, with credentials, a fresh bearer
-    /// token.
+    /// token and their quota project.
     async fn request<T>(&self, msg: T, key: &str, value: &str) -> Result<Request<T>, Status> {
         let mut req = Request::new(msg);
         let md = req.metadata_mut();
@@ -95,6 +96,14 @@ impl StorageClient {
             // Never shown by a request's Debug, sent never-indexed by HTTP/2 (HPACK).
             v.set_sensitive(true);
             md.insert("authorization", v);
+            if let Some(q) = c.quota_project() {
+                let v = MetadataValue::try_from(q).map_err(|e| {
+                    Status::invalid_argument(format!(
+                        "quota project {q:?} ({QUOTA_PROJECT_VAR} or the credentials file's quota_project_id) is not a valid header value: {e}"
+                    ))
+                })?;
+                md.insert(QUOTA_PROJECT_HEADER, v);
+            }
         }
         Ok(req)
     }

@@ -284,6 +284,9 @@ impl TableManager {
         if let Some(c) = &self.opts.credentials {
             // `bearer_auth` marks the header sensitive (kept out of `Debug` and HPACK tables).
             rb = rb.bearer_auth(c.token().await?);
+            if let Some(q) = c.quota_project() {
+                rb = rb.header(crate::auth::google::QUOTA_PROJECT_HEADER, q);
+            }
         }
         if let Some(b) = body {
             rb = rb.json(b);

@@ -6,11 +6,14 @@
 //! the service-account JWT's header and claims.
 //!
 //! - [`oracle`]: every credential type ADC accepts, request for request.
+//! - [`quota`]: the quota project google-auth puts on a request (`x-goog-user-project`), ours
+//!   on BigQuery's REST and Storage Write calls.
 //! - [`refresh`]: tokens replaced before expiry, an unreachable endpoint a transient error.
 //! - [`startup`]: the binary with a malformed file exits 2 naming it and the variable; with the
 //!   metadata server down it stays up and unready, and starts once a token comes.
 
 mod oracle;
+mod quota;
 mod refresh;
 mod startup;
 
@@ -127,6 +130,7 @@ pub(crate) fn normal(c: &Captured) -> Json {
         "content-type": ct,
         "authorization": c.header("authorization"),
         "metadata-flavor": c.header("metadata-flavor"),
+        "x-goog-user-project": c.header("x-goog-user-project"),
         "x-test-header": c.header("x-test-header"),
         "body": body,
     })

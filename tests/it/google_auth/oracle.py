@@ -6,7 +6,9 @@ with ours.
     python oracle.py SPEC.json         refresh every case; print {"tokens": [...]} as JSON
 
 SPEC: {"scope": "...", "cases": [{"file": path} | {"metadata": true}]}. For the metadata case
-the environment (GCE_METADATA_HOST, GCE_METADATA_IP, CLOUDSDK_CONFIG) is the caller's.
+the environment (GCE_METADATA_HOST, GCE_METADATA_IP, CLOUDSDK_CONFIG, GOOGLE_CLOUD_QUOTA_PROJECT)
+is the caller's. A case with "api": URL also GETs that URL through google-auth's
+AuthorizedSession, which puts the credentials' headers on it (`Credentials.before_request`).
 """
 
 import json
@@ -52,6 +54,9 @@ for case in spec["cases"]:
             creds._source_credentials._token_uri = info["source_credentials"]["token_uri"]
     elif info.get("type") == "authorized_user":
         creds._token_uri = info["token_uri"]
-    creds.refresh(request)
+    if "api" in case:
+        google.auth.transport.requests.AuthorizedSession(creds).get(case["api"])
+    else:
+        creds.refresh(request)
     tokens.append(creds.token)
 print(json.dumps({"tokens": tokens}))

@@ -7,7 +7,7 @@ use serde_json::{json, Value as Json};
 
 /// One answer for every fake endpoint: an OAuth/STS token, an IAM `generateAccessToken`
 /// answer, the metadata server's account info and a subject token under `id_token`.
-fn universal_answer() -> Reply {
+pub(super) fn universal_answer() -> Reply {
     let body = json!({
         "access_token": "at-1", "expires_in": 3600, "token_type": "Bearer",
         "issued_token_type": "urn:ietf:params:oauth:token-type:access_token",

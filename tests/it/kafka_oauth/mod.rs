@@ -3,6 +3,8 @@
 //! ([`token_service`]): the client-credentials grant (secret from a file, read again at every
 //! fetch) and Google's Application Default Credentials in Managed Kafka's token form.
 
+mod bootstrap;
+mod metadata;
 mod sasl_proxy;
 mod token_service;
 
