@@ -5,8 +5,9 @@
 //! carry the header where google-auth's do (`generateAccessToken`).
 //!
 //! `GOOGLE_CLOUD_QUOTA_PROJECT` is read when credentials are built, so our side of the
-//! variable's case runs in a child process of this test binary (setting a variable in the
-//! test process would reach every test running beside it).
+//! variable's case runs in a child process of this test binary, the same test started with the
+//! variable and a plan (setting a variable in the test process would reach every test running
+//! beside it).
 
 use super::oracle::universal_answer;
 use super::{normal, oracle, BIGQUERY_SCOPE};
@@ -102,14 +103,6 @@ fn ours(plan: &Json) {
             "case {i}: the call reached the capture"
         );
     }
-}
-
-/// Our side run in a child process of this binary, with `env` (see the module docs).
-#[test]
-#[ignore = "run by the_variable_names_the_quota_project_as_in_google_auth in a child process"]
-fn ours_in_a_child() {
-    let plan = std::fs::read_to_string(std::env::var(CHILD_PLAN).unwrap()).unwrap();
-    ours(&serde_json::from_str(&plan).unwrap());
 }
 
 /// What matters of a BigQuery call.
@@ -318,6 +311,12 @@ fn the_files_quota_project_is_sent_as_google_auth_sends_it() {
 
 #[test]
 fn the_variable_names_the_quota_project_as_in_google_auth() {
+    // In the child this test starts (below), it is our side only, under the variable.
+    if let Ok(plan) = std::env::var(CHILD_PLAN) {
+        let plan = std::fs::read_to_string(plan).unwrap();
+        ours(&serde_json::from_str(&plan).unwrap());
+        return;
+    }
     let b = bench();
     let key = oracle(&["keygen"], &[]);
     let base = b.base.clone();
@@ -350,8 +349,7 @@ fn the_variable_names_the_quota_project_as_in_google_auth() {
     let out = std::process::Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
-            "google_auth::quota::ours_in_a_child",
-            "--ignored",
+            "google_auth::quota::the_variable_names_the_quota_project_as_in_google_auth",
             "--test-threads=1",
         ])
         .env(CHILD_PLAN, &plan_file)
