@@ -74,6 +74,28 @@ fn calls(fake: &Fake) -> Vec<Json> {
         .unwrap_or_default()
 }
 
+/// The fake STS's state without its keys' secrets: what a failure message shows.
+fn summary(state: &Json) -> String {
+    let keys: Vec<String> = state["keys"]
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .map(|(id, k)| {
+                    format!("{id}: {} requests, expires {}", k["requests"], k["expires"])
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let tokens: Vec<&Json> = state["calls"]
+        .as_array()
+        .map(|c| c.iter().map(|c| &c["oidc_token"]).collect())
+        .unwrap_or_default();
+    format!(
+        "STS calls' tokens {tokens:?}; keys {keys:?}; expired_refusals {}, token_refusals {}",
+        state["expired_refusals"], state["token_refusals"]
+    )
+}
+
 fn now_s() -> f64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -122,18 +144,32 @@ fn rrsa_keys_are_refreshed_during_a_run_and_every_row_lands() {
     let n = produced as i64;
     let committed = wait_for(LIMIT, || committed_total(&topic, &s.group, 1) == n);
     let state = fake.sts_state();
-    assert!(
-        child.try_wait().unwrap().is_none(),
-        "still running\n{}",
+    let running = child.try_wait().unwrap().is_none();
+    let code = stop(child);
+    // No request went out with an expired key or without its token, though the first key
+    // expired during the run (requests went out after it, below).
+    assert_eq!(
+        state["expired_refusals"],
+        0,
+        "{}\n{}",
+        summary(&state),
         s.log_tail()
     );
-    assert_eq!(stop(child), Some(0), "{}", s.log_tail());
-    assert!(committed, "every offset commits\n{state}\n{}", s.log_tail());
-
-    // No request went out with an expired key or without its token, though the first key
-    // expired during the run (requests went out after it).
-    assert_eq!(state["expired_refusals"], 0, "{state}");
-    assert_eq!(state["token_refusals"], 0, "{state}");
+    assert_eq!(
+        state["token_refusals"],
+        0,
+        "{}\n{}",
+        summary(&state),
+        s.log_tail()
+    );
+    assert!(running, "still running\n{}", s.log_tail());
+    assert_eq!(code, Some(0), "{}", s.log_tail());
+    assert!(
+        committed,
+        "every offset commits\n{}\n{}",
+        summary(&state),
+        s.log_tail()
+    );
     let keys = state["keys"].as_object().unwrap();
     let last_use = keys
         .values()
@@ -141,13 +177,18 @@ fn rrsa_keys_are_refreshed_during_a_run_and_every_row_lands() {
         .fold(0.0, f64::max);
     assert!(
         last_use > first_expires,
-        "a request after the first key expired: {state}"
+        "a request after the first key expired: {}",
+        summary(&state)
     );
     let used = keys
         .values()
         .filter(|k| k["requests"].as_u64() > Some(0))
         .count();
-    assert!(used >= 3, "requests signed with more than one key: {state}");
+    assert!(
+        used >= 3,
+        "requests signed with more than one key: {}",
+        summary(&state)
+    );
     // Every MaxCompute request was signed with a key STS issued, and accepted.
     let log = fake.dump("log");
     let log = log.as_array().unwrap();
@@ -292,6 +333,6 @@ fn sts_down_at_start_is_unready_naming_it_and_rows_land_once_it_answers() {
             .filter(|c| c["refused"] == status)
             .count()
     };
-    assert!(refused(503) >= 1, "{state}");
-    assert_eq!(state["expired_refusals"], 0, "{state}");
+    assert!(refused(503) >= 1, "{}", summary(&state));
+    assert_eq!(state["expired_refusals"], 0, "{}", summary(&state));
 }
