@@ -123,6 +123,10 @@ where
     loop {
         match rt.block_on(start()) {
             Ok(s) => {
+                *health
+                    .sink_start_problem
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner()) = None;
                 health.sinks_ok.store(true, Ordering::Relaxed);
                 return Ok(s);
             }
@@ -134,6 +138,11 @@ where
             }
             Err(StartError::Unavailable(m)) => {
                 let wait = waits.next().unwrap_or(Duration::from_secs(60));
+                *health
+                    .sink_start_problem
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner()) =
+                    Some(format!("{name} not available at start-up (retrying): {m}"));
                 health.sinks_ok.store(false, Ordering::Relaxed);
                 tracing::warn!(error = %m, retry_in_s = wait.as_secs(), "{name} not available at start-up; retrying");
                 let stopped = rt.block_on(async {

@@ -33,6 +33,10 @@ pub struct Health {
     pub topic_exists: AtomicBool,
     /// Every sink's last write succeeded (or none was attempted yet).
     pub sinks_ok: AtomicBool,
+    /// Why a sink has not started yet (its service unavailable at start-up, retried): `/readyz`
+    /// says it, so an operator sees the cause (e.g. the STS endpoint refusing) and not only
+    /// that a sink is failing.
+    pub sink_start_problem: Mutex<Option<String>>,
     /// The dead-letter target is usable.
     pub dead_letter_ok: AtomicBool,
     /// Every sink's connection reports itself healthy (BigQuery writer health).
@@ -167,7 +171,15 @@ impl Health {
             }
         }
         if !self.sinks_ok.load(Ordering::Relaxed) {
-            v.push("a sink is failing".into());
+            let start = self
+                .sink_start_problem
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone();
+            v.push(match start {
+                Some(why) => format!("a sink is failing: {why}"),
+                None => "a sink is failing".into(),
+            });
         }
         if !self.sink_streams_ok.load(Ordering::Relaxed) {
             v.push("a sink cannot reach its destination".into());

@@ -1,9 +1,13 @@
 """A fake MaxCompute endpoint for tests (stdlib http.server + pyodps as the authority).
 
-    python fake.py ACCESS_ID SECRET     prints "PORT\n" once listening on 127.0.0.1
+    python fake.py ACCESS_ID SECRET     prints "PORT STS_PORT\n" once listening on 127.0.0.1
 
 Every request's signature is checked with pyodps's own signer (AliyunAccount over the request
-as received): a mismatch gets 403 SignatureNotMatch. Control plane under /api:
+as received): a mismatch gets 403 SignatureNotMatch. A request is signed with the fixed pair
+ACCESS_ID, SECRET, or with a temporary key the fake STS on STS_PORT issued (fake_sts.py): then
+its authorization-sts-token header must be the key's token and the key unexpired (403
+InvalidSecurityToken.MismatchWithAccessKey, 403 AuthenticationRequestExpired otherwise,
+counted). Control plane under /api:
   GET  /api/projects/{p}[/schemas/{s}]/tables/{t}   table XML, or 404 NoSuchObject
   GET  /api/projects/{p}/tunnel?service             the tunnel host (this server)
   POST /api/projects/{p}/instances                  runs the SQL it understands: create table
@@ -26,6 +30,8 @@ INSTANCE_FAULTS); POST /__fake/release lets every held instance terminate and ru
 deferred one, in creation order; a
 block the reader cannot decode is refused with 400 MalformedDataStream; POST /__fake/refuse_rows {"column": c, "values": [...]} refuses (400 InvalidRecord) every block holding
 such a row.
+STS: POST /__fake/sts {"mode": "up"|"refuse"|"closed", "life": s, "lives": [...]} sets the fake
+STS, GET /__fake/sts dumps its calls, its keys and the refusals (fake_sts.py).
 Test-only: GET /__fake/tables dumps every table as JSON (timestamps {"us": n}, doubles
 {"f64": bits}); GET /__fake/instances lists the SQL run (statement, settings, outcome);
 GET /__fake/log lists the requests seen (method, path, whether the signature matched).
@@ -61,6 +67,10 @@ from odps.models import Column, Record, TableSchema  # noqa: E402
 from odps.tunnel.io.reader import TunnelRecordReader  # noqa: E402
 from odps.tunnel.io.writer import BaseRecordWriter  # noqa: E402
 from requests.structures import CaseInsensitiveDict  # noqa: E402
+
+import fake_sts  # noqa: E402  (beside this script)
+
+STS = fake_sts.Sts()
 
 LOCK = threading.Lock()
 TABLES = {}  # (project, schema, name) -> table dict
@@ -392,7 +402,7 @@ class Handler(BaseHTTPRequestHandler):
     def tunnel_error(self, status, code, message):
         self.reply(status, json.dumps({"Code": code, "Message": message}), "application/json")
 
-    def signature_ok(self, api):
+    def signature_ok(self, api, access_id, secret):
         class Req:
             pass
 
@@ -403,8 +413,27 @@ class Handler(BaseHTTPRequestHandler):
         )
         endpoint = "http://fake/api" if api else "http://fake"
         req.url = "http://fake" + self.path
-        AliyunAccount(self.access_id, self.secret).sign_request(req, endpoint)
+        AliyunAccount(access_id, secret).sign_request(req, endpoint)
         return req.headers["Authorization"] == self.headers.get("Authorization")
+
+    def check_request(self, api):
+        """(key id, None) for a request signed right, else (key id, MaxCompute's refusal code and
+        message). A key the fake STS issued is checked with its own secret, after its token and
+        expiry; any other with the fixed pair."""
+        auth = self.headers.get("Authorization", "")
+        access_id = auth[len("ODPS "):].split(":")[0] if auth.startswith("ODPS ") else None
+        key = fake_sts.issued(access_id)
+        if key is None:
+            if self.signature_ok(api, self.access_id, self.secret):
+                return access_id, None
+            return access_id, ("SignatureNotMatch", "The request signature does not match")
+        refused = fake_sts.refusal(access_id, self.headers.get("authorization-sts-token"))
+        if refused:
+            return access_id, refused
+        if not self.signature_ok(api, access_id, key["secret"]):
+            return access_id, ("SignatureNotMatch", "The request signature does not match")
+        fake_sts.used(access_id)
+        return access_id, None
 
     def handle_any(self):
         split = urlsplit(self.path)
@@ -421,12 +450,15 @@ class Handler(BaseHTTPRequestHandler):
             self.connection.shutdown(socket.SHUT_RDWR)
             return
         body = self.body()
-        ok = self.signature_ok(api) and not take("refuse_signatures")
+        access_id, refused = self.check_request(api)
+        if refused is None and take("refuse_signatures"):
+            refused = ("SignatureNotMatch", "The request signature does not match")
         with LOCK:
-            LOG.append({"method": self.command, "path": self.path, "signature_ok": ok,
+            LOG.append({"method": self.command, "path": self.path, "signature_ok": refused is None,
+                        "key": access_id, "refused": refused and refused[0],
                         "chunked": self.headers.get("Transfer-Encoding", "").lower() == "chunked"})
-        if not ok:
-            return self.error(403, "SignatureNotMatch", "The request signature does not match")
+        if refused:
+            return self.error(403, *refused)
         if take("unavailable"):
             return self.error(503, "ServiceUnavailable", "fault injected by the test")
         if take("throttle"):
@@ -469,6 +501,14 @@ class Handler(BaseHTTPRequestHandler):
     do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = handle_any
 
     def fake_admin(self, path):
+        if self.command == "POST" and path == "/__fake/sts":
+            try:
+                STS.set(json.loads(self.body() or b"{}"))
+            except ValueError as e:
+                return self.reply(400, str(e), "text/plain")
+            return self.reply(200, fake_sts.dump(), "application/json")
+        if path == "/__fake/sts":
+            return self.reply(200, fake_sts.dump(), "application/json")
         if self.command == "POST" and path == "/__fake/faults":
             arm = json.loads(self.body() or b"{}")
             with LOCK:
@@ -714,7 +754,8 @@ class Handler(BaseHTTPRequestHandler):
 def main():
     Handler.access_id, Handler.secret = sys.argv[1], sys.argv[2]
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    print(server.server_address[1], flush=True)
+    STS.open()
+    print(server.server_address[1], STS.port, flush=True)
     server.serve_forever()
 
 

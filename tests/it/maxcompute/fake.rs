@@ -27,10 +27,12 @@ pub(crate) const SECRET: &str = "fake-secret-PLANTED-19";
 pub(crate) const PROJECT: &str = "proj";
 pub(crate) const DATASET: &str = "ds";
 
-/// The fake, running under pyodps 0.12.2; killed on drop.
+/// The fake, running under pyodps 0.12.2, with its fake STS (fake_sts.py); killed on drop.
 pub(crate) struct Fake {
     child: Child,
     pub(crate) port: u16,
+    /// The fake STS's port (`AssumeRoleWithOIDC`; its keys are accepted by the fake).
+    pub(crate) sts_port: u16,
 }
 
 impl Fake {
@@ -51,11 +53,39 @@ impl Fake {
         BufReader::new(child.stdout.take().unwrap())
             .read_line(&mut line)
             .unwrap();
-        let port = line
-            .trim()
-            .parse()
-            .unwrap_or_else(|_| panic!("fake said {line:?}"));
-        Fake { child, port }
+        let ports: Vec<u16> = line
+            .split_whitespace()
+            .map(|p| p.parse().unwrap_or_else(|_| panic!("fake said {line:?}")))
+            .collect();
+        let [port, sts_port] = ports[..] else {
+            panic!("fake said {line:?}")
+        };
+        Fake {
+            child,
+            port,
+            sts_port,
+        }
+    }
+
+    /// Sets the fake STS (`POST /__fake/sts`: `mode` up, refuse or closed; `life` and `lives`
+    /// of the keys it issues, in seconds) and returns its state (see [`Fake::sts_state`]).
+    pub(crate) fn sts(&self, spec: Json) -> Json {
+        let (status, body) = http(
+            self.port,
+            "POST",
+            "/__fake/sts",
+            &[],
+            spec.to_string().as_bytes(),
+        );
+        assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+        serde_json::from_slice(&body).unwrap()
+    }
+
+    /// The fake STS's state: `calls` (each with `oidc_token`, `role_arn`, `key` issued, …),
+    /// `keys` (id → `secret`, `token`, `expires`, accepted `requests`, `first_use`, `last_use`),
+    /// `expired_refusals` and `token_refusals` of the fake MaxCompute.
+    pub(crate) fn sts_state(&self) -> Json {
+        self.dump("sts")
     }
 
     /// A test-only dump (`/__fake/tables`, `/__fake/instances`, `/__fake/log`).

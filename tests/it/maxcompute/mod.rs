@@ -19,6 +19,9 @@
 //! - [`creds`]: keyless: Alibaba's default credential chain against fake STS and ECS metadata
 //!   endpoints, its requests compared with Alibaba's credentials SDK's; a temporary key signs as
 //!   pyodps's `StsAccount`; keys refreshed ahead of expiry, never sent expired.
+//! - [`keyless`]: `run` without keys: RRSA against the fake STS, whose temporary keys the fake
+//!   MaxCompute checks (token, expiry); keys refreshed during the run, the token file read again,
+//!   STS down at start (unready, named), every row landing.
 //! - [`clients`]: our SQL instance and Tunnel clients through the fake, with injected faults
 //!   (failed tasks, refused signatures, 503, throttling, a dropped block PUT, a failed commit).
 
@@ -27,6 +30,7 @@ mod clients;
 mod creds;
 mod encode;
 pub(crate) mod fake;
+mod keyless;
 mod moves;
 mod rolling;
 mod sign;
