@@ -124,7 +124,7 @@ where
         match rt.block_on(start()) {
             Ok(s) => {
                 *health
-                    .sink_start_problem
+                    .sink_problem
                     .lock()
                     .unwrap_or_else(|e| e.into_inner()) = None;
                 health.sinks_ok.store(true, Ordering::Relaxed);
@@ -139,7 +139,7 @@ where
             Err(StartError::Unavailable(m)) => {
                 let wait = waits.next().unwrap_or(Duration::from_secs(60));
                 *health
-                    .sink_start_problem
+                    .sink_problem
                     .lock()
                     .unwrap_or_else(|e| e.into_inner()) =
                     Some(format!("{name} not available at start-up (retrying): {m}"));

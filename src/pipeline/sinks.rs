@@ -294,6 +294,11 @@ impl Task {
         self.failing[sink] = true;
         self.health.sinks_ok.store(false, Ordering::Relaxed);
         let name = self.names[sink];
+        *self
+            .health
+            .sink_problem
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(format!("{name}: {error}"));
         let wait = if error.is_retryable() {
             let wait = error
                 .retry_after()
@@ -379,9 +384,15 @@ impl Task {
         report: WriteReport,
     ) -> bool {
         self.failing[sink] = false;
-        self.health
-            .sinks_ok
-            .store(!self.failing.contains(&true), Ordering::Relaxed);
+        let ok = !self.failing.contains(&true);
+        self.health.sinks_ok.store(ok, Ordering::Relaxed);
+        if ok {
+            *self
+                .health
+                .sink_problem
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()) = None;
+        }
         let Some(taken) = self.taken.get_mut(&id) else {
             return true;
         };

@@ -33,10 +33,10 @@ pub struct Health {
     pub topic_exists: AtomicBool,
     /// Every sink's last write succeeded (or none was attempted yet).
     pub sinks_ok: AtomicBool,
-    /// Why a sink has not started yet (its service unavailable at start-up, retried): `/readyz`
-    /// says it, so an operator sees the cause (e.g. the STS endpoint refusing) and not only
-    /// that a sink is failing.
-    pub sink_start_problem: Mutex<Option<String>>,
+    /// Why a sink is failing: its service unavailable at start-up (retried), or its last
+    /// failed write. `/readyz` says it, so an operator sees the cause (e.g. the STS endpoint
+    /// refusing) and not only that a sink is failing.
+    pub sink_problem: Mutex<Option<String>>,
     /// The dead-letter target is usable.
     pub dead_letter_ok: AtomicBool,
     /// Every sink's connection reports itself healthy (BigQuery writer health).
@@ -172,7 +172,7 @@ impl Health {
         }
         if !self.sinks_ok.load(Ordering::Relaxed) {
             let start = self
-                .sink_start_problem
+                .sink_problem
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .clone();

@@ -73,7 +73,13 @@ fn an_arize_outage_holds_the_commit_until_arize_acknowledges() {
         "no offset commits while Arize has not acknowledged\n{}",
         s.log_tail()
     );
-    assert_eq!(s.get("/readyz").map(|r| r.0), Some(503));
+    // It says which sink fails and what the service answered.
+    let (status, why) = s.get("/readyz").unwrap();
+    assert_eq!(status, 503, "{why}");
+    assert!(
+        why.contains("a sink is failing: arize: Arize answered HTTP 503"),
+        "{why}"
+    );
 
     // Arize is back.
     server.unscript();
@@ -82,6 +88,8 @@ fn an_arize_outage_holds_the_commit_until_arize_acknowledges() {
         "every offset commits once Arize acknowledges\n{}",
         s.log_tail()
     );
+    let (status, why) = s.get("/readyz").unwrap();
+    assert_eq!(status, 200, "ready again once Arize acknowledges: {why}");
     assert_eq!(stop(child), Some(0));
 
     let reqs = server.take();
