@@ -10,6 +10,7 @@ use super::delete::{delete, DrainOptions};
 use super::error::{BootstrapError, EXIT_FAILED, EXIT_USAGE};
 use super::kafka::partition_count_async;
 use super::manifest::{build, render_yaml};
+use super::secret_lookup::lookup_source;
 use super::spec::Spec;
 use super::status::status;
 use clap::{Args, Subcommand};
@@ -138,15 +139,20 @@ fn fail(e: &BootstrapError) -> ExitCode {
 }
 
 /// Warns when more replicas than partitions would run (extra consumers sit idle).
-async fn warn_partitions(spec: &Spec) {
-    let Some(source) = spec.config.observation_source.as_ref() else {
-        return;
+async fn warn_partitions(client: &Client, spec: &Spec) {
+    let source = match lookup_source(client, spec).await {
+        Ok(Some(s)) => s,
+        Ok(None) => return,
+        Err(e) => {
+            eprintln!("warning: could not compare replicas with the topic's partitions ({e})");
+            return;
+        }
     };
     let most = spec
         .autoscaling
         .as_ref()
         .map_or(spec.replicas, |a| a.max_replicas);
-    match partition_count_async(source, KAFKA_LOOKUP_TIMEOUT).await {
+    match partition_count_async(&source, KAFKA_LOOKUP_TIMEOUT).await {
         Ok(n) if usize::try_from(most).unwrap_or(0) > n => eprintln!(
             "warning: {most} replica(s) but topic {:?} has {n} partition(s); the extra consumers will sit idle",
             source.topic
@@ -184,7 +190,7 @@ pub async fn execute(args: BootstrapArgs) -> ExitCode {
     };
     match args.command {
         BootstrapCommand::Apply(a) => {
-            warn_partitions(&spec).await;
+            warn_partitions(&client, &spec).await;
             match apply(
                 &client,
                 &spec,

@@ -7,6 +7,7 @@ use super::keda::{scaled_object_resource, trigger_authentication_resource};
 use super::monitor::pod_monitor_resource;
 use super::owner::check;
 use super::poll::Backoff;
+use super::secret_lookup::lookup_source;
 use super::spec::Spec;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, ServiceAccount};
@@ -94,11 +95,11 @@ pub async fn delete(
 ) -> Result<DeleteReport, BootstrapError> {
     let mut report = DeleteReport::default();
     if let Some(d) = drain {
-        let source =
-            spec.config.observation_source.as_ref().ok_or_else(|| {
-                BootstrapError::Kafka("the spec's config has no Kafka source".into())
-            })?;
-        report.drained = Some(wait_for_no_lag(source, d.timeout, d.backoff).await?);
+        // Read before the drain's retries: a missing Secret or key does not heal by waiting.
+        let source = lookup_source(client, spec)
+            .await?
+            .ok_or_else(|| BootstrapError::Kafka("the spec's config has no Kafka source".into()))?;
+        report.drained = Some(wait_for_no_lag(&source, d.timeout, d.backoff).await?);
     }
     let spec = &super::owner::resolve(client, spec).await?;
     let ns = &spec.namespace;

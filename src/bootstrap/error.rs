@@ -59,6 +59,10 @@ pub enum BootstrapError {
     /// Kafka could not be queried.
     #[error("kafka: {0}")]
     Kafka(String),
+    /// A Kafka credential the spec reads from a Secret could not be read for bootstrap's own
+    /// look-ups.
+    #[error(transparent)]
+    KafkaCredential(#[from] Box<super::secret_lookup::Unresolved>),
     /// The checksum key could not be drawn (the OS random source failed).
     #[error(transparent)]
     Randomness(#[from] super::checksum::NoRandomness),
@@ -84,7 +88,8 @@ impl BootstrapError {
         match self {
             BootstrapError::Spec(_)
             | BootstrapError::ClientConfig(_)
-            | BootstrapError::NotOurs { .. } => false,
+            | BootstrapError::NotOurs { .. }
+            | BootstrapError::KafkaCredential(_) => false,
             BootstrapError::Kube { source, .. } => match source {
                 kube::Error::Api(s) => s.code == 409 || s.code == 429 || s.code >= 500,
                 kube::Error::HyperError(_) | kube::Error::Service(_) => true,

@@ -7,12 +7,11 @@
 //!
 //! The look-up client authenticates with the spec's own Kafka settings; under
 //! `sasl.oauthbearer.method` its context supplies the tokens, as the publisher's clients do. A
-//! credential the spec reads from a Secret in the cluster (`secretKeyRef`) is refused up front:
-//! bootstrap never sees its value.
+//! credential the spec reads from a Secret in the cluster (`secretKeyRef`) must be filled in
+//! first ([`super::secret_lookup::lookup_source`]); the commands do that before every look-up.
 
 use super::error::BootstrapError;
 use super::poll::{pause_until, Backoff};
-use super::spec::SECRET_KEY_REF;
 use crate::config::KafkaSource;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -62,20 +61,6 @@ pub fn partition_lag(low: i64, high: i64, committed: Option<i64>) -> i64 {
 type LookUp = BaseConsumer<crate::kafka_log::HelperContext>;
 
 fn consumer(source: &KafkaSource) -> Result<LookUp, BootstrapError> {
-    // A credential the spec reads from an existing Secret stands here as its placeholder: the
-    // value is only in the cluster, which bootstrap does not read, so the broker (or the token
-    // endpoint) would refuse the look-up after its whole timeout. Say so at once instead.
-    let placeholder = format!("{SECRET_KEY_REF}:");
-    if let Some((k, v)) = source
-        .additional_consumer_config
-        .iter()
-        .find(|(_, v)| v.starts_with(&placeholder))
-    {
-        return Err(BootstrapError::Kafka(format!(
-            "additional_consumer_config.{k} is read from Secret {} in the cluster ({SECRET_KEY_REF}), which bootstrap does not read, so it cannot authenticate its own look-ups (the partition count, the lag of status and of delete --drain); read the group's lag with your own Kafka tools, and delete without --drain",
-            &v[placeholder.len()..]
-        )));
-    }
     let tokens = crate::source::tokens(source).map_err(BootstrapError::Kafka)?;
     let oauth = tokens.is_some();
     let mut cfg = ClientConfig::new();

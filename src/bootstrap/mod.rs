@@ -21,6 +21,7 @@
 //! - [`strategy`]: rolling, or `Recreate` when a revision changes the group's protocol (pure).
 //! - [`apply`], [`delete`], [`status`]: the three commands against the API server.
 //! - [`kafka`]: partition count and consumer lag.
+//! - [`secret_lookup`]: the Kafka credentials a spec reads from Secrets, read for those look-ups.
 //! - [`poll`]: backoff under a deadline.
 //! - [`error`]: errors, retry hints and exit codes.
 //! - [`cli`]: clap arguments and the glue.
@@ -41,6 +42,7 @@ pub mod owner;
 pub mod poll;
 pub mod revision;
 pub mod rollout;
+pub mod secret_lookup;
 pub mod spec;
 pub mod status;
 pub mod storage;

@@ -6,6 +6,7 @@ use super::keda::{scaled_object_resource, trigger_authentication_resource};
 use super::monitor::pod_monitor_resource;
 use super::revision::{Marker, Phase};
 use super::rollout::{assess, deployed_revision, Rollout};
+use super::secret_lookup::lookup_source;
 use super::spec::Spec;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, ServiceAccount};
@@ -151,14 +152,18 @@ pub async fn status(
             available: s.available_replicas.unwrap_or(0),
         }
     });
-    let (consumer_lag, consumer_lag_error) =
-        match (kafka_timeout, spec.config.observation_source.as_ref()) {
-            (Some(t), Some(src)) => match lag_async(src, t).await {
+    let not_queried = || (None, Some("not queried".to_string()));
+    let (consumer_lag, consumer_lag_error) = match kafka_timeout {
+        Some(t) => match lookup_source(client, spec).await {
+            Ok(Some(src)) => match lag_async(&src, t).await {
                 Ok(l) => (Some(l), None),
                 Err(e) => (None, Some(e.to_string())),
             },
-            _ => (None, Some("not queried".to_string())),
-        };
+            Ok(None) => not_queried(),
+            Err(e) => (None, Some(e.to_string())),
+        },
+        None => not_queried(),
+    };
     Ok(StatusReport {
         namespace: ns.clone(),
         name: n.workload.clone(),

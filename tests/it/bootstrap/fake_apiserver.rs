@@ -11,7 +11,9 @@
 //! ([`super::crd`]), both 422 `Invalid`, and bumps `metadata.generation` when a
 //! Deployment's spec changes. Deployment status is scripted by the test: either every write
 //! completes the rollout at once ([`Rollouts::Complete`]) or the test sets it
-//! ([`FakeApiServer::set_rollout`]). Field ownership of real server-side apply is not modelled.
+//! ([`FakeApiServer::set_rollout`]). A test can forbid one object to bootstrap's role
+//! ([`FakeApiServer::forbid`]: 403 `Forbidden`, as RBAC answers). Field ownership of real
+//! server-side apply is not modelled.
 
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -64,6 +66,7 @@ pub(crate) struct Store {
     rollouts: Rollouts,
     crds: bool,
     hooks: Vec<(Method, String, Hook)>,
+    forbidden: Vec<String>,
     requests: Vec<Recorded>,
 }
 
@@ -262,6 +265,7 @@ impl FakeApiServer {
             rollouts,
             crds,
             hooks: Vec::new(),
+            forbidden: Vec::new(),
             requests: Vec::new(),
         }));
         let app = Router::new()
@@ -311,6 +315,12 @@ impl FakeApiServer {
             .lock()
             .unwrap()
             .insert(&object_path(ns, plural, name), obj);
+    }
+
+    /// Answers every request for this object 403 `Forbidden`, as RBAC does for a role without
+    /// the verb.
+    pub(crate) fn forbid(&self, ns: &str, plural: &str, name: &str) {
+        (self.store.lock().unwrap().forbidden).push(object_path(ns, plural, name));
     }
 
     /// Every request so far.
@@ -386,6 +396,17 @@ async fn handle(State(store): State<Arc<Mutex<Store>>>, req: Request) -> Respons
         hook(&mut s);
     }
 
+    if s.forbidden.contains(&path) {
+        let (plural, name) = path
+            .rsplit_once('/')
+            .map(|(c, n)| (c.rsplit('/').next().unwrap_or(""), n))
+            .unwrap_or_default();
+        return status(
+            StatusCode::FORBIDDEN,
+            "Forbidden",
+            format!("{plural} \"{name}\" is forbidden: User \"system:serviceaccount:mlobs:observation-publisher-bootstrap\" cannot {} resource \"{plural}\"", parts.method.as_str().to_lowercase()),
+        );
+    }
     let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
     let Some(ns_at) = segs.iter().position(|x| *x == "namespaces") else {
         return status(

@@ -5,7 +5,7 @@ mod canary;
 mod collide;
 mod crd;
 mod drain;
-mod fake_apiserver;
+pub(crate) mod fake_apiserver;
 mod golden;
 mod secured;
 mod smoke;

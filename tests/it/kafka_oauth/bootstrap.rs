@@ -1,12 +1,25 @@
 //! bootstrap's Kafka look-ups (the partition count `apply` compares with the replicas, the
 //! lag of `status` and `delete --drain`) under OAUTHBEARER: the look-up client gets its token
-//! from the spec's own `sasl.oauthbearer.*` settings, through the checking front.
+//! from the spec's own `sasl.oauthbearer.*` settings, through the checking front, with a client
+//! secret the spec reads from a Secret read by bootstrap from the fake API server.
 
 use super::{checking_front, idp, CLIENT, SECRET};
-use crate::bootstrap::spec_text;
+use crate::bootstrap::fake_apiserver::{object_path, FakeApiServer, Rollouts};
+use crate::bootstrap::{fast, opts, spec_text, NS};
 use crate::runtime::{brokers, create_topic, logs, produce};
+use axum::http::Method;
+use base64::engine::general_purpose::STANDARD as B64;
+use base64::Engine;
+use observation_publisher::bootstrap::apply::apply;
+use observation_publisher::bootstrap::delete::{delete, DrainOptions};
 use observation_publisher::bootstrap::kafka::{lag, partition_count};
+use observation_publisher::bootstrap::poll::Backoff;
+use observation_publisher::bootstrap::status::status;
 use observation_publisher::bootstrap::Spec;
+use observation_publisher::config::KafkaSource;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::{Offset, TopicPartitionList};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -88,33 +101,211 @@ fn partition_count_and_lag_get_a_token_from_the_specs_oauthbearer_settings() {
     assert!(!idp.requests().is_empty());
 }
 
-#[test]
-fn a_credential_read_from_a_secret_in_the_cluster_stops_the_look_ups_at_once_naming_it() {
-    let idp = idp(Arc::new(Mutex::new(SECRET.into())), 3600);
-    let front = checking_front();
-    let mut consumer = oidc(&idp.url, String::new());
+/// The OIDC settings with the client secret read from key `secret` of the Secret
+/// `kafka-client` in the spec's namespace: a spec that holds no secret.
+fn oidc_from_secret(endpoint: &str) -> Vec<(&'static str, String)> {
+    let mut consumer = oidc(endpoint, String::new());
     consumer.pop();
     consumer.push((
         "sasl.oauthbearer.client.secret",
         "{secretKeyRef: {name: kafka-client, key: secret}}".into(),
     ));
-    let s = spec(&front.addr, &consumer);
-    create_topic(s.topic(), 1);
+    consumer
+}
+
+/// A Secret as the API server answers it: the values base64 in `data`.
+fn secret_object(name: &str, items: &[(&str, &str)]) -> serde_json::Value {
+    let data: serde_json::Map<String, serde_json::Value> = (items.iter())
+        .map(|(k, v)| (k.to_string(), B64.encode(v).into()))
+        .collect();
+    serde_json::json!({
+        "apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+        "metadata": {"name": name, "namespace": NS}, "data": data,
+    })
+}
+
+/// Commits `offset` on every partition of `source`'s topic for its group, straight at the
+/// broker, as the publisher would once its sinks acknowledged.
+fn commit_all(source: &KafkaSource, offsets: &[(i32, i64)]) {
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", brokers())
+        .set("group.id", &source.group_id)
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
+    let mut tpl = TopicPartitionList::new();
+    for (p, o) in offsets {
+        tpl.add_partition_offset(&source.topic, *p, Offset::Offset(*o))
+            .unwrap();
+    }
+    c.commit(&tpl, CommitMode::Sync).unwrap();
+}
+
+#[test]
+fn status_and_delete_drain_authenticate_with_a_client_secret_read_from_the_secret_the_spec_names() {
+    let idp = idp(Arc::new(Mutex::new(SECRET.into())), 3600);
+    let front = checking_front();
+    let s = spec(&front.addr, &oidc_from_secret(&idp.url));
+    create_topic(s.topic(), 2);
+    produce(s.topic(), &logs(20, 5, 0.0));
     let source = s.config.observation_source.clone().unwrap();
-    let started = std::time::Instant::now();
-    let e = partition_count(&source, TIMEOUT).unwrap_err().to_string();
+    // The lag read straight from the broker, without a token.
+    let plain = KafkaSource {
+        bootstrap_servers: brokers(),
+        additional_consumer_config: Vec::new(),
+        ..source.clone()
+    };
+    let want = lag(&plain, TIMEOUT).unwrap();
+    assert!(want.total > 0, "{want:?}");
+
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let fake = FakeApiServer::start(Rollouts::Complete).await;
+        fake.put(
+            NS,
+            "secrets",
+            "kafka-client",
+            secret_object("kafka-client", &[("secret", SECRET)]),
+        );
+        let c = fake.client();
+        apply(&c, &s, opts()).await.unwrap();
+        // Neither the manifests nor the version's Secret carry the value.
+        for (plural, name) in [
+            ("deployments", &s.names.workload),
+            ("secrets", &s.names.config_secret),
+        ] {
+            let text = fake.get(NS, plural, name).unwrap().to_string();
+            assert!(
+                !text.contains(SECRET) && !text.contains(&B64.encode(SECRET)),
+                "{plural}: {text}"
+            );
+        }
+
+        let r = status(&c, &s, Some(TIMEOUT)).await.unwrap();
+        assert_eq!(
+            r.consumer_lag.as_ref(),
+            Some(&want),
+            "{:?}",
+            r.consumer_lag_error
+        );
+        let read_secret = object_path(NS, "secrets", "kafka-client");
+        assert!(
+            fake.requests()
+                .iter()
+                .any(|q| q.method == Method::GET && q.path == read_secret),
+            "the Secret was read in the spec's namespace"
+        );
+
+        let accepted = front.seen.lock().unwrap().accepted.len();
+        // apply removes objects its spec does not yield (a stale ScaledObject, if any).
+        let deletes = || {
+            (fake.requests().iter())
+                .filter(|q| q.method == Method::DELETE)
+                .count()
+        };
+        let deletes_before = deletes();
+        let drain = DrainOptions {
+            timeout: Duration::from_secs(30),
+            backoff: Backoff {
+                initial: Duration::from_millis(20),
+                max: Duration::from_millis(200),
+            },
+        };
+        let task = tokio::spawn({
+            let (c, s) = (c.clone(), s.clone());
+            async move { delete(&c, &s, Some(drain)).await }
+        });
+        // The drain's own look-up authenticates, finds lag and deletes nothing yet.
+        while front.seen.lock().unwrap().accepted.len() == accepted {
+            assert!(!task.is_finished(), "{:?}", task.await);
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(!task.is_finished());
+        assert_eq!(deletes(), deletes_before);
+
+        // The publisher catches up: the drain completes and the version's objects go.
+        let ends: Vec<(i32, i64)> = want
+            .partitions
+            .iter()
+            .map(|p| (p.partition, p.high))
+            .collect();
+        commit_all(&source, &ends);
+        let report = task.await.unwrap().unwrap();
+        assert_eq!(report.drained.map(|l| l.total), Some(0));
+        assert!(fake.get(NS, "deployments", &s.names.workload).is_none());
+    });
+    let seen = front.seen.lock().unwrap();
     assert!(
-        e.contains("sasl.oauthbearer.client.secret")
-            && e.contains("kafka-client/secret")
-            && e.contains("does not read"),
-        "{e}"
+        !seen.accepted.is_empty() && seen.accepted.iter().all(|p| p == "svc-publisher"),
+        "{seen:?}"
     );
-    assert!(lag(&source, TIMEOUT)
-        .unwrap_err()
-        .to_string()
-        .contains("kafka-client/secret"));
-    // Not the look-up's timeout: nothing was asked of the token endpoint or the broker.
-    assert!(started.elapsed() < TIMEOUT / 2, "{:?}", started.elapsed());
+    assert!(
+        seen.refused.is_empty() && seen.unauthenticated.is_empty(),
+        "{seen:?}"
+    );
+    assert!(!idp.requests().is_empty());
+}
+
+#[test]
+fn a_missing_secret_or_key_or_a_forbidden_read_stops_the_look_ups_at_once_naming_it() {
+    let idp = idp(Arc::new(Mutex::new(SECRET.into())), 3600);
+    let front = checking_front();
+    let s = spec(&front.addr, &oidc_from_secret(&idp.url));
+    create_topic(s.topic(), 1);
+    let named = [
+        "additional_consumer_config.sasl.oauthbearer.client.secret",
+        "key \"secret\" of Secret mlobs/kafka-client",
+    ];
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let fake = FakeApiServer::start(Rollouts::Complete).await;
+        let c = fake.client();
+        let drain = DrainOptions {
+            timeout: TIMEOUT,
+            backoff: fast(),
+        };
+        let started = std::time::Instant::now();
+
+        // No such Secret: status says why there is no lag; delete --drain fails, deleting nothing.
+        let r = status(&c, &s, Some(TIMEOUT)).await.unwrap();
+        let why = r.consumer_lag_error.unwrap_or_default();
+        for part in named.iter().chain(&["does not exist; create it"]) {
+            assert!(why.contains(part), "{part:?} not in {why}");
+        }
+        let e = delete(&c, &s, Some(drain)).await.unwrap_err();
+        assert!(e.to_string().contains("does not exist; create it"), "{e}");
+        assert!(!e.is_retryable() && e.exit_code() == 1, "{e:?}");
+
+        // The Secret without the key.
+        fake.put(
+            NS,
+            "secrets",
+            "kafka-client",
+            secret_object("kafka-client", &[("password", SECRET)]),
+        );
+        let e = delete(&c, &s, Some(drain)).await.unwrap_err().to_string();
+        for part in named
+            .iter()
+            .chain(&["no key \"secret\" (its keys: password)"])
+        {
+            assert!(e.contains(part), "{part:?} not in {e}");
+        }
+        assert!(!e.contains(SECRET), "{e}");
+
+        // A role without `get` on secrets.
+        fake.forbid(NS, "secrets", "kafka-client");
+        let e = delete(&c, &s, Some(drain)).await.unwrap_err().to_string();
+        for part in named
+            .iter()
+            .chain(&["grant bootstrap's role `get` on secrets in namespace mlobs"])
+        {
+            assert!(e.contains(part), "{part:?} not in {e}");
+        }
+
+        // Not the drain's timeout: nothing was retried, deleted, or asked of Kafka.
+        assert!(started.elapsed() < TIMEOUT / 2, "{:?}", started.elapsed());
+        assert!(fake.requests().iter().all(|q| q.method != Method::DELETE));
+    });
     assert!(idp.requests().is_empty());
     assert!(front.seen.lock().unwrap().accepted.is_empty());
 }
