@@ -60,9 +60,9 @@ pub enum BootstrapError {
     #[error("kafka: {0}")]
     Kafka(String),
     /// A Kafka credential the spec reads from a Secret could not be read for bootstrap's own
-    /// look-ups.
-    #[error(transparent)]
-    KafkaCredential(#[from] Box<super::secret_lookup::Unresolved>),
+    /// look-ups: the setting, the Secret and its key, and what to do (never the value).
+    #[error("{0}")]
+    KafkaCredential(String),
     /// The checksum key could not be drawn (the OS random source failed).
     #[error(transparent)]
     Randomness(#[from] super::checksum::NoRandomness),

@@ -136,6 +136,12 @@ impl std::fmt::Display for Unresolved {
 
 impl std::error::Error for Unresolved {}
 
+impl From<Box<Unresolved>> for BootstrapError {
+    fn from(u: Box<Unresolved>) -> Self {
+        BootstrapError::KafkaCredential(u.to_string())
+    }
+}
+
 /// `source` with each setting of `refs` set to its Secret key's value, taken from `secrets`
 /// as is (a trailing newline stays, as in the pod's environment variable). Every other
 /// setting is left as it was.
