@@ -3,6 +3,7 @@
 //! from the spec's own `sasl.oauthbearer.*` settings, through the checking front, with a client
 //! secret the spec reads from a Secret read by bootstrap from the fake API server.
 
+use super::sasl_proxy::SaslProxy;
 use super::{checking_front, idp, CLIENT, SECRET};
 use crate::bootstrap::fake_apiserver::{object_path, FakeApiServer, Rollouts};
 use crate::bootstrap::{fast, opts, spec_text, NS};
@@ -89,15 +90,7 @@ fn partition_count_and_lag_get_a_token_from_the_specs_oauthbearer_settings() {
     });
     assert_eq!(got, lag(&plain, TIMEOUT).unwrap());
     assert!(got.total > 0, "{got:?}");
-    let seen = front.seen.lock().unwrap();
-    assert!(
-        !seen.accepted.is_empty() && seen.accepted.iter().all(|p| p == "svc-publisher"),
-        "{seen:?}"
-    );
-    assert!(
-        seen.refused.is_empty() && seen.unauthenticated.is_empty(),
-        "{seen:?}"
-    );
+    every_connection_in_as(&front, "svc-publisher");
     assert!(!idp.requests().is_empty());
 }
 
@@ -234,15 +227,7 @@ fn status_and_delete_drain_authenticate_with_a_client_secret_read_from_the_secre
         assert_eq!(report.drained.map(|l| l.total), Some(0));
         assert!(fake.get(NS, "deployments", &s.names.workload).is_none());
     });
-    let seen = front.seen.lock().unwrap();
-    assert!(
-        !seen.accepted.is_empty() && seen.accepted.iter().all(|p| p == "svc-publisher"),
-        "{seen:?}"
-    );
-    assert!(
-        seen.refused.is_empty() && seen.unauthenticated.is_empty(),
-        "{seen:?}"
-    );
+    every_connection_in_as(&front, "svc-publisher");
     assert!(!idp.requests().is_empty());
 }
 
@@ -308,4 +293,17 @@ fn a_missing_secret_or_key_or_a_forbidden_read_stops_the_look_ups_at_once_naming
     });
     assert!(idp.requests().is_empty());
     assert!(front.seen.lock().unwrap().accepted.is_empty());
+}
+
+/// Every connection through `front` authenticated, as `principal`, and none was refused.
+fn every_connection_in_as(front: &SaslProxy, principal: &str) {
+    let seen = front.seen.lock().unwrap();
+    assert!(
+        !seen.accepted.is_empty() && seen.accepted.iter().all(|p| p == principal),
+        "{seen:?}"
+    );
+    assert!(
+        seen.refused.is_empty() && seen.unauthenticated.is_empty(),
+        "{seen:?}"
+    );
 }
