@@ -7,10 +7,8 @@
 use super::sasl_proxy::SaslProxy;
 use super::token_service::TokenService;
 use super::{managed_kafka_check, oauth, setup, EMAIL, LIMIT};
-use crate::common::{bin, Reaped};
 use crate::runtime::{brokers, create_topic, logs, produce, unique, wait_for};
 use serde_json::json;
-use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 
 const ACCOUNT: &str = "/computeMetadata/v1/instance/service-accounts/default";
@@ -60,17 +58,11 @@ fn without_a_credentials_file_the_principal_is_the_metadata_servers_service_acco
     // No gcloud credentials either: ADC falls through to the metadata server.
     let no_gcloud = dir.path().join("no-gcloud");
     std::fs::create_dir(&no_gcloud).unwrap();
-    let _child = Reaped(
-        bin()
-            .args(["run", "-c", s.config.to_str().unwrap()])
-            .env_remove("GOOGLE_APPLICATION_CREDENTIALS")
+    let _child = super::run_with(&s, "metadata", |c| {
+        c.env_remove("GOOGLE_APPLICATION_CREDENTIALS")
             .env("CLOUDSDK_CONFIG", &no_gcloud)
-            .env("GCE_METADATA_HOST", &host)
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(s.dir.join("log-metadata.txt")).unwrap())
-            .spawn()
-            .unwrap(),
-    );
+            .env("GCE_METADATA_HOST", &host);
+    });
     assert!(
         wait_for(LIMIT, || s.rows().len() == sent.len()),
         "rows through the checking front:\n{}\n{:?}\n{:?}",

@@ -51,6 +51,17 @@ fn setup(dir: &std::path::Path, proxy: &str, topic: &str, consumer: &[(&str, Str
     s
 }
 
+/// `run` of `s`, its command changed by `with` (the environment), its log in
+/// `log-<name>.txt` beside the setup's (where `log_tail` reads).
+fn run_with(s: &Setup, name: &str, with: impl FnOnce(&mut std::process::Command)) -> Reaped {
+    let mut c = bin();
+    c.args(["run", "-c", s.config.to_str().unwrap()])
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(s.dir.join(format!("log-{name}.txt"))).unwrap());
+    with(&mut c);
+    Reaped(c.spawn().unwrap())
+}
+
 fn oauth(method: &str) -> Vec<(&'static str, String)> {
     vec![
         ("security.protocol", "SASL_PLAINTEXT".into()),
@@ -351,15 +362,9 @@ fn googles_application_default_credentials_in_managed_kafkas_form_get_the_publis
     let sent = logs(80, 11, 0.0);
     produce(&topic, &sent);
     let s = setup(dir.path(), &proxy.addr, &topic, &oauth("google"));
-    let _child = Reaped(
-        bin()
-            .args(["run", "-c", s.config.to_str().unwrap()])
-            .env("GOOGLE_APPLICATION_CREDENTIALS", &key_file)
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(s.dir.join("log-google.txt")).unwrap())
-            .spawn()
-            .unwrap(),
-    );
+    let _child = run_with(&s, "google", |c| {
+        c.env("GOOGLE_APPLICATION_CREDENTIALS", &key_file);
+    });
     assert!(
         wait_for(LIMIT, || s.rows().len() == sent.len()),
         "rows through the checking front:\n{}\n{:?}\n{:?}",
