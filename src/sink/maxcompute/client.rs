@@ -274,6 +274,27 @@ impl Client {
             .await
     }
 
+    /// A signed `GET` of the control plane: the answer's body.
+    async fn control_get(&self, target: &str) -> Result<Bytes, Failure> {
+        let call = self.call(
+            Plane::Control,
+            reqwest::Method::GET,
+            target,
+            &[],
+            Bytes::new(),
+        );
+        Ok(Box::pin(call).await?.2)
+    }
+
+    /// The query naming the project and the dataset (schema) a table request is about.
+    fn table_scope(&self) -> String {
+        format!(
+            "curr_project={}&curr_schema={}",
+            Self::seg(&self.opts.project),
+            Self::seg(&self.opts.dataset)
+        )
+    }
+
     /// One signed request; a non-2xx answer is a [`Failure::Status`].
     async fn call_body(
         &self,
@@ -352,14 +373,7 @@ impl Client {
             self.project_path(),
             Self::seg(&self.opts.project)
         );
-        let (_, _, body) = Box::pin(self.call(
-            Plane::Control,
-            reqwest::Method::GET,
-            &target,
-            &[],
-            Bytes::new(),
-        ))
-        .await?;
+        let body = self.control_get(&target).await?;
         let host = String::from_utf8_lossy(&body).trim().to_string();
         let scheme = if self.opts.endpoint.starts_with("https://") {
             "https"
@@ -380,23 +394,13 @@ impl Client {
     pub async fn table(&self, table: &str) -> Result<Option<Vec<TableColumn>>, CallError> {
         let what = format!("looking up table {}.{table}", self.opts.dataset);
         let target = format!(
-            "{}/tables/{}?curr_project={}&curr_schema={}",
+            "{}/tables/{}?{}",
             self.project_path(),
             Self::seg(table),
-            Self::seg(&self.opts.project),
-            Self::seg(&self.opts.dataset)
+            self.table_scope()
         );
-        match self
-            .call(
-                Plane::Control,
-                reqwest::Method::GET,
-                &target,
-                &[],
-                Bytes::new(),
-            )
-            .await
-        {
-            Ok((_, _, body)) => {
+        match self.control_get(&target).await {
+            Ok(body) => {
                 let xml = String::from_utf8_lossy(&body);
                 wire::table_columns(&xml).map(Some).map_err(|m| {
                     fail(
@@ -428,23 +432,16 @@ impl Client {
         let mut marker: Option<String> = None;
         loop {
             let mut target = format!(
-                "{}/tables?expectmarker=true&name={}&curr_project={}&curr_schema={}",
+                "{}/tables?expectmarker=true&name={}&{}",
                 self.project_path(),
                 Self::seg(prefix),
-                Self::seg(&self.opts.project),
-                Self::seg(&self.opts.dataset)
+                self.table_scope()
             );
             if let Some(m) = &marker {
                 target.push_str(&format!("&marker={}", Self::seg(m)));
             }
-            let (_, _, body) = self
-                .call(
-                    Plane::Control,
-                    reqwest::Method::GET,
-                    &target,
-                    &[],
-                    Bytes::new(),
-                )
+            let body = self
+                .control_get(&target)
                 .await
                 .map_err(|f| fail(&what, f))?;
             let (page, next) = wire::table_names(&String::from_utf8_lossy(&body));
@@ -567,15 +564,7 @@ impl Client {
         let get = |query: &'static str| {
             let target = format!("{inst}?{query}curr_project={cp}");
             async move {
-                self.call(
-                    Plane::Control,
-                    reqwest::Method::GET,
-                    &target,
-                    &[],
-                    Bytes::new(),
-                )
-                .await
-                .map(|(_, _, b)| String::from_utf8_lossy(&b).into_owned())
+                (self.control_get(&target).await).map(|b| String::from_utf8_lossy(&b).into_owned())
             }
         };
         let xml = get("").await.map_err(|f| fail(&what, f))?;
