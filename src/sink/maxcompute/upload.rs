@@ -303,6 +303,12 @@ pub async fn stage(
             rejected,
         });
     }
+    // A new session for the accepted rows in `epoch` (the old one's epoch was moved, or it
+    // went stale).
+    let (enc, acc) = (&encoder, &accepted);
+    let reopen = move |epoch| async move {
+        (open(client, staging, epoch, enc, records, acc).await).map_err(|e| e.error)
+    };
     let mut held = epochs.lock().await;
     if session.epoch != held.current() {
         // A move took the session's epoch: its partition is moved (and dropped, or about to
@@ -313,16 +319,7 @@ pub async fn stage(
             to = held.current(),
             "MaxCompute: a move took the upload's epoch; writing its rows into the current one"
         );
-        session = open(
-            client,
-            staging,
-            held.current(),
-            &encoder,
-            records,
-            &accepted,
-        )
-        .await
-        .map_err(|e| e.error)?;
+        session = reopen(held.current()).await?;
     }
     loop {
         let Err(e) = client
@@ -336,16 +333,7 @@ pub async fn stage(
             // runs before the new session commits.
             renewals += 1;
             tracing::info!(error = %e, "MaxCompute: upload session stale at commit; writing its rows in a new one");
-            session = open(
-                client,
-                staging,
-                held.current(),
-                &encoder,
-                records,
-                &accepted,
-            )
-            .await
-            .map_err(|e| e.error)?;
+            session = reopen(held.current()).await?;
             continue;
         }
         // The answer may be lost after the service applied the commit: a session it reports
