@@ -185,14 +185,7 @@ pub struct HelperContext(
 );
 
 impl ClientContext for HelperContext {
-    const ENABLE_REFRESH_OAUTH_TOKEN: bool = true;
-
-    fn generate_oauth_token(
-        &self,
-        _: Option<&str>,
-    ) -> Result<rdkafka::client::OAuthToken, Box<dyn std::error::Error>> {
-        crate::auth::kafka::refresh(self.1.as_ref())
-    }
+    crate::auth::kafka::token_refresh!(1);
 
     fn log(&self, level: RDKafkaLogLevel, fac: &str, line: &str) {
         log(self.0, level, fac, line);

@@ -459,6 +459,23 @@ pub fn refresh(
     })
 }
 
+/// The two items of an rdkafka `ClientContext` that hand librdkafka the process's tokens
+/// through [`refresh`]: `field` is the context's `Option<Arc<Tokens>>`. (rdkafka's trait is
+/// foreign and its switch a constant, so every context states them; this writes them once.)
+macro_rules! token_refresh {
+    ($field:tt) => {
+        const ENABLE_REFRESH_OAUTH_TOKEN: bool = true;
+
+        fn generate_oauth_token(
+            &self,
+            _: Option<&str>,
+        ) -> Result<rdkafka::client::OAuthToken, Box<dyn std::error::Error>> {
+            $crate::auth::kafka::refresh(self.$field.as_ref())
+        }
+    };
+}
+pub(crate) use token_refresh;
+
 /// Managed Kafka's token for `access` (see the module docs).
 pub fn google_token(access: &str, email: &str, expires: SystemTime, now: SystemTime) -> Token {
     let b64 = |s: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s);

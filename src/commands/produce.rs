@@ -33,14 +33,7 @@ struct Heard {
 struct Listening(Arc<Heard>, Option<Arc<crate::auth::kafka::Tokens>>);
 
 impl rdkafka::ClientContext for Listening {
-    const ENABLE_REFRESH_OAUTH_TOKEN: bool = true;
-
-    fn generate_oauth_token(
-        &self,
-        _: Option<&str>,
-    ) -> Result<rdkafka::client::OAuthToken, Box<dyn std::error::Error>> {
-        crate::auth::kafka::refresh(self.1.as_ref())
-    }
+    crate::auth::kafka::token_refresh!(1);
 
     fn error(&self, error: KafkaError, reason: &str) {
         let text = if reason.is_empty() {

@@ -39,14 +39,7 @@ pub struct DlqContext {
 }
 
 impl ClientContext for DlqContext {
-    const ENABLE_REFRESH_OAUTH_TOKEN: bool = true;
-
-    fn generate_oauth_token(
-        &self,
-        _: Option<&str>,
-    ) -> Result<rdkafka::client::OAuthToken, Box<dyn std::error::Error>> {
-        crate::auth::kafka::refresh(self.tokens.as_ref())
-    }
+    crate::auth::kafka::token_refresh!(tokens);
 
     fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, line: &str) {
         crate::kafka_log::log("dead-letter producer", level, fac, line);

@@ -251,14 +251,7 @@ impl SourceContext {
 }
 
 impl ClientContext for SourceContext {
-    const ENABLE_REFRESH_OAUTH_TOKEN: bool = true;
-
-    fn generate_oauth_token(
-        &self,
-        _: Option<&str>,
-    ) -> Result<rdkafka::client::OAuthToken, Box<dyn std::error::Error>> {
-        crate::auth::kafka::refresh(self.tokens.as_ref())
-    }
+    crate::auth::kafka::token_refresh!(tokens);
 
     fn stats(&self, statistics: Statistics) {
         if statistics.brokers.values().any(|b| b.state == "UP") {
