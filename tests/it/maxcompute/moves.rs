@@ -16,7 +16,7 @@
 
 use super::fake::{Fake, DATASET};
 use super::sink::{
-    key, sink_yaml, staging_of, start, start_fresh, table_names, table_rows, target, LIMIT,
+    key, sink_yaml, staging_of, start, start_staged, table_names, table_rows, target, LIMIT,
 };
 use crate::runtime::{committed_total, create_topic, logs, produce, unique, wait_for, Setup};
 use serde_json::json;
@@ -49,12 +49,7 @@ fn a_move_inserts_once_through_poll_errors_and_upper_case_statuses() {
     create_topic(&topic, 1);
     // Every instance answers its task status upper-case, the DDL at start included.
     fake.arm(json!({"upper_status": 1_000_000}));
-    let (child, s) = start_fresh(&fake, dir.path(), "a", &topic, "pod-once");
-    assert!(
-        wait_for(LIMIT, || staging_of(&fake, "pod-once").is_some()),
-        "{}",
-        s.log_tail()
-    );
+    let (child, s) = start_staged(&fake, dir.path(), &topic, "pod-once");
     let all = logs(120, 51, 0.0);
     for (i, part) in all.chunks(60).enumerate() {
         // The next instance is the next move's INSERT: Running for a few polls, one of which
@@ -148,12 +143,7 @@ fn a_session_stale_at_commit_is_replaced_at_once() {
     let dir = tempfile::tempdir().unwrap();
     let topic = unique("mc-stale");
     create_topic(&topic, 1);
-    let (child, s) = start_fresh(&fake, dir.path(), "a", &topic, "pod-stale");
-    assert!(
-        wait_for(LIMIT, || staging_of(&fake, "pod-stale").is_some()),
-        "{}",
-        s.log_tail()
-    );
+    let (child, s) = start_staged(&fake, dir.path(), &topic, "pod-stale");
     fake.arm(json!({"table_modified": 2}));
     let all = logs(80, 53, 0.0);
     produce(&topic, &all);

@@ -89,6 +89,17 @@ pub(super) fn start_fresh(
     (start(&s, pod), s)
 }
 
+/// [`start_fresh`], once the publisher `pod` has created its staging table.
+pub(super) fn start_staged(fake: &Fake, dir: &Path, topic: &str, pod: &str) -> (Running, Setup) {
+    let (child, s) = start_fresh(fake, dir, "a", topic, pod);
+    assert!(
+        wait_for(LIMIT, || staging_of(fake, pod).is_some()),
+        "{}",
+        s.log_tail()
+    );
+    (child, s)
+}
+
 pub(super) fn start(s: &Setup, pod: &str) -> Running {
     Running(Some(
         bin()

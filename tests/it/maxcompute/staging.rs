@@ -14,7 +14,7 @@
 
 use super::fake::{Fake, DATASET};
 use super::moves::{statements, DROP_PARTITION};
-use super::sink::{key, sink_yaml, staging_of, start, start_fresh, table_rows, target, LIMIT};
+use super::sink::{key, sink_yaml, staging_of, start, start_staged, table_rows, target, LIMIT};
 use crate::runtime::{committed_total, create_topic, logs, produce, unique, wait_for, Setup};
 use serde_json::json;
 
@@ -28,12 +28,7 @@ fn a_moved_partition_is_dropped_once_through_failed_polls() {
     let dir = tempfile::tempdir().unwrap();
     let topic = unique("mc-drop-polls");
     create_topic(&topic, 1);
-    let (child, s) = start_fresh(&fake, dir.path(), "a", &topic, "pod-polls");
-    assert!(
-        wait_for(LIMIT, || staging_of(&fake, "pod-polls").is_some()),
-        "{}",
-        s.log_tail()
-    );
+    let (child, s) = start_staged(&fake, dir.path(), &topic, "pod-polls");
     // The first move's drop: its first two status polls answer 404 NoSuchObject.
     fake.arm_instance(json!({"match": "drop if exists partition", "missing_polls": 2}));
     let all = logs(40, 61, 0.0);
@@ -66,12 +61,7 @@ fn a_late_drop_removes_only_its_own_epoch() {
     let dir = tempfile::tempdir().unwrap();
     let topic = unique("mc-late-drop");
     create_topic(&topic, 1);
-    let (child, s) = start_fresh(&fake, dir.path(), "a", &topic, "pod-late");
-    assert!(
-        wait_for(LIMIT, || staging_of(&fake, "pod-late").is_some()),
-        "{}",
-        s.log_tail()
-    );
+    let (child, s) = start_staged(&fake, dir.path(), &topic, "pod-late");
     // The statement that empties the first move's rows is made but its answer lost, and it
     // queues (runs at release).
     fake.arm_instance(json!({"match": EMPTYING, "lost_answer": true, "defer": true}));
