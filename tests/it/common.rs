@@ -104,3 +104,30 @@ impl Drop for Reaped {
         let _ = self.0.wait();
     }
 }
+
+/// The Python of the venv `name` under the test services' directory: `$SERVICES_DIR` (relative
+/// to the repository), by default target/test-services, where scripts/ put the venvs.
+pub(crate) fn venv_python(name: &str) -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let services = std::env::var_os("SERVICES_DIR")
+        .map_or_else(|| root.join("target/test-services"), |d| root.join(d));
+    services.join(name).join("bin/python")
+}
+
+/// The Python of an oracle's venv `name`, created by `scripts/<script> setup` the first time
+/// (`once`: one per oracle, since tests run in parallel and must not build a venv twice at once).
+pub(crate) fn oracle_python(
+    script: &str,
+    name: &str,
+    once: &'static std::sync::OnceLock<bool>,
+) -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let ok = *once.get_or_init(|| {
+        Command::new(root.join("scripts").join(script))
+            .arg("setup")
+            .status()
+            .is_ok_and(|s| s.success())
+    });
+    assert!(ok, "scripts/{script} setup failed");
+    venv_python(name)
+}

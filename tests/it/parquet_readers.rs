@@ -12,7 +12,7 @@ use arrow_array::types::{Float64Type, Int64Type, TimestampMicrosecondType};
 use arrow_array::Array;
 use arrow_schema::DataType;
 use serde_json::{json, Value};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -78,13 +78,6 @@ fn read_with(python: &Path, file: &Path) -> Value {
 }
 
 /// A venv's Python under the test services' folder (`scripts/bigquery` creates `venv-bq`).
-fn venv_python(name: &str) -> PathBuf {
-    let services = std::env::var_os("SERVICES_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root().join("target/test-services"));
-    services.join(name).join("bin/python")
-}
-
 #[test]
 fn publisher_parquet_reads_back_identically_in_pyarrow_and_duckdb() {
     let dir = tempfile::tempdir().unwrap();
@@ -142,7 +135,10 @@ fn publisher_parquet_reads_back_identically_in_pyarrow_and_duckdb() {
     assert_eq!(delta, 6, "request_timestamp and the five int64 features");
 
     let mut seen = Vec::new();
-    for python in [venv_python("venv-bq"), crate::arize::oracle_python()] {
+    for python in [
+        crate::common::venv_python("venv-bq"),
+        crate::arize::oracle_python(),
+    ] {
         let got = read_with(&python, &dir.path().join("rows.parquet"));
         for (reader, r) in got.as_object().unwrap() {
             let who = format!("{reader} {}", r["version"]);

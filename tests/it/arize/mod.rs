@@ -269,23 +269,8 @@ pub(crate) fn case(name: &str, model: Model, logs: &[TestLog], now: SystemTime) 
 
 /// The Python of the oracle's venv (arize 7.10.2, Merlin's pins), created if needed.
 pub(crate) fn oracle_python() -> std::path::PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    // Once per test run: tests run in parallel and must not build the venv twice at once.
     static SETUP: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    let ok = *SETUP.get_or_init(|| {
-        std::process::Command::new(root.join("scripts/arize-oracle"))
-            .arg("setup")
-            .status()
-            .is_ok_and(|s| s.success())
-    });
-    assert!(ok, "scripts/arize-oracle setup failed");
-    // Where scripts/arize-oracle put it: $SERVICES_DIR (relative to the repository), by
-    // default target/test-services.
-    let services = std::env::var_os("SERVICES_DIR").map_or_else(
-        || root.join("target/test-services"),
-        |d| root.join(std::path::PathBuf::from(d)),
-    );
-    services.join("venv-arize/bin/python")
+    crate::common::oracle_python("arize-oracle", "venv-arize", &SETUP)
 }
 
 /// Runs the oracle (creating its venv if needed) on `spec`; returns its JSON answer.

@@ -20,27 +20,14 @@ mod startup;
 use crate::http_capture::Captured;
 use base64::Engine as _;
 use serde_json::{json, Value as Json};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 pub(crate) const BIGQUERY_SCOPE: &str = "https://www.googleapis.com/auth/bigquery";
 
 /// The Python of the oracle's venv (google-auth), created if needed.
-pub(crate) fn oracle_python() -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    // Once per test run: tests run in parallel and must not build the venv twice at once.
+pub(crate) fn oracle_python() -> std::path::PathBuf {
     static SETUP: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    let ok = *SETUP.get_or_init(|| {
-        std::process::Command::new(root.join("scripts/google-auth-oracle"))
-            .arg("setup")
-            .status()
-            .is_ok_and(|s| s.success())
-    });
-    assert!(ok, "scripts/google-auth-oracle setup failed");
-    let services = std::env::var_os("SERVICES_DIR").map_or_else(
-        || root.join("target/test-services"),
-        |d| root.join(PathBuf::from(d)),
-    );
-    services.join("venv-google-auth/bin/python")
+    crate::common::oracle_python("google-auth-oracle", "venv-google-auth", &SETUP)
 }
 
 /// Runs `oracle.py` with `args` and `env`; its stdout.
