@@ -266,17 +266,7 @@ fn a_temporary_key_signs_and_sends_its_token_as_pyodps_sts_account() {
             .iter()
             .zip(answer["requests"].as_array().unwrap())
         {
-            let sent: Vec<(String, String)> = g["headers"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|h| {
-                    (
-                        h[0].as_str().unwrap().to_string(),
-                        h[1].as_str().unwrap().to_string(),
-                    )
-                })
-                .collect();
+            let sent: Vec<(String, String)> = super::signed_headers(g);
             let theirs = |name: &str| {
                 sent.iter()
                     .find(|(k, _)| k.eq_ignore_ascii_case(name))

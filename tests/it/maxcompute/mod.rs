@@ -64,6 +64,13 @@ pub(crate) fn python(version: &str) -> PathBuf {
     PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
 }
 
+/// The headers of one request the signing oracle answered (`{"headers": [[name, value], …]}`).
+pub(crate) fn signed_headers(request: &Json) -> Vec<(String, String)> {
+    (request["headers"].as_array().unwrap().iter())
+        .map(|h| (h[0].as_str().unwrap().into(), h[1].as_str().unwrap().into()))
+        .collect()
+}
+
 /// Runs `tests/it/maxcompute/SCRIPT spec.json` under pyodps 0.12.2 (Merlin's pin) with `spec`
 /// written to a temporary file; panics with its stderr when it fails; returns its stdout.
 pub(crate) fn pyodps_script(script: &str, spec: &Json) -> Vec<u8> {

@@ -80,17 +80,7 @@ fn authorization_matches_pyodps_aliyun_account() {
         let golden = answer["requests"].as_array().unwrap();
         assert_eq!(golden.len(), spec["requests"].as_array().unwrap().len());
         for (input, g) in spec["requests"].as_array().unwrap().iter().zip(golden) {
-            let headers: Vec<(String, String)> = g["headers"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|h| {
-                    (
-                        h[0].as_str().unwrap().to_string(),
-                        h[1].as_str().unwrap().to_string(),
-                    )
-                })
-                .collect();
+            let headers: Vec<(String, String)> = super::signed_headers(g);
             let headers: Vec<(&str, &str)> = headers
                 .iter()
                 .map(|(k, v)| (k.as_str(), v.as_str()))
