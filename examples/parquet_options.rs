@@ -21,7 +21,7 @@
 //! every string column but the two ids, statistics on `request_timestamp` only); every other
 //! variant changes one choice of `previous` (`delta-uncompressed`: two, DELTA_BINARY_PACKED
 //! and no compression on integer and timestamp columns, which is what `publisher` adds), so
-//! the older tables of docs/performance.md stay reproducible (`snappy-no-dict`: no dictionary
+//! the earlier choices named in docs/performance.md stay reproducible (`snappy-no-dict`: no dictionary
 //! on any column).
 use arrow_array::RecordBatch;
 use arrow_schema::{DataType, Field, Schema};

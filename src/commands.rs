@@ -217,7 +217,7 @@ fn open_mapped(path: &str) -> std::io::Result<(Input, Option<u64>)> {
 /// The output buffer's capacity. Writes at least this long go straight to the stream. A
 /// smaller buffer lets an Arrow writer's column buffers skip the copy through it (16 KiB:
 /// 4,065 → 3,900 instructions per log in `convert -f arrow`), but the system calls for what is
-/// still gathered cost more than the copy saved: 402 against 388 ms per million logs
+/// still gathered cost more than the copy saved: 401.4 against 385.5 ms per million logs
 /// (docs/performance.md, "The input reader and the output buffer").
 const OUTPUT_BUFFER: usize = 256 << 10;
 

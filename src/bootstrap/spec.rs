@@ -523,9 +523,9 @@ fn check_runtime_fit(c: &Config, problems: &mut Problems) {
 }
 
 /// The memory a publisher holds at steady state under load, with a margin: the default memory
-/// request. Measured on the release binary at the default budget with a BIGQUERY sink: 85.5 MiB
-/// peak while draining a backlog at full speed (glibc keeps about 80 MiB of it afterwards), 19
-/// MiB idle (docs/performance.md, "Footprint").
+/// request. Measured on the release binary at the default budget with a BIGQUERY sink: glibc
+/// keeps about 80 MiB after draining a backlog, 18.4 MiB idle, 54.7–56.1 MiB peak under a
+/// stalled sink (docs/performance.md, "Footprint at the defaults").
 pub const DEFAULT_MEMORY_REQUEST: &str = "96Mi";
 
 /// The default CPU request: a steady 20,000 logs/s with threefold headroom. Measured
