@@ -383,10 +383,11 @@ impl Task {
         submitted: Instant,
         report: WriteReport,
     ) -> bool {
-        self.failing[sink] = false;
+        let recovered = std::mem::replace(&mut self.failing[sink], false);
         let ok = !self.failing.contains(&true);
         self.health.sinks_ok.store(ok, Ordering::Relaxed);
-        if ok {
+        // The lock is taken only when the last failing sink recovers, not at every write.
+        if ok && recovered {
             *self
                 .health
                 .sink_problem
