@@ -10,6 +10,7 @@
 //!
 //! # Layout
 //! - [`auth`]: credentials (Google Application Default Credentials), for any stage.
+//! - [`error_text`]: an error's text with its causes, for what a person reads.
 //! - [`config`]: Merlin's YAML plus our strict sections; layered; all problems at once.
 //! - [`proto`]: prost types generated from `proto/` (the readable reference of the wire format).
 //! - [`decode`]: the pure hot path: a protobuf walker appending straight into Arrow builders.
@@ -45,6 +46,7 @@ pub mod commit;
 pub mod config;
 pub mod deadletter;
 pub mod decode;
+pub mod error_text;
 pub mod footprint;
 pub mod framing;
 pub mod gen;

@@ -372,7 +372,7 @@ impl Tokens {
             .body(body)
             .send()
             .await
-            .map_err(|e| format!("{what}: {}", error_chain(&e)))?;
+            .map_err(|e| format!("{what}: {}", crate::error_text::with_causes(&e)))?;
         let status = resp.status();
         let body = resp.text().await.map_err(|e| format!("{what}: {e}"))?;
         if !status.is_success() {
@@ -420,17 +420,6 @@ pub fn form_body(scope: Option<&str>) -> String {
         ),
         None => "grant_type=client_credentials".into(),
     }
-}
-
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut src = e.source();
-    while let Some(c) = src {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        src = c.source();
-    }
-    s
 }
 
 fn secs(t: SystemTime) -> u64 {
@@ -568,7 +557,7 @@ async fn google_email(http: &reqwest::Client) -> Result<String, String> {
         .header("Metadata-Flavor", "Google")
         .send()
         .await
-        .map_err(|e| format!("{what}: {url}: {}", error_chain(&e)))?;
+        .map_err(|e| format!("{what}: {url}: {}", crate::error_text::with_causes(&e)))?;
     let status = resp.status();
     let body = resp
         .text()

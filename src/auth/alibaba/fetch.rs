@@ -33,14 +33,7 @@ pub(super) async fn fetch(http: &reqwest::Client, source: &Source) -> Result<Acc
 
 fn chain(e: &reqwest::Error) -> String {
     // reqwest's message names the URL, never a header or the form body.
-    let mut m = e.to_string();
-    let mut src = std::error::Error::source(e);
-    while let Some(s) = src {
-        m.push_str(": ");
-        m.push_str(&s.to_string());
-        src = s.source();
-    }
-    m
+    crate::error_text::with_causes(e)
 }
 
 /// The JSON `Credentials` of an STS answer or the metadata server's document.

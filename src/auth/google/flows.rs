@@ -101,12 +101,12 @@ impl Flow<'_> {
         let resp = req
             .send()
             .await
-            .map_err(|e| self.unreachable(what, error_chain(&e)))?;
+            .map_err(|e| self.unreachable(what, crate::error_text::with_causes(&e)))?;
         let status = resp.status();
         let body = resp
             .text()
             .await
-            .map_err(|e| self.unreachable(what, error_chain(&e)))?;
+            .map_err(|e| self.unreachable(what, crate::error_text::with_causes(&e)))?;
         if status.is_server_error() || status.as_u16() == 429 {
             return Err(self.unreachable(what, format!("HTTP {status}: {}", clip(&body))));
         }
@@ -246,12 +246,12 @@ impl Flow<'_> {
                 let resp = req
                     .send()
                     .await
-                    .map_err(|e| self.unreachable(&what, error_chain(&e)))?;
+                    .map_err(|e| self.unreachable(&what, crate::error_text::with_causes(&e)))?;
                 let status = resp.status();
                 let text = resp
                     .text()
                     .await
-                    .map_err(|e| self.unreachable(&what, error_chain(&e)))?;
+                    .map_err(|e| self.unreachable(&what, crate::error_text::with_causes(&e)))?;
                 if !status.is_success() {
                     return Err(self.unreachable(&what, format!("HTTP {status}: {}", clip(&text))));
                 }
@@ -445,11 +445,11 @@ impl Flow<'_> {
                 let resp = req
                     .send()
                     .await
-                    .map_err(|e| self.unreachable(&what, error_chain(&e)))?;
+                    .map_err(|e| self.unreachable(&what, crate::error_text::with_causes(&e)))?;
                 let text = resp
                     .text()
                     .await
-                    .map_err(|e| self.unreachable(&what, error_chain(&e)))?;
+                    .map_err(|e| self.unreachable(&what, crate::error_text::with_causes(&e)))?;
                 Some(text.trim().to_string()).filter(|p| !p.is_empty())
             }
         };
@@ -460,18 +460,6 @@ impl Flow<'_> {
             )
         })
     }
-}
-
-/// An error with its causes (reqwest's own message omits the connect error's reason).
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cause = c.source();
-    }
-    s
 }
 
 /// An error body, cut to a readable length.

@@ -755,13 +755,7 @@ impl http_body::Body for Chunked {
 
 fn net_failure(e: reqwest::Error) -> Failure {
     // reqwest's message names the URL, never the headers (the Authorization stays out).
-    let mut m = e.to_string();
-    let mut src = std::error::Error::source(&e);
-    while let Some(s) = src {
-        m.push_str(": ");
-        m.push_str(&s.to_string());
-        src = s.source();
-    }
+    let m = crate::error_text::with_causes(&e);
     if e.is_timeout() {
         Failure::Timeout(m)
     } else {
